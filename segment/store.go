@@ -1,0 +1,60 @@
+package segment
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Tag is a row of Leaf's leaf_alloc table.
+type Tag struct {
+	Name        string
+	MaxID       int64 // for Create: the first ID that will be issued (Leaf's initial max_id, default 1)
+	Step        int64 // stored step: first segment size and the minimum of the dynamic step
+	Description string
+	UpdateTime  time.Time // read side only
+}
+
+// Alloc is the row after one allocation. The leased range is [MaxID-step, MaxID) where step is
+// the step that was passed to Allocate (or Tag.Step when 0 was passed).
+type Alloc struct {
+	MaxID int64
+	Step  int64 // the tag's stored step (leaf_alloc.step)
+}
+
+// Store leases ranges. Implementations: *BoltStore (embedded), *MySQLStore.
+type Store interface {
+	// Allocate runs UPDATE max_id = max_id + step and its SELECT in one transaction, durably
+	// committed before it returns. step <= 0 means the stored step. ErrUnknownTag when no row.
+	Allocate(ctx context.Context, tag string, step int64) (Alloc, error)
+	// Tags lists the tag names in the store.
+	Tags(ctx context.Context) ([]string, error)
+	// Create inserts a row; ErrTagExists when the tag exists.
+	Create(ctx context.Context, t Tag) error
+}
+
+// Marks records, durably, the highest range end ever granted per tag (the regression guard).
+// Implementations: *BoltStore (same file as the embedded store) and *MarkFile (marks only, for
+// MySQL). Raise must be durable when it returns; it never lowers a mark.
+type Marks interface {
+	Mark(tag string) (int64, error) // 0 when none
+	Raise(tag string, end int64) error
+}
+
+// Errors returned by this package, wrapped with %w; match them with errors.Is.
+var (
+	// ErrUnknownTag: the tag has no row in the store.
+	ErrUnknownTag = errors.New("segment: unknown tag")
+	// ErrTagExists: Create was given a tag that already has a row.
+	ErrTagExists = errors.New("segment: tag exists")
+	// ErrInvalidTag: the tag name is empty, too long or not printable ASCII.
+	ErrInvalidTag = errors.New("segment: invalid tag")
+	// ErrUnavailable: no leased range is ready and none became ready within the wait bound
+	// (store down or slow).
+	ErrUnavailable = errors.New("segment: unavailable")
+	// ErrRegression: the store handed out a range below the durable mark of ranges already
+	// granted (a restored backup, a hand-edited max_id); the range is not used.
+	ErrRegression = errors.New("segment: range regression")
+	// ErrLimit: a count or size limit was exceeded (NextN/AppendIDs count, number of tags).
+	ErrLimit = errors.New("segment: limit exceeded")
+)
