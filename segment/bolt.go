@@ -1,0 +1,373 @@
+package segment
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"time"
+	"unicode/utf8"
+
+	bolt "go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
+)
+
+// Compile-time checks that the embedded stores satisfy the interfaces the core consumes.
+var (
+	_ Store = (*BoltStore)(nil)
+	_ Marks = (*BoltStore)(nil)
+	_ Marks = (*MarkFile)(nil)
+)
+
+// Bucket names inside the bbolt file. leaf_alloc mirrors Leaf's table; marks holds the
+// regression guard (tag -> highest range end ever granted).
+var (
+	boltAllocBucket = []byte("leaf_alloc")
+	boltMarksBucket = []byte("marks")
+)
+
+// Limits shared by both stores so that a tag accepted by one is accepted by the other; they
+// follow Leaf's DDL (biz_tag varchar(128), step int(11), description varchar(256)).
+const (
+	storeMaxTagLen  = 128
+	storeMaxDescLen = 256 // characters
+	storeMaxStep    = math.MaxInt32
+)
+
+// defaultBoltLockTimeout bounds the wait for bbolt's flock: long enough to ride out a
+// previous process that is still exiting, short enough that a second leafd on the same data
+// dir fails at once with a clear message instead of hanging.
+const defaultBoltLockTimeout = time.Second
+
+// BoltOptions configures OpenBolt and OpenMarkFile. The zero value selects the defaults.
+type BoltOptions struct {
+	// LockTimeout is how long to wait for the file lock held by another process before giving
+	// up with an "in use by another leafd process" error. Zero means 1s; negative is invalid.
+	LockTimeout time.Duration
+	// Now supplies update_time for written rows. Nil means time.Now.
+	Now func() time.Time
+}
+
+func (o BoltOptions) withDefaults() (BoltOptions, error) {
+	if o.LockTimeout < 0 {
+		return o, fmt.Errorf("segment: bolt lock timeout %v is negative", o.LockTimeout)
+	}
+	if o.LockTimeout == 0 {
+		o.LockTimeout = defaultBoltLockTimeout
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return o, nil
+}
+
+// BoltStore is the embedded store: Leaf's leaf_alloc table and the regression-guard marks in
+// one bbolt file. Every Allocate, Create and Raise is one read-write transaction that bbolt
+// fsyncs on commit, so a range is durable before the caller sees it, across kill -9.
+//
+// The file is locked (flock) for the life of the store, so two processes never share it.
+// BoltStore is safe for concurrent use.
+type BoltStore struct {
+	db  *bolt.DB
+	now func() time.Time
+}
+
+// OpenBolt opens (creating if needed) the store file at path, typically
+// <data-dir>/leafd.db, creating the parent directory when missing. When another process
+// holds the file it fails after opts.LockTimeout with an error saying the data dir is in use.
+func OpenBolt(path string, opts BoltOptions) (*BoltStore, error) {
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	db, err := openBoltFile(path, opts, boltAllocBucket, boltMarksBucket)
+	if err != nil {
+		return nil, err
+	}
+	return &BoltStore{db: db, now: opts.Now}, nil
+}
+
+// openBoltFile opens the bbolt file with a bounded lock wait and makes sure the buckets exist.
+// NoSync is never set: durability on commit is the point of this store.
+func openBoltFile(path string, opts BoltOptions, buckets ...[]byte) (*bolt.DB, error) {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("segment: create data dir: %w", err)
+	}
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: opts.LockTimeout})
+	if errors.Is(err, bolterrors.ErrTimeout) {
+		return nil, fmt.Errorf("data dir %s is in use by another leafd process (bolt file locked): %s", dir, path)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("segment: open %s: %w", path, err)
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		for _, b := range buckets {
+			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("segment: init %s: %w", path, err)
+	}
+	return db, nil
+}
+
+// Allocate adds step (the stored step when step <= 0) to the tag's max_id and returns the new
+// row, committed and fsynced. The leased range is [MaxID-step, MaxID).
+func (s *BoltStore) Allocate(ctx context.Context, tag string, step int64) (Alloc, error) {
+	if err := ctx.Err(); err != nil {
+		return Alloc{}, err
+	}
+	var a Alloc
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(boltAllocBucket)
+		key := []byte(tag)
+		v := b.Get(key)
+		if v == nil {
+			return fmt.Errorf("%w %q", ErrUnknownTag, tag)
+		}
+		r, err := decodeBoltRow(v)
+		if err != nil {
+			return fmt.Errorf("segment: tag %q: %w", tag, err)
+		}
+		inc := step
+		if inc <= 0 {
+			inc = r.step
+		}
+		if inc <= 0 {
+			return fmt.Errorf("segment: tag %q has invalid stored step %d", tag, r.step)
+		}
+		if r.maxID > math.MaxInt64-inc {
+			return fmt.Errorf("%w: tag %q: max_id %d + step %d overflows int64", ErrLimit, tag, r.maxID, inc)
+		}
+		r.maxID += inc
+		r.updated = s.now()
+		if err := b.Put(key, r.encode()); err != nil {
+			return err
+		}
+		a = Alloc{MaxID: r.maxID, Step: r.step}
+		return nil
+	})
+	if err != nil {
+		return Alloc{}, boltWrap("allocate", err)
+	}
+	return a, nil
+}
+
+// Tags lists the tag names, sorted.
+func (s *BoltStore) Tags(ctx context.Context) ([]string, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	var tags []string
+	err := s.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(boltAllocBucket).ForEach(func(k, _ []byte) error {
+			tags = append(tags, string(k))
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, boltWrap("tags", err)
+	}
+	return tags, nil
+}
+
+// Create inserts a row for t (MaxID 0 means 1, Leaf's default); ErrTagExists when the tag
+// has a row, ErrInvalidTag for a bad name, ErrLimit for out-of-range numbers.
+func (s *BoltStore) Create(ctx context.Context, t Tag) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	t, err := checkStoreTag(t)
+	if err != nil {
+		return err
+	}
+	err = s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(boltAllocBucket)
+		key := []byte(t.Name)
+		if b.Get(key) != nil {
+			return fmt.Errorf("%w: %q", ErrTagExists, t.Name)
+		}
+		r := boltRow{maxID: t.MaxID, step: t.Step, updated: s.now(), desc: t.Description}
+		return b.Put(key, r.encode())
+	})
+	if err != nil {
+		return boltWrap("create", err)
+	}
+	return nil
+}
+
+// Mark returns the highest range end recorded for tag, 0 when none.
+func (s *BoltStore) Mark(tag string) (int64, error) { return boltMark(s.db, tag) }
+
+// Raise durably records end as the tag's mark unless the mark is already at or above it.
+func (s *BoltStore) Raise(tag string, end int64) error { return boltRaise(s.db, tag, end) }
+
+// Close releases the file and its lock. It is idempotent.
+func (s *BoltStore) Close() error { return s.db.Close() }
+
+// MarkFile holds only the regression-guard marks, in its own bbolt file (typically
+// <data-dir>/marks.db); it is used beside the MySQL store, whose rows live in the database.
+// It is locked against other processes like BoltStore and safe for concurrent use.
+type MarkFile struct {
+	db *bolt.DB
+}
+
+// OpenMarkFile opens (creating if needed) the marks file at path with the default options.
+func OpenMarkFile(path string) (*MarkFile, error) {
+	opts, _ := BoltOptions{}.withDefaults()
+	db, err := openBoltFile(path, opts, boltMarksBucket)
+	if err != nil {
+		return nil, err
+	}
+	return &MarkFile{db: db}, nil
+}
+
+// Mark returns the highest range end recorded for tag, 0 when none.
+func (m *MarkFile) Mark(tag string) (int64, error) { return boltMark(m.db, tag) }
+
+// Raise durably records end as the tag's mark unless the mark is already at or above it.
+func (m *MarkFile) Raise(tag string, end int64) error { return boltRaise(m.db, tag, end) }
+
+// Close releases the file and its lock. It is idempotent.
+func (m *MarkFile) Close() error { return m.db.Close() }
+
+func boltMark(db *bolt.DB, tag string) (int64, error) {
+	var mark int64
+	err := db.View(func(tx *bolt.Tx) error {
+		var err error
+		mark, err = decodeBoltMark(tx.Bucket(boltMarksBucket).Get([]byte(tag)))
+		return err
+	})
+	if err != nil {
+		return 0, boltWrap("mark", fmt.Errorf("tag %q: %w", tag, err))
+	}
+	return mark, nil
+}
+
+// boltRaise reads first so that the common case (mark already high enough, e.g. a range
+// re-granted after restart) costs no write and no fsync.
+func boltRaise(db *bolt.DB, tag string, end int64) error {
+	if tag == "" || len(tag) > bolt.MaxKeySize {
+		return fmt.Errorf("%w: %q", ErrInvalidTag, tag)
+	}
+	cur, err := boltMark(db, tag)
+	if err != nil {
+		return err
+	}
+	if cur >= end {
+		return nil
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(boltMarksBucket)
+		cur, err := decodeBoltMark(b.Get([]byte(tag)))
+		if err != nil {
+			return err
+		}
+		if cur >= end {
+			return nil
+		}
+		var v [8]byte
+		binary.BigEndian.PutUint64(v[:], uint64(end))
+		return b.Put([]byte(tag), v[:])
+	})
+	if err != nil {
+		return boltWrap("raise", fmt.Errorf("tag %q: %w", tag, err))
+	}
+	return nil
+}
+
+func decodeBoltMark(v []byte) (int64, error) {
+	if v == nil {
+		return 0, nil
+	}
+	if len(v) != 8 {
+		return 0, fmt.Errorf("corrupt mark (%d bytes)", len(v))
+	}
+	return int64(binary.BigEndian.Uint64(v)), nil
+}
+
+// boltWrap prefixes infrastructure errors; domain sentinels pass through unchanged so their
+// text stays short for the handlers.
+func boltWrap(op string, err error) error {
+	for _, s := range []error{ErrUnknownTag, ErrTagExists, ErrInvalidTag, ErrLimit} {
+		if errors.Is(err, s) {
+			return err
+		}
+	}
+	return fmt.Errorf("segment: bolt %s: %w", op, err)
+}
+
+// boltRow is the encoded value of a leaf_alloc entry:
+//
+//	version(1) | max_id(8) | step(8) | update_time unix ns(8) | description(rest)
+//
+// integers big-endian. The version byte lets a later format coexist with this one.
+type boltRow struct {
+	maxID   int64
+	step    int64
+	updated time.Time
+	desc    string
+}
+
+const (
+	boltRowV1     = 1
+	boltRowHeader = 1 + 8 + 8 + 8
+)
+
+func (r boltRow) encode() []byte {
+	b := make([]byte, boltRowHeader, boltRowHeader+len(r.desc))
+	b[0] = boltRowV1
+	binary.BigEndian.PutUint64(b[1:], uint64(r.maxID))
+	binary.BigEndian.PutUint64(b[9:], uint64(r.step))
+	binary.BigEndian.PutUint64(b[17:], uint64(r.updated.UnixNano()))
+	return append(b, r.desc...)
+}
+
+func decodeBoltRow(v []byte) (boltRow, error) {
+	if len(v) < boltRowHeader || v[0] != boltRowV1 {
+		return boltRow{}, fmt.Errorf("corrupt leaf_alloc row (%d bytes)", len(v))
+	}
+	return boltRow{
+		maxID:   int64(binary.BigEndian.Uint64(v[1:])),
+		step:    int64(binary.BigEndian.Uint64(v[9:])),
+		updated: time.Unix(0, int64(binary.BigEndian.Uint64(v[17:]))),
+		desc:    string(v[boltRowHeader:]),
+	}, nil
+}
+
+// checkStoreTag validates a row for Create with the same rules in every store and fills the
+// defaults (MaxID 0 means 1).
+func checkStoreTag(t Tag) (Tag, error) {
+	if t.Name == "" || len(t.Name) > storeMaxTagLen {
+		return t, fmt.Errorf("%w: %q: length must be 1..%d", ErrInvalidTag, t.Name, storeMaxTagLen)
+	}
+	for i := 0; i < len(t.Name); i++ {
+		if c := t.Name[i]; c <= ' ' || c > '~' {
+			return t, fmt.Errorf("%w: %q: only printable ASCII without spaces", ErrInvalidTag, t.Name)
+		}
+	}
+	if t.MaxID == 0 {
+		t.MaxID = 1
+	}
+	if t.MaxID < 1 {
+		return t, fmt.Errorf("%w: tag %q: first id %d must be >= 1", ErrLimit, t.Name, t.MaxID)
+	}
+	if t.Step < 1 || t.Step > storeMaxStep {
+		return t, fmt.Errorf("%w: tag %q: step %d must be 1..%d", ErrLimit, t.Name, t.Step, storeMaxStep)
+	}
+	if t.MaxID > math.MaxInt64-t.Step {
+		return t, fmt.Errorf("%w: tag %q: first id %d + step %d overflows int64", ErrLimit, t.Name, t.MaxID, t.Step)
+	}
+	if utf8.RuneCountInString(t.Description) > storeMaxDescLen {
+		return t, fmt.Errorf("%w: tag %q: description longer than %d characters", ErrLimit, t.Name, storeMaxDescLen)
+	}
+	return t, nil
+}
