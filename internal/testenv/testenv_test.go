@@ -1,0 +1,142 @@
+package testenv
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func openDB(t *testing.T, dsn string) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("mysql", dsn)
+	if err != nil {
+		t.Fatalf("sql.Open: %v", err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	return db
+}
+
+func query(db *sql.DB, timeout time.Duration, q string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	var s string
+	err := db.QueryRowContext(ctx, q).Scan(&s)
+	return s, err
+}
+
+func TestMySQLDSN(t *testing.T) {
+	dsn := FreshDatabase(t, MySQLDSN(t))
+	db := openDB(t, dsn)
+	got, err := query(db, 10*time.Second, "SELECT DATABASE()")
+	if err != nil {
+		t.Fatalf("query: %v", err)
+	}
+	if !strings.HasPrefix(got, "leafd_t_") {
+		t.Fatalf("got database %q, want leafd_t_*", got)
+	}
+}
+
+func TestMariaDB(t *testing.T) {
+	m := StartMariaDB(t)
+	dsn := FreshDatabase(t, m.DSN(""))
+	db := openDB(t, dsn)
+	ctx := context.Background()
+	if _, err := db.ExecContext(ctx, "CREATE TABLE kv (k varchar(16) PRIMARY KEY, v bigint) ENGINE=InnoDB"); err != nil {
+		t.Fatalf("create table: %v", err)
+	}
+	if _, err := db.ExecContext(ctx, "INSERT INTO kv VALUES ('a', 42)"); err != nil {
+		t.Fatalf("insert: %v", err)
+	}
+	if got, err := query(db, 5*time.Second, "SELECT @@innodb_flush_log_at_trx_commit"); err != nil || got != "1" {
+		t.Fatalf("innodb_flush_log_at_trx_commit: got %q, %v, want 1", got, err)
+	}
+
+	m.Pause()
+	start := time.Now()
+	if _, err := query(db, 500*time.Millisecond, "SELECT v FROM kv"); err == nil {
+		t.Fatal("query on a paused server succeeded")
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Fatalf("query on a paused server took %v, want about its 500ms timeout", d)
+	}
+	m.Resume()
+	if got, err := query(db, 5*time.Second, "SELECT v FROM kv"); err != nil || got != "42" {
+		t.Fatalf("after Resume: got %q, %v, want 42", got, err)
+	}
+
+	m.Kill()
+	if _, err := query(db, 2*time.Second, "SELECT v FROM kv"); err == nil {
+		t.Fatal("query on a killed server succeeded")
+	}
+	m.Start()
+	if got, err := query(db, 5*time.Second, "SELECT v FROM kv"); err != nil || got != "42" {
+		t.Fatalf("after kill and Start: got %q, %v, want the committed 42", got, err)
+	}
+
+	m.Stop()
+	m.Start()
+	if got, err := query(db, 5*time.Second, "SELECT v FROM kv"); err != nil || got != "42" {
+		t.Fatalf("after Stop and Start: got %q, %v, want 42", got, err)
+	}
+}
+
+func TestZKAddr(t *testing.T) {
+	out, err := FourLetter(ZKAddr(t), "ruok", 5*time.Second)
+	if err != nil || out != "imok" {
+		t.Fatalf("ruok: got %q, %v, want imok", out, err)
+	}
+}
+
+func TestZooKeeper(t *testing.T) {
+	z := StartZooKeeper(t)
+	if out, err := FourLetter(z.Addr(), "ruok", time.Second); err != nil || out != "imok" {
+		t.Fatalf("ruok: got %q, %v, want imok", out, err)
+	}
+	c, _, err := zk.Connect([]string{z.Addr()}, 5*time.Second, zk.WithLogInfo(false))
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	defer c.Close()
+	if _, err := c.Create("/leafd-testenv", []byte("x"), 0, zk.WorldACL(zk.PermAll)); err != nil {
+		t.Fatalf("create: %v", err)
+	}
+
+	z.Pause()
+	if _, err := FourLetter(z.Addr(), "ruok", 300*time.Millisecond); err == nil {
+		t.Fatal("paused server answered ruok")
+	}
+	z.Resume()
+	if out, err := FourLetter(z.Addr(), "ruok", 5*time.Second); err != nil || out != "imok" {
+		t.Fatalf("after Resume: got %q, %v, want imok", out, err)
+	}
+
+	z.Kill()
+	if _, err := FourLetter(z.Addr(), "ruok", time.Second); err == nil {
+		t.Fatal("killed server answered ruok")
+	}
+	z.Start()
+	// The client reconnects by itself; the persistent node survived the kill.
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		data, _, err := c.Get("/leafd-testenv")
+		if err == nil {
+			if string(data) != "x" {
+				t.Fatalf("got %q, want x", data)
+			}
+			break
+		}
+		if time.Now().After(deadline) || !(errors.Is(err, zk.ErrConnectionClosed) || errors.Is(err, zk.ErrNoServer) || errors.Is(err, zk.ErrSessionExpired) || errors.Is(err, zk.ErrSessionMoved)) {
+			t.Fatalf("get after restart: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	z.Stop()
+}
