@@ -1,0 +1,112 @@
+package snowflake
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sync"
+)
+
+// ErrLocked: the local state file is held by another process (or another source in this one).
+var ErrLocked = errors.New("snowflake: local state file is locked by another process")
+
+// localState is the JSON kept in a local state file. ReservedUntilMs is the lease bound in Unix
+// milliseconds; the other fields say whose it is.
+type localState struct {
+	WorkerID        int64  `json:"worker_id"`
+	ReservedUntilMs int64  `json:"reserved_until"`
+	Source          string `json:"source,omitempty"`
+	Addr            string `json:"addr,omitempty"` // zookeeper: ip:port
+	Name            string `json:"name,omitempty"` // zookeeper: cluster name
+}
+
+// localFile is a JSON state file guarded by an exclusive flock on "<path>.lock" (a separate file,
+// because the state file itself is replaced by rename on every write). Writes are durable: temp
+// file, fsync, rename, fsync of the directory.
+type localFile struct {
+	path string
+	mu   sync.Mutex
+	lock *os.File
+}
+
+func openLocalFile(path string) (*localFile, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, fmt.Errorf("snowflake: data dir: %w", err)
+	}
+	lf, err := os.OpenFile(path+".lock", os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("snowflake: open lock file: %w", err)
+	}
+	if err := lockFile(lf); err != nil {
+		lf.Close()
+		return nil, fmt.Errorf("%w: %s (%v); is another leafd running on this data dir?", ErrLocked, path+".lock", err)
+	}
+	return &localFile{path: path, lock: lf}, nil
+}
+
+// read returns the state; ok is false when the file does not exist.
+func (f *localFile) read() (st localState, ok bool, err error) {
+	b, err := os.ReadFile(f.path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return localState{}, false, nil
+	}
+	if err != nil {
+		return localState{}, false, fmt.Errorf("snowflake: read %s: %w", f.path, err)
+	}
+	if err := json.Unmarshal(b, &st); err != nil {
+		// A corrupt file must not be mistaken for "no previous run": refuse.
+		return localState{}, false, fmt.Errorf("snowflake: %s is corrupt (fix or remove it by hand): %w", f.path, err)
+	}
+	return st, true, nil
+}
+
+func (f *localFile) write(st localState) error {
+	b, err := json.Marshal(st)
+	if err != nil {
+		return err
+	}
+	b = append(b, '\n')
+	dir := filepath.Dir(f.path)
+	tmp, err := os.CreateTemp(dir, filepath.Base(f.path)+".tmp*")
+	if err != nil {
+		return fmt.Errorf("snowflake: write %s: %w", f.path, err)
+	}
+	defer os.Remove(tmp.Name()) // no-op after the rename
+	if _, err := tmp.Write(b); err != nil {
+		tmp.Close()
+		return fmt.Errorf("snowflake: write %s: %w", f.path, err)
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return fmt.Errorf("snowflake: fsync %s: %w", tmp.Name(), err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("snowflake: write %s: %w", f.path, err)
+	}
+	if err := os.Rename(tmp.Name(), f.path); err != nil {
+		return fmt.Errorf("snowflake: rename to %s: %w", f.path, err)
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("snowflake: fsync dir %s: %w", dir, err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("snowflake: fsync dir %s: %w", dir, err)
+	}
+	return nil
+}
+
+func (f *localFile) close() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.lock == nil {
+		return nil
+	}
+	err := f.lock.Close() // releases the flock
+	f.lock = nil
+	return err
+}

@@ -1,0 +1,12 @@
+//go:build !unix
+
+package snowflake
+
+import (
+	"errors"
+	"os"
+)
+
+func lockFile(*os.File) error {
+	return errors.New("file locking is only implemented on unix")
+}
