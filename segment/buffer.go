@@ -1,0 +1,100 @@
+package segment
+
+import (
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// maxRangeEnd bounds range ends so that a cursor pushed past its end by failed takers can
+// never overflow int64 (it would need 2^62 failed takes).
+const maxRangeEnd = math.MaxInt64 / 2
+
+// seg is one leased range [start, end). It is immutable except for its cursor, so a taker
+// always compares its candidate with the bound of the range the candidate came from (the
+// switch hazard of NOTES.md cannot occur). Every failed take leaves cursor >= end, so "cursor
+// >= end" is exactly "exhausted".
+type seg struct {
+	cursor    atomic.Int64 // next value to hand out; may run past end
+	start     int64
+	end       int64 // exclusive
+	threshold int64 // taking a value >= threshold means more than PreloadRatio is consumed
+}
+
+func newSeg(start, end int64, ratio float64) *seg {
+	s := &seg{start: start, end: end}
+	// consumed after taking v is v-start+1; "more than ratio*size" <=> v >= start+floor(ratio*size).
+	s.threshold = start + int64(float64(end-start)*ratio)
+	s.cursor.Store(start)
+	return s
+}
+
+// take hands out the next value of s; ok is false when s is exhausted. The candidate and the
+// bound come from the same immutable object.
+func (s *seg) take() (v int64, ok bool) {
+	v = s.cursor.Add(1) - 1
+	return v, v < s.end
+}
+
+func (s *seg) exhausted() bool { return s.cursor.Load() >= s.end }
+
+// used is the number of values taken from s (abandoned remainders included).
+func (s *seg) used() int64 { return min(s.cursor.Load(), s.end) - s.start }
+
+// Flags of buffer.flags; the hot path only asks "is it zero" (no next segment and no load:
+// a preload is due once the threshold is passed).
+const (
+	flagLoading   = 1 << iota // a load is submitted or running
+	flagNextReady             // next holds a loaded segment
+)
+
+// buffer is the double buffer of one tag.
+type buffer struct {
+	tag   string              // owned copy
+	cur   atomic.Pointer[seg] // the segment being served; nil before the first load
+	flags atomic.Uint32       // mirror of loading/next under mu, for the hot path
+	// retryAt (unix ns, 0 = none): no new load before it (after a failure or rejection).
+	retryAt atomic.Int64
+	gen     uint64 // refresh generation that created the buffer (under Generator.mu)
+
+	mu         sync.Mutex // slow path only: switch, load state
+	next       *seg
+	loading    bool
+	done       chan struct{} // closed when the running load ends; nil when none runs
+	initOK     bool          // a load succeeded once (the step state is valid)
+	markKnown  bool          // mark was read from Marks
+	mark       int64         // highest range end granted (durable in Marks)
+	step       int64         // size of the latest segment (the current dynamic step)
+	minStep    int64         // the stored step (leaf_alloc.step) at the latest load
+	lastRefill time.Time
+	lastErr    error
+	retired    int64 // values used by segments switched out (issued + abandoned)
+	abandoned  int64 // values skipped by NextN
+	loadsOK    int64
+}
+
+func newBuffer(tag string) *buffer { return &buffer{tag: tag} }
+
+// setFlagsLocked recomputes flags from the state under mu.
+func (b *buffer) setFlagsLocked() {
+	var f uint32
+	if b.loading {
+		f |= flagLoading
+	}
+	if b.next != nil {
+		f |= flagNextReady
+	}
+	b.flags.Store(f)
+}
+
+// issued estimates the IDs handed out from b (stats only).
+func (b *buffer) issued() int64 {
+	b.mu.Lock()
+	n := b.retired - b.abandoned
+	b.mu.Unlock()
+	if s := b.cur.Load(); s != nil {
+		n += s.used()
+	}
+	return n
+}

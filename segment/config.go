@@ -1,0 +1,173 @@
+package segment
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Config tunes a Generator. A zero field means the default given in its comment (see
+// DefaultConfig); negative values are invalid.
+type Config struct {
+	// PreloadRatio: the next segment is loaded in the background once more than this fraction
+	// of the current one has been consumed. Default 0.1 (Leaf's 10%). Must be in (0, 1).
+	PreloadRatio float64
+	// WaitTimeout bounds how long a request waits for a running load when no segment is
+	// ready; then it fails with ErrUnavailable. Default 500ms.
+	WaitTimeout time.Duration
+	// MaxLoaders is the number of concurrent loads across all tags (loader goroutines).
+	// Default 8.
+	MaxLoaders int
+	// MaxPending is how many loads may queue for a free loader; a load submitted beyond that
+	// is rejected (the tag stays retryable). Default 1024.
+	MaxPending int
+	// LoadTimeout is the context timeout of one load (Marks + Allocate [+ Create]). Default 3s.
+	LoadTimeout time.Duration
+	// RetryBackoff: after a failed or rejected load of a tag, no new load of that tag starts
+	// before this much time has passed (requests fail fast meanwhile). Default 100ms.
+	RetryBackoff time.Duration
+	// SegmentDuration is the target lifetime of one segment for the dynamic step. Default 15m.
+	SegmentDuration time.Duration
+	// MaxStep caps the doubling of the dynamic step. Default 1,000,000.
+	MaxStep int64
+	// AutoCreate creates an unknown tag on first use (Tag{MaxID: 1, Step: DefaultStep}).
+	AutoCreate bool
+	// DefaultStep is the step of tags created by AutoCreate or by Create without a step.
+	// Default 1000.
+	DefaultStep int64
+	// RefreshInterval is the period of the tag list refresh from the store. Default 60s.
+	RefreshInterval time.Duration
+	// NegativeTTL is how long a tag the store does not know is remembered as unknown (so junk
+	// tags do not hit the store on every request, and a hand-inserted row is served soon).
+	// Default 1s.
+	NegativeTTL time.Duration
+	// MaxNegative bounds the number of remembered unknown tags. Default 10,000.
+	MaxNegative int
+	// MaxTags bounds the number of tags held (buffers created on first use); beyond it a new
+	// tag fails with ErrLimit. Default 100,000.
+	MaxTags int
+	// MaxBatch is the largest count of AppendIDs. Default 10,000.
+	MaxBatch int
+	// Now is the clock used for the dynamic step, the negative cache and retry backoff.
+	// Default time.Now.
+	Now func() time.Time
+
+	// after returns a channel that fires after d; tests inject it. Default time.After.
+	after func(d time.Duration) <-chan time.Time
+}
+
+// DefaultConfig returns the defaults (AutoCreate off).
+func DefaultConfig() Config {
+	return Config{
+		PreloadRatio:    0.1,
+		WaitTimeout:     500 * time.Millisecond,
+		MaxLoaders:      8,
+		MaxPending:      1024,
+		LoadTimeout:     3 * time.Second,
+		RetryBackoff:    100 * time.Millisecond,
+		SegmentDuration: 15 * time.Minute,
+		MaxStep:         1_000_000,
+		DefaultStep:     1000,
+		RefreshInterval: 60 * time.Second,
+		NegativeTTL:     time.Second,
+		MaxNegative:     10_000,
+		MaxTags:         100_000,
+		MaxBatch:        10_000,
+		Now:             time.Now,
+		after:           time.After,
+	}
+}
+
+// Validate reports the first invalid field. Zero fields are valid (they mean the default).
+func (c Config) Validate() error {
+	var errs []error
+	if c.PreloadRatio < 0 || c.PreloadRatio >= 1 {
+		errs = append(errs, fmt.Errorf("PreloadRatio %v: must be in (0, 1)", c.PreloadRatio))
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{
+		{"WaitTimeout", c.WaitTimeout}, {"LoadTimeout", c.LoadTimeout},
+		{"RetryBackoff", c.RetryBackoff}, {"SegmentDuration", c.SegmentDuration},
+		{"RefreshInterval", c.RefreshInterval}, {"NegativeTTL", c.NegativeTTL},
+	} {
+		if d.v < 0 {
+			errs = append(errs, fmt.Errorf("%s %v: must not be negative", d.name, d.v))
+		}
+	}
+	for _, n := range []struct {
+		name string
+		v    int64
+	}{
+		{"MaxLoaders", int64(c.MaxLoaders)}, {"MaxPending", int64(c.MaxPending)},
+		{"MaxStep", c.MaxStep}, {"DefaultStep", c.DefaultStep},
+		{"MaxNegative", int64(c.MaxNegative)}, {"MaxTags", int64(c.MaxTags)},
+		{"MaxBatch", int64(c.MaxBatch)},
+	} {
+		if n.v < 0 {
+			errs = append(errs, fmt.Errorf("%s %d: must not be negative", n.name, n.v))
+		}
+	}
+	if c.MaxStep > maxRangeEnd/4 {
+		errs = append(errs, fmt.Errorf("MaxStep %d: too large", c.MaxStep))
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("segment: invalid config: %w", errors.Join(errs...))
+	}
+	return nil
+}
+
+// withDefaults returns c with zero fields replaced by their defaults.
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	if c.PreloadRatio == 0 {
+		c.PreloadRatio = d.PreloadRatio
+	}
+	if c.WaitTimeout == 0 {
+		c.WaitTimeout = d.WaitTimeout
+	}
+	if c.MaxLoaders == 0 {
+		c.MaxLoaders = d.MaxLoaders
+	}
+	if c.MaxPending == 0 {
+		c.MaxPending = d.MaxPending
+	}
+	if c.LoadTimeout == 0 {
+		c.LoadTimeout = d.LoadTimeout
+	}
+	if c.RetryBackoff == 0 {
+		c.RetryBackoff = d.RetryBackoff
+	}
+	if c.SegmentDuration == 0 {
+		c.SegmentDuration = d.SegmentDuration
+	}
+	if c.MaxStep == 0 {
+		c.MaxStep = d.MaxStep
+	}
+	if c.DefaultStep == 0 {
+		c.DefaultStep = d.DefaultStep
+	}
+	if c.RefreshInterval == 0 {
+		c.RefreshInterval = d.RefreshInterval
+	}
+	if c.NegativeTTL == 0 {
+		c.NegativeTTL = d.NegativeTTL
+	}
+	if c.MaxNegative == 0 {
+		c.MaxNegative = d.MaxNegative
+	}
+	if c.MaxTags == 0 {
+		c.MaxTags = d.MaxTags
+	}
+	if c.MaxBatch == 0 {
+		c.MaxBatch = d.MaxBatch
+	}
+	if c.Now == nil {
+		c.Now = d.Now
+	}
+	if c.after == nil {
+		c.after = d.after
+	}
+	return c
+}

@@ -1,0 +1,282 @@
+package segment
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/zap/zaptest"
+)
+
+// fakeStore is an in-memory Store with controllable failure, latency and blocking.
+type fakeStore struct {
+	mu       sync.Mutex
+	rows     map[string]*fakeRow
+	fail     error         // returned by Allocate when set
+	tagsErr  error         // returned by Tags when set
+	latency  time.Duration // Allocate sleeps this long (real time) first
+	block    chan struct{} // when set, Allocate waits for it to be closed (or ctx)
+	started  chan string   // when set, Allocate sends the tag on entry
+	lower    map[string]int64
+	allocs   int // Allocate calls, any outcome
+	steps    []int64
+	leased   map[string][][2]int64
+	creates  int
+	inFlight int
+	maxIn    int // max concurrent Allocate calls seen
+}
+
+type fakeRow struct{ maxID, step int64 }
+
+func newFakeStore(rows map[string]int64) *fakeStore {
+	s := &fakeStore{rows: map[string]*fakeRow{}, lower: map[string]int64{}, leased: map[string][][2]int64{}}
+	for tag, step := range rows {
+		s.rows[tag] = &fakeRow{maxID: 1, step: step}
+	}
+	return s
+}
+
+func (s *fakeStore) Allocate(ctx context.Context, tag string, step int64) (Alloc, error) {
+	s.mu.Lock()
+	s.allocs++
+	s.inFlight++
+	if s.inFlight > s.maxIn {
+		s.maxIn = s.inFlight
+	}
+	block, started, latency := s.block, s.started, s.latency
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.inFlight--
+		s.mu.Unlock()
+	}()
+	if started != nil {
+		started <- tag
+	}
+	if latency > 0 {
+		select {
+		case <-time.After(latency):
+		case <-ctx.Done():
+			return Alloc{}, ctx.Err()
+		}
+	}
+	if block != nil {
+		select {
+		case <-block:
+		case <-ctx.Done():
+			return Alloc{}, ctx.Err()
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.fail != nil {
+		return Alloc{}, s.fail
+	}
+	r := s.rows[tag]
+	if r == nil {
+		return Alloc{}, fmt.Errorf("fake: %w", ErrUnknownTag)
+	}
+	if step <= 0 {
+		step = r.step
+	}
+	s.steps = append(s.steps, step)
+	if d := s.lower[tag]; d != 0 {
+		r.maxID -= d
+		delete(s.lower, tag)
+	}
+	r.maxID += step
+	s.leased[tag] = append(s.leased[tag], [2]int64{r.maxID - step, r.maxID})
+	return Alloc{MaxID: r.maxID, Step: r.step}, nil
+}
+
+func (s *fakeStore) Tags(ctx context.Context) ([]string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.tagsErr != nil {
+		return nil, s.tagsErr
+	}
+	var out []string
+	for k := range s.rows {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+func (s *fakeStore) Create(ctx context.Context, t Tag) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.creates++
+	if s.rows[t.Name] != nil {
+		return fmt.Errorf("fake: %w", ErrTagExists)
+	}
+	s.rows[t.Name] = &fakeRow{maxID: t.MaxID, step: t.Step}
+	return nil
+}
+
+func (s *fakeStore) set(f func(s *fakeStore)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f(s)
+}
+
+func (s *fakeStore) allocCount() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.allocs
+}
+
+func (s *fakeStore) stepsSeen() []int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]int64(nil), s.steps...)
+}
+
+// inLeased reports whether id lies in a range leased for tag.
+func (s *fakeStore) inLeased(tag string, id int64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, r := range s.leased[tag] {
+		if id >= r[0] && id < r[1] {
+			return true
+		}
+	}
+	return false
+}
+
+// fakeMarks is an in-memory Marks.
+type fakeMarks struct {
+	mu       sync.Mutex
+	m        map[string]int64
+	raiseErr error
+}
+
+func newFakeMarks() *fakeMarks { return &fakeMarks{m: map[string]int64{}} }
+
+func (f *fakeMarks) Mark(tag string) (int64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.m[tag], nil
+}
+
+func (f *fakeMarks) Raise(tag string, end int64) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.raiseErr != nil {
+		return f.raiseErr
+	}
+	if end > f.m[tag] {
+		f.m[tag] = end
+	}
+	return nil
+}
+
+func (f *fakeMarks) get(tag string) int64 {
+	v, _ := f.Mark(tag)
+	return v
+}
+
+// fakeClock is a manual clock.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func newFakeClock() *fakeClock {
+	return &fakeClock{t: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)}
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+// testConfig is a config with a fake clock and short waits.
+func testConfig(clk *fakeClock) Config {
+	return Config{
+		WaitTimeout: 2 * time.Second,
+		LoadTimeout: 2 * time.Second,
+		Now:         clk.Now,
+	}
+}
+
+// newTestGen builds a Generator and closes it at the end of the test.
+func newTestGen(t *testing.T, cfg Config, st Store, mk Marks) *Generator {
+	t.Helper()
+	g, err := New(cfg, st, mk, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(func() { g.Close() })
+	return g
+}
+
+// mustNext calls Next and fails the test on error.
+func mustNext(t *testing.T, g *Generator, tag string) int64 {
+	t.Helper()
+	v, err := g.Next(tag)
+	if err != nil {
+		t.Fatalf("Next(%q): %v", tag, err)
+	}
+	return v
+}
+
+// waitFor polls cond (real time) for up to 5s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); {
+		if cond() {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+	t.Fatalf("timed out waiting for %s", what)
+}
+
+// waitIdle waits until no load of tag runs.
+func waitIdle(t *testing.T, g *Generator, tag string) Info {
+	t.Helper()
+	var in Info
+	waitFor(t, "load of "+tag+" to end", func() bool {
+		var err error
+		in, err = g.Info(tag)
+		return err == nil && !in.Loading
+	})
+	return in
+}
+
+// forceLoad runs one load of tag's buffer and waits for it; it returns the load's error.
+func forceLoad(t *testing.T, g *Generator, tag string) error {
+	t.Helper()
+	b, err := g.buffer(tag)
+	if err != nil {
+		return err
+	}
+	b.mu.Lock()
+	if b.loading {
+		b.mu.Unlock()
+		t.Fatalf("forceLoad(%q): a load is already running", tag)
+	}
+	b.next = nil
+	g.startLoadLocked(b)
+	done := b.done
+	b.mu.Unlock()
+	g.submit(b)
+	<-done
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.lastErr
+}
+
+func isErr(err, target error) bool { return errors.Is(err, target) }

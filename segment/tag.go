@@ -1,0 +1,53 @@
+package segment
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// MaxTagLen is the longest tag name accepted, in bytes (leaf_alloc.biz_tag is varchar(128)).
+const MaxTagLen = 128
+
+// ValidateTag reports whether name is a usable tag: 1 to MaxTagLen bytes of printable ASCII
+// without space (0x21..0x7E). The error wraps ErrInvalidTag.
+func ValidateTag(name string) error {
+	if len(name) == 0 {
+		return &TagError{Err: ErrInvalidTag, Detail: "empty tag name"}
+	}
+	if len(name) > MaxTagLen {
+		return &TagError{Tag: strings.Clone(name[:16]) + "...", Err: ErrInvalidTag,
+			Detail: fmt.Sprintf("tag name is %d bytes, at most %d allowed", len(name), MaxTagLen)}
+	}
+	for i := 0; i < len(name); i++ {
+		if c := name[i]; c < 0x21 || c > 0x7E {
+			return &TagError{Tag: strings.Clone(name), Err: ErrInvalidTag,
+				Detail: fmt.Sprintf("byte %d is 0x%02x; only printable ASCII without space (0x21-0x7E) is allowed", i, c)}
+		}
+	}
+	return nil
+}
+
+// TagError is an error about one tag. Err is one of the package's sentinels, so callers match
+// it with errors.Is; Tag is a copy owned by the error (never the caller's buffer).
+type TagError struct {
+	Tag    string
+	Err    error  // ErrUnknownTag, ErrInvalidTag, ErrUnavailable, ErrRegression, ErrLimit, ErrTagExists
+	Detail string // human-readable cause, may be empty
+}
+
+func (e *TagError) Error() string {
+	s := e.Err.Error() + ": tag " + strconv.Quote(e.Tag)
+	if e.Detail != "" {
+		s += ": " + e.Detail
+	}
+	return s
+}
+
+// Unwrap returns the sentinel.
+func (e *TagError) Unwrap() error { return e.Err }
+
+// tagError builds a TagError with a cloned tag, so the error may outlive the caller's buffer.
+func tagError(tag string, err error, detail string) *TagError {
+	return &TagError{Tag: strings.Clone(tag), Err: err, Detail: detail}
+}
