@@ -1,0 +1,288 @@
+package main
+
+import (
+	"bufio"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Config is everything leafd can be told, from flags, LEAFD_* environment variables and a
+// config file, in that order of precedence.
+type Config struct {
+	Addr          string
+	DataDir       string
+	MySQLDSN      string
+	ZKAddrs       string
+	Name          string
+	WorkerID      int64 // -1: unset
+	AdvertiseAddr string
+	WorkerReuse   bool
+	RequirePass   string
+	AutoCreate    string // "auto", "on", "off"
+	AllowCreate   bool
+	LogLevel      string
+	LogFormat     string
+
+	MaxClients     int
+	IdleTimeout    time.Duration
+	MaxBulk        int
+	MaxQueryBuffer int
+	MaxBatch       int
+	TLSCert        string
+	TLSKey         string
+
+	WaitTimeout     time.Duration
+	MaxLoaders      int
+	PreloadRatio    float64
+	DefaultStep     int64
+	MaxStep         int64
+	TagRefresh      time.Duration
+	LoadTimeout     time.Duration
+	MySQLMaxConns   int
+	MySQLCreate     bool
+	SnowflakeEpoch  int64
+	SnowflakeBits   string
+	SnowflakeSeq0   bool
+	ClockBackMax    time.Duration
+	LeaseWindow     time.Duration
+	StartWaitMax    time.Duration
+	ShutdownTimeout time.Duration
+}
+
+// flagSet declares every option with its default and help. The names are the contract of
+// SPEC §6; the environment variable of a flag is LEAFD_ + its name upper-cased, '-' as '_'.
+func flagSet(c *Config) *flag.FlagSet {
+	fs := flag.NewFlagSet("leafd", flag.ContinueOnError)
+	fs.StringVar(&c.Addr, "addr", "127.0.0.1:6380", "RESP listen address")
+	fs.StringVar(&c.DataDir, "data-dir", "./leafd-data", "embedded store, regression marks and worker-id caches")
+	fs.StringVar(&c.MySQLDSN, "mysql-dsn", "", "go-sql-driver DSN; when set, segments come from MySQL/MariaDB (table leaf_alloc)")
+	fs.StringVar(&c.ZKAddrs, "zk-addrs", "", "comma-separated ZooKeeper servers; when set, worker ids come from ZooKeeper")
+	fs.StringVar(&c.Name, "name", "leafd", "cluster name (Leaf's leaf.name; ZooKeeper path /snowflake/<name>)")
+	fs.Int64Var(&c.WorkerID, "worker-id", -1, "static snowflake worker id (instead of ZooKeeper or the local default); -1: unset")
+	fs.StringVar(&c.AdvertiseAddr, "advertise-addr", "", "identity in ZooKeeper (ip:port); default: first non-loopback IPv4 + listen port")
+	fs.BoolVar(&c.WorkerReuse, "worker-reuse", false, "let a new instance take over the worker id of a dead one (ZooKeeper)")
+	fs.StringVar(&c.RequirePass, "requirepass", "", "password for AUTH / HELLO ... AUTH")
+	fs.StringVar(&c.AutoCreate, "auto-create", "auto", "create unknown tags on first use: on, off, or auto (on with the embedded store, off with MySQL)")
+	fs.BoolVar(&c.AllowCreate, "allow-create", true, "allow IDS.CREATE (false locks tag creation down to the operator)")
+	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&c.LogFormat, "log-format", "console", "console or json")
+
+	fs.IntVar(&c.MaxClients, "maxclients", 10000, "connections served at once")
+	fs.DurationVar(&c.IdleTimeout, "timeout", 5*time.Minute, "close a client idle this long (0 disables)")
+	fs.IntVar(&c.MaxBulk, "max-bulk", 1<<20, "largest RESP argument in bytes")
+	fs.IntVar(&c.MaxQueryBuffer, "max-query-buffer", 4<<20, "largest unparsed input held per connection, bytes")
+	fs.IntVar(&c.MaxBatch, "max-batch", 1000, "largest count of IDS.SEGMENT and IDS.SNOWFLAKE")
+	fs.StringVar(&c.TLSCert, "tls-cert", "", "TLS certificate file (with --tls-key: serve RESP over TLS)")
+	fs.StringVar(&c.TLSKey, "tls-key", "", "TLS key file")
+
+	fs.DurationVar(&c.WaitTimeout, "wait-timeout", 500*time.Millisecond, "how long a request waits for a segment before UNAVAILABLE")
+	fs.IntVar(&c.MaxLoaders, "max-loaders", 8, "segment loads running at once, across all tags")
+	fs.Float64Var(&c.PreloadRatio, "preload-ratio", 0.1, "preload the next segment once this fraction of the current one is used")
+	fs.Int64Var(&c.DefaultStep, "default-step", 1000, "step of tags created by auto-create or IDS.CREATE without STEP")
+	fs.Int64Var(&c.MaxStep, "max-step", 1000000, "upper bound of the dynamic step")
+	fs.DurationVar(&c.TagRefresh, "tag-refresh", time.Minute, "period of the tag list refresh from the store")
+	fs.DurationVar(&c.LoadTimeout, "load-timeout", 3*time.Second, "timeout of one segment allocation in the store")
+	fs.IntVar(&c.MySQLMaxConns, "mysql-max-conns", 8, "MySQL connection pool size")
+	fs.BoolVar(&c.MySQLCreate, "mysql-create-table", true, "create leaf_alloc when it is missing")
+	fs.Int64Var(&c.SnowflakeEpoch, "snowflake-epoch", 1288834974657, "snowflake epoch, Unix ms (Leaf's default)")
+	fs.StringVar(&c.SnowflakeBits, "snowflake-bits", "41/10/12", "snowflake layout: time/worker/sequence bits, summing to 63")
+	fs.BoolVar(&c.SnowflakeSeq0, "snowflake-seq-zero", false, "start each millisecond's sequence at 0 instead of a random value in [0,100)")
+	fs.DurationVar(&c.ClockBackMax, "clock-back-max", 5*time.Millisecond, "largest clock step back that is waited out; more is CLOCKBACK")
+	fs.DurationVar(&c.LeaseWindow, "lease-window", 3*time.Second, "how far ahead the snowflake time bound is persisted")
+	fs.DurationVar(&c.StartWaitMax, "start-wait-max", 10*time.Second, "longest wait at start for the clock to pass the persisted time bound")
+	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 10*time.Second, "how long shutdown waits for in-flight replies")
+	return fs
+}
+
+// envName is the environment variable of a flag.
+func envName(flagName string) string {
+	return "LEAFD_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// loadConfig fills a Config from args, the environment (getenv) and the --config file.
+func loadConfig(args []string, getenv func(string) string, stderr io.Writer) (Config, error) {
+	var c Config
+	fs := flagSet(&c)
+	configPath := fs.String("config", "", "config file: lines of 'name value' or 'name = value' with the flag names; # comments")
+	fs.SetOutput(stderr)
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	onCmdline := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { onCmdline[f.Name] = true })
+	if *configPath == "" {
+		*configPath = getenv(envName("config"))
+	}
+	fileVals := map[string]string{}
+	if *configPath != "" {
+		var err error
+		if fileVals, err = readConfigFile(*configPath, fs); err != nil {
+			return c, err
+		}
+	}
+	var errs []error
+	fs.VisitAll(func(f *flag.Flag) {
+		if onCmdline[f.Name] || f.Name == "config" {
+			return
+		}
+		if v := getenv(envName(f.Name)); v != "" {
+			if err := fs.Set(f.Name, v); err != nil {
+				errs = append(errs, fmt.Errorf("%s=%q: %v", envName(f.Name), v, err))
+			}
+			return
+		}
+		if v, ok := fileVals[f.Name]; ok {
+			if err := fs.Set(f.Name, v); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %s %q: %v", *configPath, f.Name, v, err))
+			}
+		}
+	})
+	if err := errors.Join(errs...); err != nil {
+		return c, err
+	}
+	return c, c.Validate()
+}
+
+// readConfigFile reads 'name value' / 'name = value' lines; every name must be a flag.
+func readConfigFile(path string, fs *flag.FlagSet) (map[string]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("config file: %w", err)
+	}
+	defer f.Close()
+	vals := map[string]string{}
+	sc := bufio.NewScanner(f)
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		name, val, ok := strings.Cut(line, "=")
+		if !ok {
+			name, val, _ = strings.Cut(line, " ")
+		}
+		name, val = strings.TrimSpace(name), strings.TrimSpace(val)
+		if uq, err := strconv.Unquote(val); err == nil {
+			val = uq
+		}
+		if fs.Lookup(name) == nil || name == "config" {
+			return nil, fmt.Errorf("%s:%d: unknown option %q", path, n, name)
+		}
+		vals[name] = val
+	}
+	return vals, sc.Err()
+}
+
+// Validate checks values the flag package cannot.
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
+	switch c.AutoCreate {
+	case "auto", "on", "off", "true", "false":
+	default:
+		bad("--auto-create %q: want on, off or auto", c.AutoCreate)
+	}
+	switch c.LogLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		bad("--log-level %q: want debug, info, warn or error", c.LogLevel)
+	}
+	switch c.LogFormat {
+	case "console", "json":
+	default:
+		bad("--log-format %q: want console or json", c.LogFormat)
+	}
+	if c.WorkerID < -1 {
+		bad("--worker-id %d: must be >= 0", c.WorkerID)
+	}
+	if c.WorkerID >= 0 && c.ZKAddrs != "" {
+		bad("--worker-id and --zk-addrs exclude each other: choose one worker-id source")
+	}
+	if c.WorkerReuse && c.ZKAddrs == "" {
+		bad("--worker-reuse needs --zk-addrs")
+	}
+	if (c.TLSCert == "") != (c.TLSKey == "") {
+		bad("--tls-cert and --tls-key go together")
+	}
+	if c.MaxClients < 1 || c.MaxBatch < 1 || c.MaxLoaders < 1 || c.MaxBulk < 1 || c.MaxQueryBuffer < 1 {
+		bad("--maxclients, --max-batch, --max-loaders, --max-bulk and --max-query-buffer must be positive")
+	}
+	if c.PreloadRatio <= 0 || c.PreloadRatio >= 1 {
+		bad("--preload-ratio %v: must be in (0, 1)", c.PreloadRatio)
+	}
+	if c.WaitTimeout <= 0 || c.LoadTimeout <= 0 || c.TagRefresh <= 0 {
+		bad("--wait-timeout, --load-timeout and --tag-refresh must be positive")
+	}
+	if _, err := parseBits(c.SnowflakeBits); err != nil {
+		bad("--snowflake-bits %q: %v", c.SnowflakeBits, err)
+	}
+	if c.DataDir == "" {
+		bad("--data-dir must not be empty")
+	}
+	return errors.Join(errs...)
+}
+
+// parseBits parses "41/10/12".
+func parseBits(s string) ([3]int, error) {
+	var out [3]int
+	parts := strings.Split(s, "/")
+	if len(parts) != 3 {
+		return out, errors.New("want time/worker/sequence, e.g. 41/10/12")
+	}
+	for i, p := range parts {
+		n, err := strconv.Atoi(p)
+		if err != nil || n < 1 {
+			return out, fmt.Errorf("%q is not a positive number", p)
+		}
+		out[i] = n
+	}
+	if out[0]+out[1]+out[2] != 63 {
+		return out, errors.New("the three widths must sum to 63")
+	}
+	return out, nil
+}
+
+// autoCreate resolves --auto-create against the store in use.
+func (c Config) autoCreate() bool {
+	switch c.AutoCreate {
+	case "on", "true":
+		return true
+	case "off", "false":
+		return false
+	}
+	return c.MySQLDSN == ""
+}
+
+// configValues are the values CONFIG GET reports; redis-benchmark asks for save and
+// appendonly.
+func (c Config) configValues() map[string]string {
+	return map[string]string{
+		"save":               "",
+		"appendonly":         "no",
+		"databases":          "1",
+		"maxclients":         strconv.Itoa(c.MaxClients),
+		"timeout":            strconv.Itoa(int(c.IdleTimeout / time.Second)),
+		"proto-max-bulk-len": strconv.Itoa(c.MaxBulk),
+		"bind":               c.Addr,
+	}
+}
+
+// optionNames lists the option names, for the docs test.
+func optionNames() []string {
+	var c Config
+	fs := flagSet(&c)
+	var names []string
+	fs.VisitAll(func(f *flag.Flag) { names = append(names, f.Name) })
+	sort.Strings(names)
+	return names
+}

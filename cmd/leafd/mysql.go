@@ -1,0 +1,32 @@
+package main
+
+import (
+	"context"
+	"io"
+	"path/filepath"
+
+	"github.com/leafd/leafd/segment"
+	"go.uber.org/zap"
+)
+
+// openMySQL opens the MySQL store and, beside it in the data dir, the file of regression
+// marks (the highest range end this instance was ever granted per tag). It does not fail
+// when the database is down: the instance starts and answers UNAVAILABLE until it is back.
+func openMySQL(ctx context.Context, cfg Config, log *zap.Logger) (segment.Store, segment.Marks, string, []io.Closer, error) {
+	marks, err := segment.OpenMarkFile(filepath.Join(cfg.DataDir, "marks.db"))
+	if err != nil {
+		return nil, nil, "", nil, err
+	}
+	mcfg := segment.DefaultMySQLConfig()
+	mcfg.DSN = cfg.MySQLDSN
+	mcfg.MaxOpenConns = cfg.MySQLMaxConns
+	mcfg.MaxIdleConns = cfg.MySQLMaxConns
+	mcfg.QueryTimeout = cfg.LoadTimeout
+	mcfg.CreateTable = cfg.MySQLCreate
+	st, err := segment.OpenMySQL(ctx, mcfg, log.Named("mysql"))
+	if err != nil {
+		_ = marks.Close()
+		return nil, nil, "", nil, err
+	}
+	return st, marks, "mysql", []io.Closer{marks, st}, nil
+}

@@ -1,0 +1,171 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/leafd/leafd/handlers"
+	"github.com/leafd/leafd/resp"
+	"github.com/leafd/leafd/segment"
+	"github.com/leafd/leafd/snowflake"
+	"go.uber.org/zap"
+)
+
+// run serves until ctx ends, then shuts down in order: stop accepting, finish in-flight
+// replies, stop loaders and the snowflake lease, close the stores. ready, when not nil, is
+// called with the listen address once the server accepts connections.
+func run(ctx context.Context, cfg Config, log *zap.Logger, ready func(net.Addr)) (err error) {
+	if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
+		return fmt.Errorf("data dir: %w", err)
+	}
+	var closers []io.Closer // closed in reverse order on the way out
+	defer func() {
+		for i := len(closers) - 1; i >= 0; i-- {
+			if cerr := closers[i].Close(); cerr != nil {
+				log.Warn("close failed", zap.Error(cerr))
+			}
+		}
+	}()
+
+	store, marks, storeName, storeCloser, err := openStore(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	closers = append(closers, storeCloser...)
+
+	scfg := segment.DefaultConfig()
+	scfg.AutoCreate = cfg.autoCreate()
+	scfg.WaitTimeout = cfg.WaitTimeout
+	scfg.MaxLoaders = cfg.MaxLoaders
+	scfg.PreloadRatio = cfg.PreloadRatio
+	scfg.DefaultStep = cfg.DefaultStep
+	scfg.MaxStep = cfg.MaxStep
+	scfg.RefreshInterval = cfg.TagRefresh
+	scfg.LoadTimeout = cfg.LoadTimeout
+	scfg.MaxBatch = cfg.MaxBatch
+	seg, err := segment.New(scfg, store, marks, log.Named("segment"))
+	if err != nil {
+		return fmt.Errorf("segment: %w", err)
+	}
+	closers = append(closers, seg)
+
+	snow, snowClose, err := openSnowflake(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	closers = append(closers, snowClose...)
+
+	h := handlers.New(handlers.Config{
+		MaxBatch:      cfg.MaxBatch,
+		DisableCreate: !cfg.AllowCreate,
+		Version:       version,
+		StoreName:     storeName,
+		ConfigValues:  cfg.configValues(),
+	}, seg, snow, log.Named("handlers"))
+
+	rcfg := resp.DefaultConfig()
+	rcfg.MaxClients = cfg.MaxClients
+	rcfg.IdleTimeout = cfg.IdleTimeout
+	if cfg.IdleTimeout == 0 {
+		rcfg.IdleTimeout = -1
+	}
+	rcfg.MaxQueryBuffer = cfg.MaxQueryBuffer
+	rcfg.Limits.MaxBulk = cfg.MaxBulk
+	rcfg.RequirePass = cfg.RequirePass
+	if cfg.TLSCert != "" {
+		cert, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
+		if err != nil {
+			return fmt.Errorf("tls: %w", err)
+		}
+		rcfg.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	}
+	srv, err := resp.NewServer(rcfg, h, log.Named("resp"))
+	if err != nil {
+		return err
+	}
+	h.SetServer(srv)
+	addr, err := srv.Listen(cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve() }()
+	log.Info("leafd ready", zap.String("addr", addr.String()), zap.String("store", storeName),
+		zap.Bool("auto_create", scfg.AutoCreate), zap.String("version", version))
+	if ready != nil {
+		ready(addr)
+	}
+
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down")
+	case err = <-serveErr:
+		log.Error("accept loop failed", zap.Error(err))
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+	defer cancel()
+	if serr := srv.Shutdown(sctx); serr != nil {
+		log.Warn("shutdown did not finish in time; connections closed", zap.Error(serr))
+	}
+	if err == nil {
+		if serr := <-serveErr; !errors.Is(serr, resp.ErrServerClosed) {
+			err = serr
+		}
+	}
+	log.Info("stopped")
+	return err
+}
+
+// openStore opens the segment store: MySQL when a DSN is given, else the embedded bbolt file.
+func openStore(ctx context.Context, cfg Config, log *zap.Logger) (segment.Store, segment.Marks, string, []io.Closer, error) {
+	if cfg.MySQLDSN == "" {
+		b, err := segment.OpenBolt(filepath.Join(cfg.DataDir, "leafd.db"), segment.BoltOptions{})
+		if err != nil {
+			return nil, nil, "", nil, err
+		}
+		return b, b, "embedded", []io.Closer{b}, nil
+	}
+	return openMySQL(ctx, cfg, log)
+}
+
+// openSnowflake builds the worker-id source the flags select and the generator on it.
+func openSnowflake(ctx context.Context, cfg Config, log *zap.Logger) (*snowflake.Generator, []io.Closer, error) {
+	bits, _ := parseBits(cfg.SnowflakeBits) // validated
+	fcfg := snowflake.DefaultConfig()
+	fcfg.Layout = snowflake.Layout{
+		Epoch:    time.UnixMilli(cfg.SnowflakeEpoch),
+		TimeBits: bits[0], WorkerBits: bits[1], SeqBits: bits[2],
+	}
+	fcfg.SequenceStartZero = cfg.SnowflakeSeq0
+	fcfg.MaxBackward = cfg.ClockBackMax
+	fcfg.LeaseWindow = cfg.LeaseWindow
+	fcfg.MaxStartWait = cfg.StartWaitMax
+	fcfg.MaxBatch = cfg.MaxBatch
+
+	var src snowflake.WorkerSource
+	var err error
+	switch {
+	case cfg.ZKAddrs != "":
+		src, err = openZKSource(cfg, log)
+	case cfg.WorkerID >= 0:
+		src, err = snowflake.NewStaticSource(cfg.DataDir, cfg.WorkerID)
+	default:
+		src, err = snowflake.NewFileSource(cfg.DataDir, 0)
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("snowflake worker source: %w", err)
+	}
+	g, err := snowflake.New(fcfg, src, log.Named("snowflake"))
+	if err != nil {
+		_ = src.Close()
+		return nil, nil, fmt.Errorf("snowflake: %w", err)
+	}
+	return g, []io.Closer{src, g}, nil
+}

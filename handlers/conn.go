@@ -1,0 +1,336 @@
+package handlers
+
+import (
+	"bytes"
+	"fmt"
+	"path"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/leafd/leafd/resp"
+)
+
+// Connection and client-compatibility commands: what redis-cli, redis-benchmark and client
+// libraries send on connect, with replies they accept.
+
+func cmdPing(h *Handler, c *resp.Conn, args [][]byte) error {
+	if len(args) > 2 {
+		return replyError("ERR wrong number of arguments for 'ping' command")
+	}
+	if len(args) == 2 {
+		c.WriteBulk(args[1])
+		return nil
+	}
+	c.WriteSimple("PONG")
+	return nil
+}
+
+func cmdEcho(h *Handler, c *resp.Conn, args [][]byte) error {
+	c.WriteBulk(args[1])
+	return nil
+}
+
+func cmdQuit(h *Handler, c *resp.Conn, args [][]byte) error {
+	c.WriteSimple("OK")
+	c.CloseAfterReply()
+	return nil
+}
+
+func cmdSelect(h *Handler, c *resp.Conn, args [][]byte) error {
+	db, err := parseInt(args[1])
+	if err != nil {
+		return err
+	}
+	if db != 0 {
+		return replyError("ERR DB index is out of range")
+	}
+	c.WriteSimple("OK")
+	return nil
+}
+
+func cmdAuth(h *Handler, c *resp.Conn, args [][]byte) error {
+	if len(args) > 3 {
+		return errSyntax
+	}
+	if err := h.auth(c, args[1:]); err != nil {
+		return err
+	}
+	c.WriteSimple("OK")
+	return nil
+}
+
+// auth checks [user] pass. Only the "default" user exists.
+func (h *Handler) auth(c *resp.Conn, creds [][]byte) error {
+	if !c.PasswordRequired() {
+		return replyError("ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?")
+	}
+	pass := creds[len(creds)-1]
+	if len(creds) == 2 && string(creds[0]) != "default" {
+		return replyError("WRONGPASS invalid username-password pair or user is disabled.")
+	}
+	if !c.Authenticate(pass) {
+		return replyError("WRONGPASS invalid username-password pair or user is disabled.")
+	}
+	return nil
+}
+
+// cmdHello: HELLO [protover [AUTH username password] [SETNAME clientname]].
+func cmdHello(h *Handler, c *resp.Conn, args [][]byte) error {
+	proto := c.Proto()
+	if len(args) > 1 {
+		v, err := parseInt(args[1])
+		if err != nil {
+			return replyError("ERR Protocol version is not an integer or out of range")
+		}
+		if v != 2 && v != 3 {
+			return replyError("NOPROTO unsupported protocol version")
+		}
+		proto = int(v)
+	}
+	var name []byte
+	setName := false
+	for i := 2; i < len(args); i++ {
+		opt := strings.ToLower(string(args[i]))
+		switch {
+		case opt == "auth" && i+2 < len(args):
+			if err := h.auth(c, args[i+1:i+3]); err != nil {
+				return err
+			}
+			i += 2
+		case opt == "setname" && i+1 < len(args):
+			name = args[i+1]
+			setName = true
+			i++
+		default:
+			return replyError(fmt.Sprintf("ERR Syntax error in HELLO option '%s'", clip(args[i], 128)))
+		}
+	}
+	if !c.Authed() {
+		return replyError("NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time")
+	}
+	if setName {
+		if err := validName(name); err != nil {
+			return err
+		}
+		c.SetName(string(name))
+	}
+	c.SetProto(proto)
+	c.WriteMap(7)
+	c.WriteBulkString("server")
+	c.WriteBulkString("leafd")
+	c.WriteBulkString("version")
+	c.WriteBulkString(h.cfg.Version)
+	c.WriteBulkString("proto")
+	c.WriteInt(int64(proto))
+	c.WriteBulkString("id")
+	c.WriteInt(c.ID())
+	c.WriteBulkString("mode")
+	c.WriteBulkString("standalone")
+	c.WriteBulkString("role")
+	c.WriteBulkString("master")
+	c.WriteBulkString("modules")
+	c.WriteArray(0)
+	return nil
+}
+
+func cmdReset(h *Handler, c *resp.Conn, args [][]byte) error {
+	c.ResetState()
+	c.WriteSimple("RESET")
+	return nil
+}
+
+func validName(name []byte) error {
+	for _, b := range name {
+		if b < '!' || b > '~' {
+			return replyError("ERR Client names cannot contain spaces, newlines or special characters.")
+		}
+	}
+	return nil
+}
+
+// cmdClient: CLIENT ID | SETNAME | GETNAME | SETINFO | INFO | HELP.
+func cmdClient(h *Handler, c *resp.Conn, args [][]byte) error {
+	sub := strings.ToLower(string(args[1]))
+	switch {
+	case sub == "id" && len(args) == 2:
+		c.WriteInt(c.ID())
+	case sub == "getname" && len(args) == 2:
+		if c.Name() == "" {
+			c.WriteNull()
+		} else {
+			c.WriteBulkString(c.Name())
+		}
+	case sub == "setname" && len(args) == 3:
+		if err := validName(args[2]); err != nil {
+			return err
+		}
+		c.SetName(string(args[2]))
+		c.WriteSimple("OK")
+	case sub == "setinfo" && len(args) == 4:
+		if err := validName(args[3]); err != nil {
+			return replyError("ERR " + strings.ToUpper(string(args[2])) + " cannot contain spaces, newlines or special characters.")
+		}
+		switch strings.ToLower(string(args[2])) {
+		case "lib-name":
+			c.SetLib(string(args[3]), "")
+		case "lib-ver":
+			c.SetLib("", string(args[3]))
+		default:
+			return replyError(fmt.Sprintf("ERR Unrecognized option '%s'", clip(args[2], 64)))
+		}
+		c.WriteSimple("OK")
+	case sub == "info" && len(args) == 2:
+		c.WriteVerbatim(clientLine(c, h))
+	case sub == "help" && len(args) == 2:
+		help := []string{
+			"CLIENT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+			"ID", "    Return the ID of the current connection.",
+			"GETNAME", "    Return the name of the current connection.",
+			"SETNAME <name>", "    Assign the name <name> to the current connection.",
+			"SETINFO <LIB-NAME|LIB-VER> <value>", "    Set client library name or version.",
+			"INFO", "    Return information about the current client connection.",
+		}
+		c.WriteArray(len(help))
+		for _, l := range help {
+			c.WriteSimple(l)
+		}
+	case sub == "id" || sub == "getname" || sub == "setname" || sub == "setinfo" || sub == "info" || sub == "help":
+		return replyError("ERR wrong number of arguments for 'client|" + sub + "' command")
+	default:
+		return replyError(fmt.Sprintf("ERR unknown subcommand '%s'. Try CLIENT HELP.", clip(args[1], 128)))
+	}
+	return nil
+}
+
+func clientLine(c *resp.Conn, h *Handler) string {
+	i := c.Info(h.now())
+	return fmt.Sprintf("id=%d addr=%s laddr=%s name=%s age=%d idle=%d db=0 resp=%d lib-name=%s lib-ver=%s\n",
+		i.ID, i.Addr, i.LocalAddr, i.Name, int64(i.Age.Seconds()), int64(i.Idle.Seconds()), i.Proto, i.LibName, i.LibVer)
+}
+
+// cmdCommand: COMMAND | COMMAND COUNT | COMMAND INFO name... | COMMAND DOCS [name...].
+func cmdCommand(h *Handler, c *resp.Conn, args [][]byte) error {
+	if len(args) == 1 {
+		names := h.commandNames()
+		c.WriteArray(len(names))
+		for _, n := range names {
+			h.writeCommandInfo(c, h.table[n])
+		}
+		return nil
+	}
+	switch strings.ToLower(string(args[1])) {
+	case "count":
+		c.WriteInt(int64(len(h.table)))
+	case "info":
+		c.WriteArray(len(args) - 2)
+		for _, a := range args[2:] {
+			if cmd := h.lookup(a); cmd != nil {
+				h.writeCommandInfo(c, cmd)
+			} else {
+				c.WriteNull()
+			}
+		}
+	case "docs":
+		var cmds []*command
+		if len(args) == 2 {
+			for _, n := range h.commandNames() {
+				cmds = append(cmds, h.table[n])
+			}
+		} else {
+			for _, a := range args[2:] {
+				if cmd := h.lookup(a); cmd != nil {
+					cmds = append(cmds, cmd)
+				}
+			}
+		}
+		c.WriteMap(len(cmds))
+		for _, cmd := range cmds {
+			c.WriteBulkString(cmd.name)
+			c.WriteMap(3)
+			c.WriteBulkString("summary")
+			c.WriteBulkString(cmd.summary)
+			c.WriteBulkString("since")
+			c.WriteBulkString("1.0.0")
+			c.WriteBulkString("group")
+			c.WriteBulkString(cmd.group)
+		}
+	default:
+		return replyError(fmt.Sprintf("ERR unknown subcommand '%s'. Try COMMAND HELP.", clip(args[1], 128)))
+	}
+	return nil
+}
+
+func (h *Handler) commandNames() []string {
+	names := make([]string, 0, len(h.table))
+	for n := range h.table {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// writeCommandInfo writes Redis's COMMAND INFO entry: name, arity, flags, first key, last key,
+// step, ACL categories, tips, key specs, subcommands.
+func (h *Handler) writeCommandInfo(c *resp.Conn, cmd *command) {
+	c.WriteArray(10)
+	c.WriteBulkString(cmd.name)
+	c.WriteInt(int64(cmd.arity))
+	c.WriteSet(1)
+	c.WriteSimple("fast")
+	first := int64(0)
+	if cmd.group == "segment" && cmd.arity != 1 {
+		first = 1 // the tag is the key, for cluster-aware clients
+	}
+	c.WriteInt(first)
+	c.WriteInt(first)
+	c.WriteInt(first)
+	c.WriteSet(0)
+	c.WriteSet(0)
+	c.WriteArray(0)
+	c.WriteArray(0)
+}
+
+// cmdConfig: CONFIG GET pattern [pattern ...]. redis-benchmark asks for "save" and
+// "appendonly" before it starts.
+func cmdConfig(h *Handler, c *resp.Conn, args [][]byte) error {
+	sub := strings.ToLower(string(args[1]))
+	if sub != "get" {
+		return replyError(fmt.Sprintf("ERR unknown subcommand '%s'. Try CONFIG HELP.", clip(args[1], 128)))
+	}
+	if len(args) < 3 {
+		return replyError("ERR wrong number of arguments for 'config|get' command")
+	}
+	keys := make([]string, 0, len(h.cfg.ConfigValues))
+	for k := range h.cfg.ConfigValues {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var match []string
+	for _, k := range keys {
+		for _, p := range args[2:] {
+			if ok, _ := path.Match(strings.ToLower(string(p)), k); ok {
+				match = append(match, k)
+				break
+			}
+		}
+	}
+	c.WriteMap(len(match))
+	for _, k := range match {
+		c.WriteBulkString(k)
+		c.WriteBulkString(h.cfg.ConfigValues[k])
+	}
+	return nil
+}
+
+func cmdTime(h *Handler, c *resp.Conn, args [][]byte) error {
+	now := h.now()
+	c.WriteArray(2)
+	var b [20]byte
+	c.WriteBulk(strconv.AppendInt(b[:0], now.Unix(), 10))
+	c.WriteBulk(strconv.AppendInt(b[:0], int64(now.Nanosecond()/1000), 10))
+	return nil
+}
+
+// equalFold reports whether b is s, ignoring ASCII case.
+func equalFold(b []byte, s string) bool { return bytes.EqualFold(b, []byte(s)) }

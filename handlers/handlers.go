@@ -1,0 +1,261 @@
+// Package handlers maps RESP commands to leafd's ID cores. It owns the command table, the
+// arity and authentication checks, and the one place where an error becomes an error reply
+// (errorReply). It knows RESP only through resp.Conn's reply writers.
+package handlers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+	"unsafe"
+
+	"github.com/leafd/leafd/resp"
+	"github.com/leafd/leafd/segment"
+	"github.com/leafd/leafd/snowflake"
+	"go.uber.org/zap"
+)
+
+// Segments is what the segment commands need from the segment core.
+type Segments interface {
+	Next(tag string) (int64, error)
+	NextN(tag string, n int64) (int64, error)
+	AppendIDs(dst []int64, tag string, n int) ([]int64, error)
+	Info(tag string) (segment.Info, error)
+	Tags() []string
+	Create(ctx context.Context, t segment.Tag) error
+	Stats() segment.Stats
+}
+
+// Snowflakes is what the snowflake commands need from the snowflake core.
+type Snowflakes interface {
+	Next() (int64, error)
+	AppendIDs(dst []int64, n int) ([]int64, error)
+	Decode(id int64) snowflake.Parts
+	Info() snowflake.Info
+}
+
+// Config configures the command layer. A zero field takes its default.
+type Config struct {
+	// MaxBatch bounds the count of IDS.SEGMENT and IDS.SNOWFLAKE (default 1000).
+	MaxBatch int
+	// DisableCreate refuses IDS.CREATE with NOPERM (lock tag creation down to the operator).
+	DisableCreate bool
+	// CreateTimeout bounds the store call of IDS.CREATE (default 5s).
+	CreateTimeout time.Duration
+	// Version is reported by INFO and HELLO.
+	Version string
+	// StoreName and WorkerSource describe the configuration in INFO.
+	StoreName string
+	// ConfigValues are the values CONFIG GET reports (name -> value).
+	ConfigValues map[string]string
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+}
+
+// Handler runs leafd's commands; it implements resp.Handler. Safe for concurrent use: every
+// connection calls it from its own goroutine.
+type Handler struct {
+	cfg   Config
+	seg   Segments
+	snow  Snowflakes // nil when snowflake mode is off
+	srv   *resp.Server
+	log   *zap.Logger
+	table map[string]*command
+	now   func() time.Time
+}
+
+// New returns a handler. snow may be nil (snowflake commands then answer NOWORKER).
+func New(cfg Config, seg Segments, snow Snowflakes, log *zap.Logger) *Handler {
+	if cfg.MaxBatch <= 0 {
+		cfg.MaxBatch = 1000
+	}
+	if cfg.CreateTimeout <= 0 {
+		cfg.CreateTimeout = 5 * time.Second
+	}
+	if cfg.Version == "" {
+		cfg.Version = "dev"
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	h := &Handler{cfg: cfg, seg: seg, snow: snow, log: log, now: cfg.Now}
+	h.table = make(map[string]*command)
+	for _, c := range commands() {
+		h.table[c.name] = c
+	}
+	return h
+}
+
+// SetServer gives the handler the server whose stats INFO reports.
+func (h *Handler) SetServer(s *resp.Server) { h.srv = s }
+
+// command is one entry of the command table.
+type command struct {
+	name  string // lower case
+	arity int    // Redis convention: n exact, -n at least n (the name counts)
+	// noAuth commands run before AUTH (AUTH, HELLO, QUIT, RESET).
+	noAuth  bool
+	summary string
+	group   string
+	run     func(h *Handler, c *resp.Conn, args [][]byte) error
+}
+
+// ServeRESP runs one command: look-up, arity and auth checks, then the command; an error
+// it returns becomes the reply here and nowhere else.
+func (h *Handler) ServeRESP(c *resp.Conn, args [][]byte) {
+	cmd := h.lookup(args[0])
+	if cmd == nil {
+		c.WriteError(unknownCommand(args))
+		return
+	}
+	if !c.Authed() && !cmd.noAuth {
+		c.WriteError("NOAUTH Authentication required.")
+		return
+	}
+	if (cmd.arity > 0 && len(args) != cmd.arity) || (cmd.arity < 0 && len(args) < -cmd.arity) {
+		c.WriteError("ERR wrong number of arguments for '" + cmd.name + "' command")
+		return
+	}
+	if err := cmd.run(h, c, args); err != nil {
+		c.WriteError(h.errorReply(err))
+	}
+}
+
+// lookup finds a command by name, case-insensitively, without allocating.
+func (h *Handler) lookup(name []byte) *command {
+	var buf [32]byte
+	if len(name) > len(buf) {
+		return nil
+	}
+	for i, b := range name {
+		if 'A' <= b && b <= 'Z' {
+			b += 'a' - 'A'
+		}
+		buf[i] = b
+	}
+	return h.table[string(buf[:len(name)])]
+}
+
+// unknownCommand builds Redis's exact reply for an unknown command.
+func unknownCommand(args [][]byte) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "ERR unknown command '%s', with args beginning with: ", clip(args[0], 128))
+	for _, a := range args[1:] {
+		if b.Len() >= 256 {
+			break
+		}
+		fmt.Fprintf(&b, "'%s' ", clip(a, 128))
+	}
+	return b.String()
+}
+
+func clip(b []byte, n int) string {
+	if len(b) > n {
+		b = b[:n]
+	}
+	return string(b)
+}
+
+// replyError is an error whose text is the reply, code included.
+type replyError string
+
+func (e replyError) Error() string { return string(e) }
+
+// Errors with Redis's wording.
+var (
+	errNotInteger = replyError("ERR value is not an integer or out of range")
+	errSyntax     = replyError("ERR syntax error")
+)
+
+// errorReply turns an error into the reply text: a stable code first, then a message for
+// people. Internal details are logged, not sent.
+func (h *Handler) errorReply(err error) string {
+	var re replyError
+	if errors.As(err, &re) {
+		return string(re)
+	}
+	tag := ""
+	detail := ""
+	var te *segment.TagError
+	if errors.As(err, &te) {
+		tag, detail = te.Tag, te.Detail
+	}
+	switch {
+	case errors.Is(err, segment.ErrInvalidTag):
+		return "BADTAG invalid tag name: " + detail
+	case errors.Is(err, segment.ErrUnknownTag):
+		return fmt.Sprintf("NOTAG tag '%s' does not exist; create it with IDS.CREATE %s [STEP n] [START n] or INSERT INTO leaf_alloc(biz_tag, max_id, step) VALUES('%s', 1, 1000)", tag, tag, tag)
+	case errors.Is(err, segment.ErrTagExists):
+		return fmt.Sprintf("TAGEXISTS tag '%s' already exists", tag)
+	case errors.Is(err, segment.ErrUnavailable):
+		h.log.Debug("segment unavailable", zap.String("tag", tag), zap.Error(err))
+		return fmt.Sprintf("UNAVAILABLE no segment ready for tag '%s' (store unreachable or slow); retry later", tag)
+	case errors.Is(err, segment.ErrRegression):
+		return fmt.Sprintf("REGRESSION the store handed out a range of tag '%s' below one already used; refusing it (see the server log)", tag)
+	case errors.Is(err, segment.ErrLimit):
+		if detail == "" {
+			detail = "limit exceeded"
+		}
+		return "LIMIT " + detail
+	case errors.Is(err, snowflake.ErrClockBack):
+		return "CLOCKBACK " + strings.TrimPrefix(err.Error(), "snowflake: ")
+	case errors.Is(err, snowflake.ErrNoWorker):
+		h.log.Debug("no worker id", zap.Error(err))
+		return "NOWORKER no usable worker id (coordination unavailable or time bound not extended); retry later"
+	case errors.Is(err, snowflake.ErrOverflow):
+		return "OVERFLOW the timestamp no longer fits the snowflake layout; check the epoch and the clock"
+	case errors.Is(err, snowflake.ErrLimit):
+		return "LIMIT " + strings.TrimPrefix(err.Error(), "snowflake: ")
+	}
+	h.log.Error("command failed", zap.Error(err))
+	return "ERR internal error"
+}
+
+// str views b as a string without copying. The string is valid only while b is, that is,
+// during the command; the cores clone what they keep (docs/DESIGN.md).
+func str(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	return unsafe.String(&b[0], len(b))
+}
+
+// parseInt parses a decimal integer argument with Redis's error text.
+func parseInt(b []byte) (int64, error) {
+	var v int64
+	if len(b) == 0 || len(b) > 20 {
+		return 0, errNotInteger
+	}
+	i := 0
+	neg := b[0] == '-'
+	if neg {
+		i = 1
+		if len(b) == 1 {
+			return 0, errNotInteger
+		}
+	}
+	for ; i < len(b); i++ {
+		c := b[i]
+		if c < '0' || c > '9' {
+			return 0, errNotInteger
+		}
+		d := int64(c - '0')
+		if neg {
+			if v < (-1<<63+d)/10 {
+				return 0, errNotInteger
+			}
+			v = v*10 - d
+		} else {
+			if v > (1<<63-1-d)/10 {
+				return 0, errNotInteger
+			}
+			v = v*10 + d
+		}
+	}
+	if len(b) > 1 && b[0] == '0' || neg && b[1] == '0' {
+		return 0, errNotInteger // Redis rejects leading zeros
+	}
+	return v, nil
+}

@@ -1,0 +1,252 @@
+package handlers
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/leafd/leafd/resp"
+	"github.com/leafd/leafd/segment"
+)
+
+// idsPool holds the scratch slices of batch replies so batches do not allocate.
+var idsPool = sync.Pool{New: func() any { s := make([]int64, 0, 256); return &s }}
+
+// cmdIncr: INCR tag — the next segment ID of tag.
+func cmdIncr(h *Handler, c *resp.Conn, args [][]byte) error {
+	id, err := h.seg.Next(str(args[1]))
+	if err != nil {
+		return err
+	}
+	c.WriteInt(id)
+	return nil
+}
+
+// cmdIncrBy: INCRBY tag n — n contiguous IDs; the reply is the highest, the caller owns
+// [r-n+1, r].
+func cmdIncrBy(h *Handler, c *resp.Conn, args [][]byte) error {
+	n, err := parseInt(args[2])
+	if err != nil {
+		return err
+	}
+	if n < 1 {
+		return replyError("LIMIT INCRBY count must be at least 1")
+	}
+	id, err := h.seg.NextN(str(args[1]), n)
+	if err != nil {
+		return err
+	}
+	c.WriteInt(id)
+	return nil
+}
+
+// batchCount parses the optional count of IDS.SEGMENT / IDS.SNOWFLAKE.
+func (h *Handler) batchCount(b []byte) (int, error) {
+	n, err := parseInt(b)
+	if err != nil {
+		return 0, err
+	}
+	if n < 1 || n > int64(h.cfg.MaxBatch) {
+		return 0, replyError(fmt.Sprintf("LIMIT count must be between 1 and %d", h.cfg.MaxBatch))
+	}
+	return int(n), nil
+}
+
+// cmdIDsSegment: IDS.SEGMENT tag [count] — an array of count IDs, strictly increasing.
+func cmdIDsSegment(h *Handler, c *resp.Conn, args [][]byte) error {
+	if len(args) > 3 {
+		return errSyntax
+	}
+	n := 1
+	if len(args) == 3 {
+		var err error
+		if n, err = h.batchCount(args[2]); err != nil {
+			return err
+		}
+	}
+	p := idsPool.Get().(*[]int64)
+	defer idsPool.Put(p)
+	ids, err := h.seg.AppendIDs((*p)[:0], str(args[1]), n)
+	*p = ids[:0]
+	if err != nil {
+		return err
+	}
+	c.WriteInts(ids)
+	return nil
+}
+
+// cmdIDsSnowflake: IDS.SNOWFLAKE [count] — one ID as an integer, or an array of count.
+func cmdIDsSnowflake(h *Handler, c *resp.Conn, args [][]byte) error {
+	if len(args) > 2 {
+		return errSyntax
+	}
+	if h.snow == nil {
+		return replyError("NOWORKER snowflake mode is not enabled on this server")
+	}
+	if len(args) == 1 {
+		id, err := h.snow.Next()
+		if err != nil {
+			return err
+		}
+		c.WriteInt(id)
+		return nil
+	}
+	n, err := h.batchCount(args[1])
+	if err != nil {
+		return err
+	}
+	p := idsPool.Get().(*[]int64)
+	defer idsPool.Put(p)
+	ids, err := h.snow.AppendIDs((*p)[:0], n)
+	*p = ids[:0]
+	if err != nil {
+		return err
+	}
+	c.WriteInts(ids)
+	return nil
+}
+
+// cmdIDsDecode: IDS.DECODE id — the fields of a snowflake ID under this server's layout.
+func cmdIDsDecode(h *Handler, c *resp.Conn, args [][]byte) error {
+	if h.snow == nil {
+		return replyError("NOWORKER snowflake mode is not enabled on this server")
+	}
+	id, err := parseInt(args[1])
+	if err != nil {
+		return err
+	}
+	if id < 0 {
+		return replyError("ERR snowflake IDs are not negative")
+	}
+	p := h.snow.Decode(id)
+	c.WriteMap(4)
+	c.WriteBulkString("timestamp_ms")
+	c.WriteInt(p.TimestampMs)
+	c.WriteBulkString("time")
+	c.WriteBulkString(p.Time.UTC().Format("2006-01-02T15:04:05.000Z07:00"))
+	c.WriteBulkString("worker_id")
+	c.WriteInt(p.WorkerID)
+	c.WriteBulkString("sequence")
+	c.WriteInt(p.Sequence)
+	return nil
+}
+
+// cmdIDsInfo: IDS.INFO tag — the tag's double buffer (Leaf's /cache page).
+func cmdIDsInfo(h *Handler, c *resp.Conn, args [][]byte) error {
+	in, err := h.seg.Info(str(args[1]))
+	if err != nil {
+		return err
+	}
+	seg := func(name string, s segment.SegmentInfo) {
+		c.WriteBulkString(name)
+		if !s.Loaded {
+			c.WriteNull()
+			return
+		}
+		c.WriteMap(4)
+		c.WriteBulkString("start")
+		c.WriteInt(s.Start)
+		c.WriteBulkString("end")
+		c.WriteInt(s.End)
+		c.WriteBulkString("next")
+		c.WriteInt(s.Next)
+		c.WriteBulkString("remaining")
+		c.WriteInt(s.Remaining)
+	}
+	c.WriteMap(11)
+	c.WriteBulkString("tag")
+	c.WriteBulkString(in.Tag)
+	c.WriteBulkString("init_ok")
+	c.WriteInt(b2i(in.InitOK))
+	seg("current", in.Current)
+	seg("next", in.Next)
+	c.WriteBulkString("next_ready")
+	c.WriteInt(b2i(in.NextReady))
+	c.WriteBulkString("loading")
+	c.WriteInt(b2i(in.Loading))
+	c.WriteBulkString("step")
+	c.WriteInt(in.Step)
+	c.WriteBulkString("min_step")
+	c.WriteInt(in.MinStep)
+	c.WriteBulkString("high_water_mark")
+	c.WriteInt(in.Mark)
+	c.WriteBulkString("last_refill")
+	if in.LastRefill.IsZero() {
+		c.WriteBulkString("")
+	} else {
+		c.WriteBulkString(in.LastRefill.UTC().Format(time.RFC3339Nano))
+	}
+	c.WriteBulkString("last_error")
+	c.WriteBulkString(in.LastError)
+	return nil
+}
+
+func b2i(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// cmdIDsTags: IDS.TAGS — the tags this server knows.
+func cmdIDsTags(h *Handler, c *resp.Conn, args [][]byte) error {
+	tags := h.seg.Tags()
+	c.WriteArray(len(tags))
+	for _, t := range tags {
+		c.WriteBulkString(t)
+	}
+	return nil
+}
+
+// maxStoredStep is the largest leaf_alloc.step (an int(11) column).
+const maxStoredStep = 1<<31 - 1
+
+// cmdIDsCreate: IDS.CREATE tag [STEP n] [START n] [DESC text].
+func cmdIDsCreate(h *Handler, c *resp.Conn, args [][]byte) error {
+	if h.cfg.DisableCreate {
+		return replyError("NOPERM IDS.CREATE is disabled on this server (--allow-create=false); ask the operator to create the tag")
+	}
+	t := segment.Tag{Name: string(args[1])}
+	for i := 2; i < len(args); i += 2 {
+		if i+1 >= len(args) {
+			return errSyntax
+		}
+		switch strings.ToLower(string(args[i])) {
+		case "step":
+			n, err := parseInt(args[i+1])
+			if err != nil {
+				return err
+			}
+			if n < 1 || n > maxStoredStep {
+				return replyError("LIMIT STEP must be between 1 and " + strconv.Itoa(maxStoredStep))
+			}
+			t.Step = n
+		case "start":
+			n, err := parseInt(args[i+1])
+			if err != nil {
+				return err
+			}
+			if n < 1 {
+				return replyError("LIMIT START must be at least 1")
+			}
+			t.MaxID = n
+		case "desc":
+			if len(args[i+1]) > 256 {
+				return replyError("LIMIT DESC is at most 256 bytes")
+			}
+			t.Description = string(args[i+1])
+		default:
+			return errSyntax
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), h.cfg.CreateTimeout)
+	defer cancel()
+	if err := h.seg.Create(ctx, t); err != nil {
+		return err
+	}
+	c.WriteSimple("OK")
+	return nil
+}

@@ -1,0 +1,137 @@
+package handlers
+
+import (
+	"fmt"
+	"os"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/leafd/leafd/resp"
+)
+
+// commands is the command table: every command leafd answers, in one place.
+func commands() []*command {
+	return []*command{
+		{name: "incr", arity: 2, group: "segment", summary: "Return the next segment ID of a tag.", run: cmdIncr},
+		{name: "incrby", arity: 3, group: "segment", summary: "Reserve n contiguous segment IDs of a tag; return the highest.", run: cmdIncrBy},
+		{name: "ids.segment", arity: -2, group: "segment", summary: "Return count segment IDs of a tag, strictly increasing.", run: cmdIDsSegment},
+		{name: "ids.info", arity: 2, group: "segment", summary: "Show a tag's double buffer.", run: cmdIDsInfo},
+		{name: "ids.tags", arity: 1, group: "segment", summary: "List the tags this server knows.", run: cmdIDsTags},
+		{name: "ids.create", arity: -2, group: "segment", summary: "Create a tag in the store.", run: cmdIDsCreate},
+		{name: "ids.snowflake", arity: -1, group: "snowflake", summary: "Return one snowflake ID, or an array of count.", run: cmdIDsSnowflake},
+		{name: "ids.decode", arity: 2, group: "snowflake", summary: "Decode a snowflake ID with this server's layout.", run: cmdIDsDecode},
+		{name: "info", arity: -1, group: "server", summary: "Server information and statistics.", run: cmdInfo},
+		{name: "ping", arity: -1, group: "connection", summary: "Ping the server.", run: cmdPing},
+		{name: "echo", arity: 2, group: "connection", summary: "Return the given string.", run: cmdEcho},
+		{name: "quit", arity: -1, noAuth: true, group: "connection", summary: "Close the connection.", run: cmdQuit},
+		{name: "hello", arity: -1, noAuth: true, group: "connection", summary: "Handshake: protocol version, AUTH, SETNAME.", run: cmdHello},
+		{name: "auth", arity: -2, noAuth: true, group: "connection", summary: "Authenticate the connection.", run: cmdAuth},
+		{name: "reset", arity: 1, noAuth: true, group: "connection", summary: "Reset the connection.", run: cmdReset},
+		{name: "select", arity: 2, group: "connection", summary: "Select database 0 (the only one).", run: cmdSelect},
+		{name: "client", arity: -2, group: "connection", summary: "Connection commands: ID, SETNAME, GETNAME, SETINFO, INFO.", run: cmdClient},
+		{name: "command", arity: -1, group: "server", summary: "Describe the commands (COUNT, INFO, DOCS).", run: cmdCommand},
+		{name: "config", arity: -2, group: "server", summary: "CONFIG GET parameter values.", run: cmdConfig},
+		{name: "time", arity: 1, group: "server", summary: "Return the server time.", run: cmdTime},
+	}
+}
+
+// cmdInfo: INFO [section ...] — Redis-style text with server, clients, stats, segment and
+// snowflake sections. "all", "everything" and "default" give every section.
+func cmdInfo(h *Handler, c *resp.Conn, args [][]byte) error {
+	want := map[string]bool{}
+	for _, a := range args[1:] {
+		want[strings.ToLower(string(a))] = true
+	}
+	all := len(want) == 0 || want["all"] || want["everything"] || want["default"]
+	var b strings.Builder
+	section := func(name string, fill func(w func(k string, v any))) {
+		if !all && !want[name] {
+			return
+		}
+		if b.Len() > 0 {
+			b.WriteString("\r\n")
+		}
+		fmt.Fprintf(&b, "# %s\r\n", strings.ToUpper(name[:1])+name[1:])
+		fill(func(k string, v any) { fmt.Fprintf(&b, "%s:%v\r\n", k, v) })
+	}
+	now := h.now()
+	section("server", func(w func(string, any)) {
+		w("redis_version", "7.0.0")
+		w("leafd_version", h.cfg.Version)
+		w("redis_mode", "standalone")
+		w("os", runtime.GOOS+" "+runtime.GOARCH)
+		w("go_version", runtime.Version())
+		w("process_id", os.Getpid())
+		if h.srv != nil {
+			up := now.Sub(h.srv.Started())
+			w("uptime_in_seconds", int64(up/time.Second))
+			w("uptime_in_days", int64(up/(24*time.Hour)))
+		}
+		w("store", h.cfg.StoreName)
+	})
+	if h.srv != nil {
+		st := h.srv.Stats()
+		cfg := h.srv.Config()
+		section("clients", func(w func(string, any)) {
+			w("connected_clients", st.ConnectedClients)
+			w("maxclients", cfg.MaxClients)
+		})
+		section("stats", func(w func(string, any)) {
+			w("total_connections_received", st.TotalConnections)
+			w("total_commands_processed", st.TotalCommands)
+			w("rejected_connections", st.RejectedConnections)
+			w("total_protocol_errors", st.ProtocolErrors)
+		})
+	}
+	section("segment", func(w func(string, any)) {
+		s := h.seg.Stats()
+		w("segment_tags", s.Tags)
+		w("segment_ids_issued", s.IDs)
+		w("segment_loads_ok", s.LoadsOK)
+		w("segment_loads_failed", s.LoadsFailed)
+		w("segment_loads_rejected", s.LoadsRejected)
+		w("segment_regressions", s.Regressions)
+		w("segment_unavailable", s.Unavailable)
+		w("segment_unknown_tag", s.UnknownTag)
+	})
+	section("snowflake", func(w func(string, any)) {
+		if h.snow == nil {
+			w("snowflake_enabled", 0)
+			return
+		}
+		in := h.snow.Info()
+		w("snowflake_enabled", 1)
+		w("snowflake_worker_id", in.WorkerID)
+		w("snowflake_worker_source", in.Source)
+		w("snowflake_status", orOK(in.Status))
+		w("snowflake_reserved_until_ms", msOrZero(in.ReservedUntil))
+		w("snowflake_start_bound_ms", msOrZero(in.StartBound))
+		w("snowflake_epoch_ms", in.Layout.EpochMs())
+		w("snowflake_bits", fmt.Sprintf("%d/%d/%d", in.Layout.TimeBits, in.Layout.WorkerBits, in.Layout.SeqBits))
+		w("snowflake_ids_issued", in.Issued)
+		w("snowflake_last_clock_back_ms", msOrZero(in.LastClockBack))
+		w("snowflake_last_clock_back_offset_ms", in.LastClockBackOffset.Milliseconds())
+		w("snowflake_clock_back_events", in.ClockBackEvents)
+		w("snowflake_clock_back_errors", in.ClockBackErrors)
+		w("snowflake_sequence_waits", in.SequenceWaits)
+		w("snowflake_lease_extensions", in.Extensions)
+		w("snowflake_lease_extend_failures", in.ExtendFailures)
+	})
+	c.WriteVerbatim(b.String())
+	return nil
+}
+
+func orOK(s string) string {
+	if s == "" {
+		return "ok"
+	}
+	return strings.ReplaceAll(s, "\n", " ")
+}
+
+func msOrZero(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMilli()
+}

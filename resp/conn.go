@@ -1,0 +1,262 @@
+package resp
+
+import (
+	"crypto/subtle"
+	"errors"
+	"net"
+	"os"
+	"sync/atomic"
+	"time"
+)
+
+// Conn is one client connection. Its methods are called from the connection's own goroutine
+// (the handler runs there), except Info and the server's shutdown wake-up.
+type Conn struct {
+	srv    *Server
+	nc     net.Conn
+	id     int64
+	remote string
+	local  string
+	born   time.Time
+
+	proto     int
+	authed    bool
+	closing   bool // QUIT: close after this reply
+	name      string
+	libName   string
+	libVer    string
+	lastCmd   atomic.Int64 // unix ms of the last command, for CLIENT INFO idle
+	nextFlush int          // flush when out grows past this mid-batch
+
+	readArmed, writeArmed time.Time // when the deadlines were last pushed forward
+
+	buf    []byte // read buffer; buf[r:w] holds unparsed bytes
+	r, w   int
+	out    []byte
+	parser *Parser
+	cmds   int64 // commands in the current batch, folded into server stats per batch
+}
+
+// ID is the connection's unique id (CLIENT ID).
+func (c *Conn) ID() int64 { return c.id }
+
+// Proto is the protocol version in use: 2 or 3.
+func (c *Conn) Proto() int { return c.proto }
+
+// SetProto switches the protocol version (HELLO).
+func (c *Conn) SetProto(v int) { c.proto = v }
+
+// Authed reports whether the client may run commands: it authenticated, or no password is
+// required.
+func (c *Conn) Authed() bool { return c.authed }
+
+// PasswordRequired reports whether the server was started with a password.
+func (c *Conn) PasswordRequired() bool { return c.srv.cfg.RequirePass != "" }
+
+// Authenticate checks pass against the server's password in constant time and marks the
+// connection authenticated when it matches.
+func (c *Conn) Authenticate(pass []byte) bool {
+	want := c.srv.cfg.RequirePass
+	ok := subtle.ConstantTimeCompare(pass, []byte(want)) == 1
+	if ok {
+		c.authed = true
+	}
+	return ok
+}
+
+// ResetState returns the connection to its state after accept (RESET): RESP2, no name,
+// not authenticated when a password is required.
+func (c *Conn) ResetState() {
+	c.proto = 2
+	c.name = ""
+	c.authed = c.srv.cfg.RequirePass == ""
+}
+
+// CloseAfterReply makes the server close the connection once the pending replies are sent.
+func (c *Conn) CloseAfterReply() { c.closing = true }
+
+// Name is the name set with CLIENT SETNAME.
+func (c *Conn) Name() string { return c.name }
+
+// SetName sets the connection name.
+func (c *Conn) SetName(s string) { c.name = s }
+
+// SetLib records CLIENT SETINFO LIB-NAME / LIB-VER; an empty value leaves the field as is.
+func (c *Conn) SetLib(name, ver string) {
+	if name != "" {
+		c.libName = name
+	}
+	if ver != "" {
+		c.libVer = ver
+	}
+}
+
+// Server is the server the connection belongs to.
+func (c *Conn) Server() *Server { return c.srv }
+
+// ClientInfo describes a connection for CLIENT INFO / CLIENT LIST.
+type ClientInfo struct {
+	ID        int64
+	Addr      string
+	LocalAddr string
+	Name      string
+	Age       time.Duration
+	Idle      time.Duration
+	Proto     int
+	LibName   string
+	LibVer    string
+}
+
+// Info describes the connection. now is passed in so the caller controls the clock.
+func (c *Conn) Info(now time.Time) ClientInfo {
+	last := time.UnixMilli(c.lastCmd.Load())
+	return ClientInfo{
+		ID: c.id, Addr: c.remote, LocalAddr: c.local, Name: c.name,
+		Age: now.Sub(c.born), Idle: now.Sub(last), Proto: c.proto,
+		LibName: c.libName, LibVer: c.libVer,
+	}
+}
+
+const (
+	minReadBuf   = 16 * 1024
+	flushAt      = 64 * 1024
+	shrinkOutCap = 256 * 1024
+)
+
+// serve runs the connection until the client leaves, misbehaves, idles out or the server
+// shuts down. Replies of pipelined commands are gathered and written once per read.
+func (c *Conn) serve() {
+	cfg := &c.srv.cfg
+	defer c.nc.Close()
+	c.nextFlush = flushAt
+	for {
+		// Run every complete command in the buffer.
+		for c.r < c.w {
+			args, n, err := c.parser.Next(c.buf[c.r:c.w], c.authed)
+			if err != nil {
+				var pe *ProtocolError
+				if errors.As(err, &pe) {
+					c.srv.stats.protoErrors.Add(1)
+					c.WriteError(pe.Reply())
+				}
+				c.flush()
+				return
+			}
+			if n == 0 {
+				break
+			}
+			c.r += n
+			if len(args) == 0 {
+				continue
+			}
+			c.cmds++
+			c.srv.handler.ServeRESP(c, args)
+			if c.closing {
+				c.flush()
+				return
+			}
+			if len(c.out) >= c.nextFlush {
+				if !c.flush() {
+					return
+				}
+			}
+		}
+		if len(c.out) > 0 && !c.flush() {
+			return
+		}
+		if c.cmds > 0 {
+			c.srv.stats.commands.Add(c.cmds)
+			c.lastCmd.Store(c.srv.now().UnixMilli())
+			c.cmds = 0
+		}
+		if !c.makeRoom() {
+			c.WriteError("ERR Protocol error: query buffer limit exceeded")
+			c.flush()
+			return
+		}
+		if cfg.IdleTimeout > 0 {
+			// Re-arming a deadline costs a runtime timer update, so do it at most once a
+			// second; the idle limit is then honoured to within a second.
+			if now := c.srv.now(); now.Sub(c.readArmed) > time.Second {
+				c.readArmed = now
+				_ = c.nc.SetReadDeadline(now.Add(cfg.IdleTimeout))
+			}
+		}
+		// Checked after arming: Shutdown sets closing before it sets a past deadline, so
+		// either we see closing here or its deadline overrides ours.
+		if c.srv.closing.Load() {
+			return
+		}
+		n, err := c.nc.Read(c.buf[c.w:])
+		c.w += n
+		if err != nil && n == 0 {
+			if errors.Is(err, os.ErrDeadlineExceeded) && !c.srv.closing.Load() {
+				c.srv.log.Debug("closing idle client")
+			}
+			return
+		}
+	}
+}
+
+// makeRoom compacts and grows the read buffer so a read can add bytes and the command being
+// parsed fits. It reports false when the command would exceed the per-connection limit.
+func (c *Conn) makeRoom() bool {
+	if c.r == c.w {
+		c.r, c.w = 0, 0
+		if len(c.buf) > 4*minReadBuf {
+			c.buf = make([]byte, minReadBuf) // give back what a large request took
+		}
+		return true
+	}
+	// need counts from the start of the unparsed command, which is c.r.
+	need := c.parser.Need
+	if m := c.w - c.r + 1; need < m {
+		need = m
+	}
+	if c.r+need <= len(c.buf) {
+		return true
+	}
+	if c.r > 0 {
+		c.w = copy(c.buf, c.buf[c.r:c.w])
+		c.r = 0
+		if need <= len(c.buf) {
+			return true
+		}
+	}
+	limit := c.srv.cfg.MaxQueryBuffer
+	if need > limit {
+		return false
+	}
+	size := 2 * len(c.buf)
+	if size < need {
+		size = need
+	}
+	if size > limit {
+		size = limit
+	}
+	nb := make([]byte, size)
+	copy(nb, c.buf[:c.w])
+	c.buf = nb
+	return true
+}
+
+// flush writes the pending replies. It reports false when the client is gone or does not
+// read its replies within the write timeout.
+func (c *Conn) flush() bool {
+	if len(c.out) == 0 {
+		return true
+	}
+	if wt := c.srv.cfg.WriteTimeout; wt > 0 {
+		if now := c.srv.now(); now.Sub(c.writeArmed) > time.Second {
+			c.writeArmed = now
+			_ = c.nc.SetWriteDeadline(now.Add(wt))
+		}
+	}
+	_, err := c.nc.Write(c.out)
+	if cap(c.out) > shrinkOutCap {
+		c.out = make([]byte, 0, flushAt)
+	} else {
+		c.out = c.out[:0]
+	}
+	return err == nil
+}

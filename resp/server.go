@@ -1,0 +1,302 @@
+// Package resp is leafd's Redis-protocol front end: it accepts connections, parses RESP2,
+// RESP3 and inline commands with a bounded, resumable parser of its own, runs each command
+// through a Handler on the connection's goroutine, and writes the replies of a pipeline with
+// one write. It knows nothing about IDs.
+//
+// redcon's read path is not used: in v1.6.4 it has no bound on multibulk counts or bulk
+// lengths (a single "*1\r\n$9223372036854775807\r\nab" panics the process). Every limit here
+// answers with Redis's "-ERR Protocol error: ..." and closes the connection.
+package resp
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// Handler runs commands. ServeRESP is called on the connection's goroutine with the
+// command's arguments, which alias the read buffer and are valid only during the call; it
+// writes exactly one reply to c.
+type Handler interface {
+	ServeRESP(c *Conn, args [][]byte)
+}
+
+// HandlerFunc adapts a function to Handler.
+type HandlerFunc func(c *Conn, args [][]byte)
+
+// ServeRESP calls f.
+func (f HandlerFunc) ServeRESP(c *Conn, args [][]byte) { f(c, args) }
+
+// Config configures a Server. A zero field takes its default from DefaultConfig.
+type Config struct {
+	// MaxClients is the number of connections served at once; more are answered with
+	// "ERR max number of clients reached" and closed (Redis's maxclients, 10000).
+	MaxClients int
+	// IdleTimeout closes a connection that sends nothing for this long (default 5 minutes;
+	// negative disables).
+	IdleTimeout time.Duration
+	// WriteTimeout closes a connection that does not read its replies for this long
+	// (default 30 seconds; negative disables).
+	WriteTimeout time.Duration
+	// MaxQueryBuffer bounds the bytes buffered for one connection's unparsed input
+	// (default 4 MiB, and at least the largest bulk plus its header).
+	MaxQueryBuffer int
+	// Limits bounds each request (see Limits).
+	Limits Limits
+	// RequirePass, when set, makes clients AUTH (or HELLO ... AUTH) before other commands.
+	RequirePass string
+	// TLS, when set, serves TLS instead of plain TCP.
+	TLS *tls.Config
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+}
+
+// DefaultConfig returns the defaults.
+func DefaultConfig() Config {
+	return Config{
+		MaxClients:     10000,
+		IdleTimeout:    5 * time.Minute,
+		WriteTimeout:   30 * time.Second,
+		MaxQueryBuffer: 4 << 20,
+		Limits:         DefaultLimits(),
+		Now:            time.Now,
+	}
+}
+
+// Validate reports a configuration that cannot work.
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	if c.MaxQueryBuffer < c.Limits.MaxBulk+maxHeaderLen+2 {
+		return fmt.Errorf("resp: max query buffer (%d bytes) must hold the largest bulk (%d bytes) and its header", c.MaxQueryBuffer, c.Limits.MaxBulk)
+	}
+	return nil
+}
+
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	if c.MaxClients <= 0 {
+		c.MaxClients = d.MaxClients
+	}
+	if c.IdleTimeout == 0 {
+		c.IdleTimeout = d.IdleTimeout
+	}
+	if c.WriteTimeout == 0 {
+		c.WriteTimeout = d.WriteTimeout
+	}
+	if c.MaxQueryBuffer <= 0 {
+		c.MaxQueryBuffer = d.MaxQueryBuffer
+	}
+	c.Limits = c.Limits.withDefaults()
+	if c.Now == nil {
+		c.Now = d.Now
+	}
+	return c
+}
+
+// Stats are the server's counters for INFO.
+type Stats struct {
+	ConnectedClients    int64
+	TotalConnections    int64
+	RejectedConnections int64
+	TotalCommands       int64
+	ProtocolErrors      int64
+}
+
+type counters struct {
+	connected, total, rejected, commands, protoErrors atomic.Int64
+}
+
+// Server serves RESP on one listener.
+type Server struct {
+	cfg     Config
+	handler Handler
+	log     *zap.Logger
+	now     func() time.Time
+	started time.Time
+
+	stats   counters
+	nextID  atomic.Int64
+	closing atomic.Bool
+
+	mu    sync.Mutex
+	ln    net.Listener
+	conns map[*Conn]struct{}
+	wg    sync.WaitGroup
+	done  chan struct{}
+	once  sync.Once
+}
+
+// NewServer returns a server that runs commands with h.
+func NewServer(cfg Config, h Handler, log *zap.Logger) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	return &Server{
+		cfg: cfg, handler: h, log: log, now: cfg.Now, started: cfg.Now(),
+		conns: make(map[*Conn]struct{}), done: make(chan struct{}),
+	}, nil
+}
+
+// Listen binds addr; Serve must be called next.
+func (s *Server) Listen(addr string) (net.Addr, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	if s.cfg.TLS != nil {
+		ln = tls.NewListener(ln, s.cfg.TLS)
+	}
+	s.mu.Lock()
+	s.ln = ln
+	s.mu.Unlock()
+	return ln.Addr(), nil
+}
+
+// ErrServerClosed is returned by Serve after Shutdown.
+var ErrServerClosed = errors.New("resp: server closed")
+
+// Serve accepts connections until Shutdown. It returns ErrServerClosed after Shutdown.
+func (s *Server) Serve() error {
+	s.mu.Lock()
+	ln := s.ln
+	s.mu.Unlock()
+	if ln == nil {
+		return errors.New("resp: Serve called before Listen")
+	}
+	var delay time.Duration
+	for {
+		nc, err := ln.Accept()
+		if err != nil {
+			if s.closing.Load() {
+				return ErrServerClosed
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() || isTemporary(err) {
+				// Out of file descriptors and the like: back off instead of spinning.
+				if delay == 0 {
+					delay = 5 * time.Millisecond
+				} else if delay < time.Second {
+					delay *= 2
+				}
+				s.log.Warn("accept failed; retrying", zap.Error(err), zap.Duration("backoff", delay))
+				select {
+				case <-time.After(delay):
+				case <-s.done:
+					return ErrServerClosed
+				}
+				continue
+			}
+			return err
+		}
+		delay = 0
+		s.accept(nc)
+	}
+}
+
+func isTemporary(err error) bool {
+	var t interface{ Temporary() bool }
+	return errors.As(err, &t) && t.Temporary()
+}
+
+func (s *Server) accept(nc net.Conn) {
+	s.stats.total.Add(1)
+	if tc, ok := nc.(*net.TCPConn); ok {
+		_ = tc.SetNoDelay(true)
+	}
+	if s.stats.connected.Load() >= int64(s.cfg.MaxClients) {
+		s.stats.rejected.Add(1)
+		_ = nc.SetWriteDeadline(s.now().Add(time.Second))
+		_, _ = nc.Write([]byte("-ERR max number of clients reached\r\n"))
+		_ = nc.Close()
+		return
+	}
+	now := s.now()
+	c := &Conn{
+		srv: s, nc: nc, id: s.nextID.Add(1), born: now,
+		remote: nc.RemoteAddr().String(), local: nc.LocalAddr().String(),
+		proto: 2, authed: s.cfg.RequirePass == "",
+		buf: make([]byte, minReadBuf), out: make([]byte, 0, 4096),
+		parser: NewParser(s.cfg.Limits),
+	}
+	c.lastCmd.Store(now.UnixMilli())
+	s.mu.Lock()
+	if s.closing.Load() {
+		s.mu.Unlock()
+		_ = nc.Close()
+		return
+	}
+	s.conns[c] = struct{}{}
+	s.wg.Add(1)
+	s.mu.Unlock()
+	s.stats.connected.Add(1)
+	go func() {
+		defer s.wg.Done()
+		defer func() {
+			s.stats.connected.Add(-1)
+			s.mu.Lock()
+			delete(s.conns, c)
+			s.mu.Unlock()
+		}()
+		c.serve()
+	}()
+}
+
+// Shutdown stops accepting, wakes every connection so it finishes the commands it has read,
+// sends their replies and closes, and waits for them. When ctx ends first the remaining
+// connections are closed at once. It is idempotent.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.once.Do(func() {
+		s.closing.Store(true)
+		close(s.done)
+		s.mu.Lock()
+		if s.ln != nil {
+			_ = s.ln.Close()
+		}
+		now := s.now()
+		for c := range s.conns {
+			// A connection blocked in Read returns at once; one running a command finishes
+			// it, flushes and then sees closing.
+			_ = c.nc.SetReadDeadline(now)
+		}
+		s.mu.Unlock()
+	})
+	waited := make(chan struct{})
+	go func() { s.wg.Wait(); close(waited) }()
+	select {
+	case <-waited:
+		return nil
+	case <-ctx.Done():
+		s.mu.Lock()
+		for c := range s.conns {
+			_ = c.nc.Close()
+		}
+		s.mu.Unlock()
+		<-waited
+		return ctx.Err()
+	}
+}
+
+// Stats returns the counters.
+func (s *Server) Stats() Stats {
+	return Stats{
+		ConnectedClients:    s.stats.connected.Load(),
+		TotalConnections:    s.stats.total.Load(),
+		RejectedConnections: s.stats.rejected.Load(),
+		TotalCommands:       s.stats.commands.Load(),
+		ProtocolErrors:      s.stats.protoErrors.Load(),
+	}
+}
+
+// Started is when the server was created (INFO uptime).
+func (s *Server) Started() time.Time { return s.started }
+
+// Config returns the effective configuration.
+func (s *Server) Config() Config { return s.cfg }
