@@ -1,0 +1,338 @@
+package segment
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"go.uber.org/zap"
+)
+
+var _ Store = (*MySQLStore)(nil)
+
+// MySQL server error numbers the store maps to sentinels.
+const (
+	mysqlErrDupEntry       = 1062 // ER_DUP_ENTRY
+	mysqlErrDataOutOfRange = 1690 // ER_DATA_OUT_OF_RANGE: max_id + step overflows BIGINT
+)
+
+// mysqlCreateTable is Leaf's DDL, unchanged, so that a database created by leafd can be used
+// by Leaf and the other way round.
+const mysqlCreateTable = "CREATE TABLE IF NOT EXISTS `leaf_alloc` (\n" +
+	"  `biz_tag` varchar(128) NOT NULL DEFAULT '',\n" +
+	"  `max_id` bigint(20) NOT NULL DEFAULT '1',\n" +
+	"  `step` int(11) NOT NULL,\n" +
+	"  `description` varchar(256) DEFAULT NULL,\n" +
+	"  `update_time` timestamp NOT NULL DEFAULT CURRENT_TIMESTAMP ON UPDATE CURRENT_TIMESTAMP,\n" +
+	"  PRIMARY KEY (`biz_tag`)\n" +
+	") ENGINE=InnoDB"
+
+// MySQLConfig configures OpenMySQL. Start from DefaultMySQLConfig: a zero count or duration
+// means its default, but the zero CreateTable is false.
+type MySQLConfig struct {
+	// DSN is a go-sql-driver/mysql DSN, e.g. leaf:pw@tcp(db:3306)/leaf. The driver timeouts
+	// timeout (dial), readTimeout and writeTimeout are set to QueryTimeout when the DSN does not
+	// set them, so that a dead or hung server is noticed even outside a context.
+	DSN string
+	// MaxOpenConns bounds the connections to the database. Default 8.
+	MaxOpenConns int
+	// MaxIdleConns is how many idle connections are kept. Default MaxOpenConns.
+	MaxIdleConns int
+	// ConnMaxLifetime recycles connections older than this (below typical proxy and server
+	// idle limits). Default 3 minutes.
+	ConnMaxLifetime time.Duration
+	// QueryTimeout bounds every store call (a whole allocation transaction included). Default 3s.
+	QueryTimeout time.Duration
+	// CreateTable creates leaf_alloc with Leaf's DDL when it is missing (CREATE TABLE IF NOT
+	// EXISTS, at open and, until it succeeds, before each call). Default true.
+	CreateTable bool
+}
+
+// DefaultMySQLConfig returns the defaults; set DSN before use.
+func DefaultMySQLConfig() MySQLConfig {
+	return MySQLConfig{
+		MaxOpenConns:    8,
+		MaxIdleConns:    8,
+		ConnMaxLifetime: 3 * time.Minute,
+		QueryTimeout:    3 * time.Second,
+		CreateTable:     true,
+	}
+}
+
+// Validate reports the first invalid field.
+func (c MySQLConfig) Validate() error {
+	if c.DSN == "" {
+		return errors.New("segment: mysql DSN is empty")
+	}
+	if _, err := mysql.ParseDSN(c.DSN); err != nil {
+		return fmt.Errorf("segment: mysql DSN: %w", err)
+	}
+	switch {
+	case c.MaxOpenConns < 0:
+		return fmt.Errorf("segment: mysql MaxOpenConns %d is negative", c.MaxOpenConns)
+	case c.MaxIdleConns < 0:
+		return fmt.Errorf("segment: mysql MaxIdleConns %d is negative", c.MaxIdleConns)
+	case c.ConnMaxLifetime < 0:
+		return fmt.Errorf("segment: mysql ConnMaxLifetime %v is negative", c.ConnMaxLifetime)
+	case c.QueryTimeout < 0:
+		return fmt.Errorf("segment: mysql QueryTimeout %v is negative", c.QueryTimeout)
+	}
+	return nil
+}
+
+func (c MySQLConfig) withDefaults() MySQLConfig {
+	d := DefaultMySQLConfig()
+	if c.MaxOpenConns == 0 {
+		c.MaxOpenConns = d.MaxOpenConns
+	}
+	if c.MaxIdleConns == 0 {
+		c.MaxIdleConns = c.MaxOpenConns
+	}
+	if c.ConnMaxLifetime == 0 {
+		c.ConnMaxLifetime = d.ConnMaxLifetime
+	}
+	if c.QueryTimeout == 0 {
+		c.QueryTimeout = d.QueryTimeout
+	}
+	return c
+}
+
+// MySQLStore leases ranges from Leaf's leaf_alloc table in MySQL 5.7/8 or MariaDB 10.x,
+// shared by any number of leafd (and Leaf) instances. An allocation is Leaf's UPDATE and
+// SELECT in one transaction on one connection; it returns only after COMMIT succeeded, and
+// any failure (timeout, connection reset, server error) is an error, never a partial result.
+// When the outcome of COMMIT is unknown the range is lost (a gap), never reused.
+//
+// MySQLStore is safe for concurrent use.
+type MySQLStore struct {
+	db      *sql.DB
+	timeout time.Duration
+	log     *zap.Logger
+
+	createTable bool
+	tableReady  atomic.Bool   // CREATE TABLE done, or refused by the server: stop trying
+	tableSem    chan struct{} // one CREATE TABLE attempt at a time, abandoned on ctx expiry
+}
+
+// OpenMySQL prepares the connection pool and tries once, within QueryTimeout, to create the
+// table. It does not fail when the database is unreachable: an instance started during a
+// database outage stays up, its calls fail until the database returns, and table creation is
+// retried on the next call. It fails only for an invalid configuration.
+func OpenMySQL(ctx context.Context, cfg MySQLConfig, log *zap.Logger) (*MySQLStore, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	if log == nil {
+		log = zap.NewNop()
+	}
+	dcfg, err := mysql.ParseDSN(cfg.DSN)
+	if err != nil {
+		return nil, fmt.Errorf("segment: mysql DSN: %w", err)
+	}
+	if dcfg.Timeout == 0 {
+		dcfg.Timeout = cfg.QueryTimeout
+	}
+	if dcfg.ReadTimeout == 0 {
+		dcfg.ReadTimeout = cfg.QueryTimeout
+	}
+	if dcfg.WriteTimeout == 0 {
+		dcfg.WriteTimeout = cfg.QueryTimeout
+	}
+	conn, err := mysql.NewConnector(dcfg)
+	if err != nil {
+		return nil, fmt.Errorf("segment: mysql DSN: %w", err)
+	}
+	db := sql.OpenDB(conn)
+	db.SetMaxOpenConns(cfg.MaxOpenConns)
+	db.SetMaxIdleConns(cfg.MaxIdleConns)
+	db.SetConnMaxLifetime(cfg.ConnMaxLifetime)
+
+	s := &MySQLStore{
+		db:          db,
+		timeout:     cfg.QueryTimeout,
+		log:         log.With(zap.String("store", "mysql"), zap.String("addr", dcfg.Addr), zap.String("db", dcfg.DBName)),
+		createTable: cfg.CreateTable,
+		tableSem:    make(chan struct{}, 1),
+	}
+	if s.createTable {
+		ctx, cancel := context.WithTimeout(ctx, s.timeout)
+		defer cancel()
+		if err := s.ensureTable(ctx); err != nil {
+			s.log.Warn("mysql unreachable at start; serving will begin when it answers", zap.Error(err))
+		}
+	} else {
+		s.tableReady.Store(true)
+	}
+	return s, nil
+}
+
+// ensureTable runs CREATE TABLE IF NOT EXISTS until it succeeds. A refusal by the server
+// (e.g. no CREATE privilege on a database where the table exists) is logged once and not
+// retried; a connection failure is returned and retried on the next call.
+func (s *MySQLStore) ensureTable(ctx context.Context) error {
+	if s.tableReady.Load() {
+		return nil
+	}
+	select {
+	case s.tableSem <- struct{}{}:
+		defer func() { <-s.tableSem }()
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if s.tableReady.Load() {
+		return nil
+	}
+	_, err := s.db.ExecContext(ctx, mysqlCreateTable)
+	var me *mysql.MySQLError
+	switch {
+	case err == nil:
+		s.tableReady.Store(true)
+		return nil
+	case errors.As(err, &me):
+		s.tableReady.Store(true)
+		s.log.Warn("cannot create table leaf_alloc; using it as it is", zap.Error(err))
+		return nil
+	default:
+		return err
+	}
+}
+
+// Allocate adds step (the stored step when step <= 0) to the tag's max_id and reads the row
+// back in the same transaction, then commits; all within QueryTimeout.
+func (s *MySQLStore) Allocate(ctx context.Context, tag string, step int64) (Alloc, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	_ = s.ensureTable(ctx) // a failure here shows again, as the real error, below
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return Alloc{}, mysqlWrap("allocate", tag, err)
+	}
+	a, err := s.allocateTx(ctx, tx, tag, step)
+	if err != nil {
+		_ = tx.Rollback()
+		return Alloc{}, mysqlWrap("allocate", tag, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return Alloc{}, mysqlWrap("allocate: commit", tag, err)
+	}
+	return a, nil
+}
+
+func (s *MySQLStore) allocateTx(ctx context.Context, tx *sql.Tx, tag string, step int64) (Alloc, error) {
+	var res sql.Result
+	var err error
+	if step > 0 {
+		res, err = tx.ExecContext(ctx, "UPDATE leaf_alloc SET max_id = max_id + ?, update_time = now() WHERE biz_tag = ?", step, tag)
+	} else {
+		res, err = tx.ExecContext(ctx, "UPDATE leaf_alloc SET max_id = max_id + step, update_time = now() WHERE biz_tag = ?", tag)
+	}
+	if err != nil {
+		return Alloc{}, err
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return Alloc{}, err
+	}
+	if n == 0 {
+		// No row changed: either none matched, or the stored step is 0 (max_id unchanged and
+		// update_time within the same second). Never read max_id after a no-op update: it
+		// could be a row inserted meanwhile, not one we advanced.
+		var stored int64
+		err := tx.QueryRowContext(ctx, "SELECT step FROM leaf_alloc WHERE biz_tag = ?", tag).Scan(&stored)
+		if errors.Is(err, sql.ErrNoRows) {
+			return Alloc{}, ErrUnknownTag
+		}
+		if err != nil {
+			return Alloc{}, err
+		}
+		return Alloc{}, fmt.Errorf("invalid stored step %d", stored)
+	}
+	var name string
+	var a Alloc
+	err = tx.QueryRowContext(ctx, "SELECT biz_tag, max_id, step FROM leaf_alloc WHERE biz_tag = ?", tag).Scan(&name, &a.MaxID, &a.Step)
+	if err != nil {
+		return Alloc{}, err
+	}
+	if step <= 0 && a.Step <= 0 {
+		return Alloc{}, fmt.Errorf("invalid stored step %d", a.Step) // rolled back by the caller
+	}
+	return a, nil
+}
+
+// Tags lists the tag names, sorted by the table's collation.
+func (s *MySQLStore) Tags(ctx context.Context) ([]string, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	_ = s.ensureTable(ctx)
+	rows, err := s.db.QueryContext(ctx, "SELECT biz_tag FROM leaf_alloc ORDER BY biz_tag")
+	if err != nil {
+		return nil, mysqlWrap("tags", "", err)
+	}
+	defer rows.Close()
+	var tags []string
+	for rows.Next() {
+		var t string
+		if err := rows.Scan(&t); err != nil {
+			return nil, mysqlWrap("tags", "", err)
+		}
+		tags = append(tags, t)
+	}
+	// A connection lost mid-result shows here: never return a truncated list.
+	if err := rows.Err(); err != nil {
+		return nil, mysqlWrap("tags", "", err)
+	}
+	return tags, nil
+}
+
+// Create inserts a row for t (MaxID 0 means 1, Leaf's default; an empty description is
+// stored as NULL). ErrTagExists when biz_tag exists (compared with the column's collation,
+// case-insensitive by default), ErrInvalidTag for a bad name, ErrLimit for out-of-range numbers.
+func (s *MySQLStore) Create(ctx context.Context, t Tag) error {
+	t, err := checkStoreTag(t)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	_ = s.ensureTable(ctx)
+	desc := sql.NullString{String: t.Description, Valid: t.Description != ""}
+	_, err = s.db.ExecContext(ctx,
+		"INSERT INTO leaf_alloc (biz_tag, max_id, step, description, update_time) VALUES (?, ?, ?, ?, now())",
+		t.Name, t.MaxID, t.Step, desc)
+	if err != nil {
+		return mysqlWrap("create", t.Name, err)
+	}
+	return nil
+}
+
+// Close closes the connection pool. It is idempotent.
+func (s *MySQLStore) Close() error { return s.db.Close() }
+
+// mysqlWrap maps server errors to the package sentinels and prefixes the rest.
+func mysqlWrap(op, tag string, err error) error {
+	var me *mysql.MySQLError
+	if errors.As(err, &me) {
+		switch me.Number {
+		case mysqlErrDupEntry:
+			err = fmt.Errorf("%w: %w", ErrTagExists, err)
+		case mysqlErrDataOutOfRange:
+			err = fmt.Errorf("%w: max_id overflows: %w", ErrLimit, err)
+		}
+	}
+	if errors.Is(err, ErrUnknownTag) {
+		return fmt.Errorf("%w %q", ErrUnknownTag, tag)
+	}
+	var b strings.Builder
+	b.WriteString("segment: mysql ")
+	b.WriteString(op)
+	if tag != "" {
+		fmt.Fprintf(&b, " %q", tag)
+	}
+	return fmt.Errorf("%s: %w", b.String(), err)
+}
