@@ -1,0 +1,34 @@
+# leafd: `make run` serves on the embedded defaults; `make test` runs every test (it installs
+# and starts MariaDB and ZooKeeper itself, see scripts/test.sh).
+GO ?= go
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -s -w -X main.version=$(VERSION)
+
+.PHONY: build run test unit bench lint fuzz clean
+
+build:
+	CGO_ENABLED=0 $(GO) build -ldflags '$(LDFLAGS)' -o bin/leafd ./cmd/leafd
+
+run:
+	$(GO) run ./cmd/leafd
+
+test:
+	bash scripts/test.sh
+
+# Unit tests only: integration tests skip when their services are absent.
+unit:
+	$(GO) test -race ./...
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./segment/ ./snowflake/ ./resp/ ./handlers/
+
+lint:
+	$(GO) vet ./...
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); exit 1)
+
+fuzz:
+	$(GO) test ./resp/ -run '^$$' -fuzz FuzzParser -fuzztime 60s
+	$(GO) test ./handlers/ -run '^$$' -fuzz FuzzServe -fuzztime 60s
+
+clean:
+	rm -rf bin leafd-data

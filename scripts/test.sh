@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# The README's test command: runs every test of leafd with -race.
+#
+# On a fresh Debian machine with Go it installs what the integration tests need (MariaDB,
+# ZooKeeper, redis-tools) with apt-get, starts a MariaDB and a ZooKeeper of its own on free
+# loopback ports with temporary data directories, runs the tests against them, and stops them
+# on the way out. Tests that must crash or pause a service start private instances of the same
+# binaries through internal/testenv. LEAFD_TEST_REQUIRE=1 makes every integration test fail,
+# never skip, when a service is missing.
+#
+#   scripts/test.sh                 # everything
+#   scripts/test.sh ./segment/...   # some packages (extra arguments go to go test)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+log() { printf '==> %s\n' "$*" >&2; }
+
+# --- install -----------------------------------------------------------------------------
+have_mariadb() { command -v mariadbd >/dev/null 2>&1 || [ -x /usr/sbin/mariadbd ]; }
+have_zk() { [ -f /usr/share/java/zookeeper.jar ] && command -v java >/dev/null 2>&1; }
+have_redis_tools() { command -v redis-cli >/dev/null 2>&1 && command -v redis-benchmark >/dev/null 2>&1; }
+
+pkgs=()
+have_mariadb || pkgs+=(mariadb-server mariadb-client)
+have_zk || pkgs+=(zookeeper default-jre-headless)
+have_redis_tools || pkgs+=(redis-tools)
+if [ ${#pkgs[@]} -gt 0 ]; then
+	sudo=""
+	if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi
+	log "installing ${pkgs[*]}"
+	$sudo apt-get update -qq
+	# Services of the packages must not start on the machine's default ports; ours are private.
+	DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${pkgs[@]}" >/dev/null
+fi
+have_mariadb || { echo "mariadbd still missing after apt-get install mariadb-server" >&2; exit 1; }
+have_zk || { echo "ZooKeeper still missing after apt-get install zookeeper" >&2; exit 1; }
+have_redis_tools || { echo "redis-cli/redis-benchmark still missing after apt-get install redis-tools" >&2; exit 1; }
+
+# --- services ----------------------------------------------------------------------------
+work=$(mktemp -d /tmp/leafd-test.XXXXXX)
+pids=()
+cleanup() {
+	for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+	for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+	rm -rf "$work"
+}
+trap cleanup EXIT
+
+free_port() {
+	python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])' 2>/dev/null ||
+		echo $((20000 + RANDOM % 20000))
+}
+
+wait_for() { # wait_for <what> <seconds> <command...>
+	local what=$1 secs=$2
+	shift 2
+	for _ in $(seq 1 $((secs * 5))); do
+		if "$@" >/dev/null 2>&1; then return 0; fi
+		sleep 0.2
+	done
+	echo "$what did not come up in ${secs}s" >&2
+	return 1
+}
+
+mariadbd_bin=$(command -v mariadbd || echo /usr/sbin/mariadbd)
+install_db=$(command -v mariadb-install-db || command -v mysql_install_db)
+user_opt=()
+if [ "$(id -u)" = 0 ]; then user_opt=(--user=root); fi
+mysql_port=$(free_port)
+log "starting MariaDB on 127.0.0.1:$mysql_port"
+"$install_db" --no-defaults --auth-root-authentication-method=normal --datadir="$work/mysql" \
+	--skip-test-db "${user_opt[@]}" >"$work/install-db.log" 2>&1 ||
+	{ cat "$work/install-db.log" >&2; exit 1; }
+"$mariadbd_bin" --no-defaults --datadir="$work/mysql" --socket="$work/mysqld.sock" \
+	--pid-file="$work/mysqld.pid" --port="$mysql_port" --bind-address=127.0.0.1 \
+	--innodb-flush-log-at-trx-commit=1 --innodb-buffer-pool-size=64M "${user_opt[@]}" \
+	>"$work/mariadbd.log" 2>&1 &
+pids+=($!)
+wait_for MariaDB 60 mariadb-admin --no-defaults --protocol=tcp -h127.0.0.1 -P"$mysql_port" -uroot ping ||
+	{ tail -30 "$work/mariadbd.log" >&2; exit 1; }
+mariadb --no-defaults --protocol=tcp -h127.0.0.1 -P"$mysql_port" -uroot -e 'CREATE DATABASE IF NOT EXISTS leafd_test'
+
+zk_port=$(free_port)
+log "starting ZooKeeper on 127.0.0.1:$zk_port"
+mkdir -p "$work/zk"
+cat >"$work/zoo.cfg" <<EOF
+tickTime=500
+minSessionTimeout=1000
+maxSessionTimeout=60000
+dataDir=$work/zk
+clientPort=$zk_port
+clientPortAddress=127.0.0.1
+admin.enableServer=false
+4lw.commands.whitelist=*
+EOF
+zk_cp=/usr/share/java/zookeeper.jar
+[ -f /usr/share/java/slf4j-simple.jar ] && zk_cp="$zk_cp:/usr/share/java/slf4j-simple.jar"
+java -Xmx256m -XX:+UseSerialGC -Djava.net.preferIPv4Stack=true -cp "$zk_cp" \
+	org.apache.zookeeper.server.quorum.QuorumPeerMain "$work/zoo.cfg" >"$work/zookeeper.log" 2>&1 &
+pids+=($!)
+zk_ok() { exec 3<>"/dev/tcp/127.0.0.1/$zk_port" && printf 'ruok' >&3 && grep -q imok <&3; }
+wait_for ZooKeeper 60 zk_ok || { tail -30 "$work/zookeeper.log" >&2; exit 1; }
+
+export LEAFD_TEST_MYSQL_DSN="root@tcp(127.0.0.1:$mysql_port)/leafd_test"
+export LEAFD_TEST_ZK="127.0.0.1:$zk_port"
+export LEAFD_TEST_REQUIRE=1
+
+# --- tests -------------------------------------------------------------------------------
+log "go vet"
+go vet ./...
+unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
+if [ -n "$unformatted" ]; then
+	echo "gofmt would change: $unformatted" >&2
+	exit 1
+fi
+log "go test -race"
+args=("$@")
+[ ${#args[@]} -gt 0 ] || args=(./...)
+go test -race -count=1 -timeout 40m "${args[@]}"
