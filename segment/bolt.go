@@ -29,10 +29,10 @@ var (
 	boltMarksBucket = []byte("marks")
 )
 
-// Limits shared by both stores so that a tag accepted by one is accepted by the other; they
-// follow Leaf's DDL (biz_tag varchar(128), step int(11), description varchar(256)).
+// Limits shared by both stores so that a row accepted by one is accepted by the other; they
+// follow Leaf's DDL (step int(11), description varchar(256); biz_tag varchar(128) is
+// MaxTagLen).
 const (
-	storeMaxTagLen  = 128
 	storeMaxDescLen = 256 // characters
 	storeMaxStep    = math.MaxInt32
 )
@@ -346,13 +346,8 @@ func decodeBoltRow(v []byte) (boltRow, error) {
 // checkStoreTag validates a row for Create with the same rules in every store and fills the
 // defaults (MaxID 0 means 1).
 func checkStoreTag(t Tag) (Tag, error) {
-	if t.Name == "" || len(t.Name) > storeMaxTagLen {
-		return t, fmt.Errorf("%w: %q: length must be 1..%d", ErrInvalidTag, t.Name, storeMaxTagLen)
-	}
-	for i := 0; i < len(t.Name); i++ {
-		if c := t.Name[i]; c <= ' ' || c > '~' {
-			return t, fmt.Errorf("%w: %q: only printable ASCII without spaces", ErrInvalidTag, t.Name)
-		}
+	if err := ValidateTag(t.Name); err != nil {
+		return t, err
 	}
 	if t.MaxID == 0 {
 		t.MaxID = 1
