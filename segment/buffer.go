@@ -49,6 +49,30 @@ const (
 	flagNextReady             // next holds a loaded segment
 )
 
+type takeState uint8
+
+const (
+	taken        takeState = iota // v is an ID
+	takenPreload                  // v is an ID, and a preload is due
+	notTaken                      // no current segment, or it is exhausted
+)
+
+// take is the inlinable fast path of Next on b.
+func (b *buffer) take() (int64, takeState) {
+	s := b.cur.Load()
+	if s == nil {
+		return 0, notTaken
+	}
+	v := s.cursor.Add(1) - 1
+	if v >= s.end {
+		return 0, notTaken
+	}
+	if v >= s.threshold && b.flags.Load() == 0 {
+		return v, takenPreload
+	}
+	return v, taken
+}
+
 // buffer is the double buffer of one tag.
 type buffer struct {
 	tag   string              // owned copy

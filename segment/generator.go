@@ -102,13 +102,21 @@ func (g *Generator) Next(tag string) (int64, error) {
 			return 0, err
 		}
 	}
-	if s := b.cur.Load(); s != nil {
-		if v, ok := s.take(); ok {
-			if v >= s.threshold && b.flags.Load() == 0 {
-				g.preload(b)
-			}
-			return v, nil
-		}
+	// The per-buffer hot path (buffer.take, inlined): an atomic pointer load, an atomic add,
+	// a comparison with the bound; past the preload threshold one atomic load of the flags.
+	if v, st := b.take(); st == taken {
+		return v, nil
+	} else {
+		return g.nextMiss(b, v, st)
+	}
+}
+
+// nextMiss handles what the inlined fast path does not: a preload to start after a
+// successful take, or no value at all.
+func (g *Generator) nextMiss(b *buffer, v int64, st takeState) (int64, error) {
+	if st == takenPreload {
+		g.preload(b)
+		return v, nil
 	}
 	return g.nextSlow(b)
 }
