@@ -144,6 +144,8 @@ func OpenMySQL(ctx context.Context, cfg MySQLConfig, log *zap.Logger) (*MySQLSto
 	if dcfg.WriteTimeout == 0 {
 		dcfg.WriteTimeout = cfg.QueryTimeout
 	}
+	log = log.With(zap.String("store", "mysql"), zap.String("addr", dcfg.Addr), zap.String("db", dcfg.DBName))
+	dcfg.Logger = mysqlDriverLog{log}
 	conn, err := mysql.NewConnector(dcfg)
 	if err != nil {
 		return nil, fmt.Errorf("segment: mysql DSN: %w", err)
@@ -156,7 +158,7 @@ func OpenMySQL(ctx context.Context, cfg MySQLConfig, log *zap.Logger) (*MySQLSto
 	s := &MySQLStore{
 		db:          db,
 		timeout:     cfg.QueryTimeout,
-		log:         log.With(zap.String("store", "mysql"), zap.String("addr", dcfg.Addr), zap.String("db", dcfg.DBName)),
+		log:         log,
 		createTable: cfg.CreateTable,
 		tableSem:    make(chan struct{}, 1),
 	}
@@ -313,6 +315,14 @@ func (s *MySQLStore) Create(ctx context.Context, t Tag) error {
 
 // Close closes the connection pool. It is idempotent.
 func (s *MySQLStore) Close() error { return s.db.Close() }
+
+// mysqlDriverLog sends the driver's own messages (broken connections it discards) to the
+// store's logger instead of the standard logger on stderr.
+type mysqlDriverLog struct{ log *zap.Logger }
+
+func (l mysqlDriverLog) Print(v ...any) {
+	l.log.Debug("mysql driver: " + strings.TrimSpace(fmt.Sprintln(v...)))
+}
 
 // mysqlWrap maps server errors to the package sentinels and prefixes the rest.
 func mysqlWrap(op, tag string, err error) error {
