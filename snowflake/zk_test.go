@@ -1,0 +1,481 @@
+package snowflake
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+	"go.uber.org/zap"
+
+	"github.com/leafd/leafd/internal/testenv"
+)
+
+// zkServer returns the address of the ZooKeeper in LEAFD_TEST_ZK, or of a private one started
+// for the test (skipped when ZooKeeper is not installed, failed under CI).
+func zkServer(t *testing.T) string {
+	t.Helper()
+	if os.Getenv(testenv.EnvZK) != "" {
+		return testenv.ZKAddr(t)
+	}
+	return testenv.StartZooKeeper(t).Addr()
+}
+
+func randomName(t *testing.T) string {
+	t.Helper()
+	var b [6]byte
+	rand.Read(b[:])
+	return "t" + hex.EncodeToString(b[:])
+}
+
+func zkCfg(addr, name, ip string, dir string) ZKConfig {
+	return ZKConfig{Servers: []string{addr}, Name: name, Addr: ip, DataDir: dir, SessionTimeout: 2 * time.Second,
+		ReportInterval: 200 * time.Millisecond}
+}
+
+func newZK(t *testing.T, cfg ZKConfig) *ZKSource {
+	t.Helper()
+	s, err := NewZKSource(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func acquire(t *testing.T, s *ZKSource) Worker {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	w, err := s.Acquire(ctx)
+	if err != nil {
+		t.Fatalf("Acquire: %v", err)
+	}
+	return w
+}
+
+// adminConn is a plain client for inspecting and tampering with nodes.
+func adminConn(t *testing.T, addr string) *zk.Conn {
+	t.Helper()
+	c, ev, err := zk.Connect([]string{addr}, 5*time.Second, zk.WithLogInfo(false), zk.WithLogger(zkLogger{zap.NewNop()}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for range ev {
+		}
+	}()
+	t.Cleanup(func() { c.Close(); <-done })
+	return c
+}
+
+func readNode(t *testing.T, c *zk.Conn, path string) zkNode {
+	t.Helper()
+	b, _, err := c.Get(path)
+	if err != nil {
+		t.Fatalf("get %s: %v", path, err)
+	}
+	var n zkNode
+	if err := json.Unmarshal(b, &n); err != nil {
+		t.Fatalf("node %s: %v (%s)", path, err, b)
+	}
+	return n
+}
+
+func TestParseNodeName(t *testing.T) {
+	tests := []struct {
+		name, in string
+		addr     string
+		seq      int64
+		ok       bool
+	}{
+		{"leaf node", "10.0.0.8:9000-0000000007", "10.0.0.8:9000", 7, true},
+		{"first", "127.0.0.1:6380-0000000000", "127.0.0.1:6380", 0, true},
+		{"no dash", "10.0.0.8:9000", "", 0, false},
+		{"not a number", "10.0.0.8:9000-abc", "", 0, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			addr, seq, ok := parseNodeName(tt.in)
+			if addr != tt.addr || seq != tt.seq || ok != tt.ok {
+				t.Errorf("got %q %d %v, want %q %d %v", addr, seq, ok, tt.addr, tt.seq, tt.ok)
+			}
+		})
+	}
+}
+
+func TestDefaultAdvertiseAddr(t *testing.T) {
+	got, err := DefaultAdvertiseAddr("0.0.0.0:6380")
+	if err != nil {
+		t.Fatal(err)
+	}
+	host, port, err := net.SplitHostPort(got)
+	if err != nil || port != "6380" || net.ParseIP(host).To4() == nil {
+		t.Fatalf("got %q, want an IPv4 address with port 6380", got)
+	}
+	if _, err := DefaultAdvertiseAddr("nonsense"); err == nil {
+		t.Error("bad listen address: got nil error")
+	}
+	if _, err := DefaultAdvertiseAddr("127.0.0.1:0"); err == nil {
+		t.Error("port 0: got nil error")
+	}
+}
+
+func TestZKConfigValidate(t *testing.T) {
+	good := ZKConfig{Servers: []string{"127.0.0.1:2181"}, Addr: "10.0.0.1:6380", DataDir: "/tmp/x"}
+	tests := []struct {
+		name   string
+		mutate func(*ZKConfig)
+		ok     bool
+	}{
+		{"good", func(*ZKConfig) {}, true},
+		{"no servers", func(c *ZKConfig) { c.Servers = nil }, false},
+		{"no addr", func(c *ZKConfig) { c.Addr = "" }, false},
+		{"addr without port", func(c *ZKConfig) { c.Addr = "10.0.0.1" }, false},
+		{"no data dir", func(c *ZKConfig) { c.DataDir = "" }, false},
+		{"slash in name", func(c *ZKConfig) { c.Name = "a/b" }, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := good
+			tt.mutate(&c)
+			if err := c.Validate(); (err == nil) != tt.ok {
+				t.Errorf("got %v, want ok=%v", err, tt.ok)
+			}
+		})
+	}
+}
+
+// TestZooKeeper runs the integration tests that share one ZooKeeper; each uses its own name.
+func TestZooKeeper(t *testing.T) {
+	addr := zkServer(t)
+
+	t.Run("distinct ids, restart keeps the id, Leaf layout", func(t *testing.T) {
+		name := randomName(t)
+		s1 := newZK(t, zkCfg(addr, name, "10.0.0.1:6380", t.TempDir()))
+		s2 := newZK(t, zkCfg(addr, name, "10.0.0.2:6380", t.TempDir()))
+		w1, w2 := acquire(t, s1), acquire(t, s2)
+		if w1.ID != 0 || w2.ID != 1 {
+			t.Fatalf("got ids %d and %d, want 0 and 1 (the sequence numbers)", w1.ID, w2.ID)
+		}
+		until := time.Now().Add(3 * time.Second).Truncate(time.Millisecond)
+		if err := s1.Extend(context.Background(), until); err != nil {
+			t.Fatal(err)
+		}
+		s1.Close()
+
+		c := adminConn(t, addr)
+		kids, _, err := c.Children("/snowflake/" + name + "/forever")
+		if err != nil {
+			t.Fatal(err)
+		}
+		sort.Strings(kids)
+		if want := []string{"10.0.0.1:6380-0000000000", "10.0.0.2:6380-0000000001"}; fmt.Sprint(kids) != fmt.Sprint(want) {
+			t.Fatalf("nodes: got %v, want %v", kids, want)
+		}
+		n := readNode(t, c, "/snowflake/"+name+"/forever/"+kids[0])
+		if n.IP != "10.0.0.1" || n.Port != "6380" || n.Timestamp == 0 || n.ReservedUntil != until.UnixMilli() {
+			t.Errorf("node data: got %+v, want Leaf's ip/port/timestamp and reserved_until %d", n, until.UnixMilli())
+		}
+
+		// Restart on a fresh data dir (no cache): the node by ip:port gives the id back, with
+		// the bound persisted in ZooKeeper.
+		s1b := newZK(t, zkCfg(addr, name, "10.0.0.1:6380", t.TempDir()))
+		w := acquire(t, s1b)
+		if w.ID != 0 || !w.Bound.Equal(until) {
+			t.Fatalf("restart: got %+v, want id 0 bound %v", w, until)
+		}
+	})
+
+	t.Run("five at once on an empty path", func(t *testing.T) {
+		name := randomName(t)
+		var wg sync.WaitGroup
+		ids := make([]int64, 5)
+		errs := make([]error, 5)
+		for i := range 5 {
+			s := newZK(t, zkCfg(addr, name, fmt.Sprintf("10.0.1.%d:6380", i+1), t.TempDir()))
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				w, err := s.Acquire(ctx)
+				ids[i], errs[i] = w.ID, err
+			}()
+		}
+		wg.Wait()
+		for _, err := range errs {
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+		if fmt.Sprint(ids) != "[0 1 2 3 4]" {
+			t.Fatalf("got ids %v, want 0..4 each once", ids)
+		}
+	})
+
+	t.Run("exhausted worker ids", func(t *testing.T) {
+		name := randomName(t)
+		for i := range 2 {
+			cfg := zkCfg(addr, name, fmt.Sprintf("10.0.2.%d:6380", i+1), t.TempDir())
+			cfg.MaxWorkerID = 1
+			acquire(t, newZK(t, cfg))
+		}
+		cfg := zkCfg(addr, name, "10.0.2.9:6380", t.TempDir())
+		cfg.MaxWorkerID = 1
+		s := newZK(t, cfg)
+		_, err := s.Acquire(context.Background())
+		if err == nil || !strings.Contains(err.Error(), "exhausted") || errors.Is(err, ErrSourceUnavailable) {
+			t.Fatalf("got %v, want a permanent 'exhausted' error", err)
+		}
+		c := newFakeClock(time.Now().UnixMilli())
+		gcfg := testConfig(c)
+		gcfg.Layout = Layout{TimeBits: 41, WorkerBits: 1, SeqBits: 21}
+		cfg.DataDir = t.TempDir()
+		s2, err := NewZKSource(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := New(gcfg, s2, nil); err == nil || !strings.Contains(err.Error(), "exhausted") {
+			t.Fatalf("New: got %v, want the exhaustion error", err)
+		}
+	})
+
+	t.Run("generator on zookeeper", func(t *testing.T) {
+		name := randomName(t)
+		s := newZK(t, zkCfg(addr, name, "10.0.3.1:6380", t.TempDir()))
+		g, err := New(Config{LeaseWindow: 300 * time.Millisecond}, s, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer g.Close()
+		var last int64
+		deadline := time.Now().Add(time.Second)
+		for time.Now().Before(deadline) {
+			id, err := g.Next()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if id <= last {
+				t.Fatalf("%d after %d", id, last)
+			}
+			last = id
+		}
+		in := g.Info()
+		if in.WorkerID != 0 || in.Source != "zookeeper" || in.Extensions < 3 {
+			t.Errorf("info: got %+v", in)
+		}
+		c := adminConn(t, addr)
+		time.Sleep(400 * time.Millisecond) // the background copy to ZooKeeper (no reuse)
+		n := readNode(t, c, "/snowflake/"+name+"/forever/10.0.3.1:6380-0000000000")
+		if ms := g.Decode(last).TimestampMs; n.ReservedUntil <= ms {
+			t.Errorf("zk reserved_until %d not above the last id's ms %d", n.ReservedUntil, ms)
+		}
+	})
+
+	t.Run("reuse: takeover above the dead holder's bound", func(t *testing.T) {
+		name := randomName(t)
+		cfgA := zkCfg(addr, name, "10.0.4.1:6380", t.TempDir())
+		cfgA.Reuse = true
+		a := newZK(t, cfgA)
+		wa := acquire(t, a)
+		until := time.Now().Add(2 * time.Second).Truncate(time.Millisecond)
+		if err := a.Extend(context.Background(), until); err != nil {
+			t.Fatal(err)
+		}
+		a.Close() // the session ends: the live node goes
+
+		// A non-reuse node is never taken over.
+		plain := newZK(t, zkCfg(addr, name, "10.0.4.2:6380", t.TempDir()))
+		if w := acquire(t, plain); w.ID == wa.ID {
+			t.Fatalf("reuse off took over id %d", w.ID)
+		}
+		plain.Close()
+
+		cfgB := zkCfg(addr, name, "10.0.4.3:6380", t.TempDir())
+		cfgB.Reuse = true
+		b := newZK(t, cfgB)
+		wb := acquire(t, b)
+		if wb.ID != wa.ID || !wb.Bound.Equal(until) {
+			t.Fatalf("takeover: got %+v, want id %d bound %v", wb, wa.ID, until)
+		}
+		// A third reuse instance cannot take the same id while B is live; the no-reuse node of
+		// "plain" is not eligible either, so it gets a new node.
+		cfgC := zkCfg(addr, name, "10.0.4.4:6380", t.TempDir())
+		cfgC.Reuse = true
+		if wc := acquire(t, newZK(t, cfgC)); wc.ID == wa.ID {
+			t.Fatalf("id %d given to two live instances", wc.ID)
+		}
+		// The former holder comes back: its id is held by B, so it gets another.
+		cfgA.DataDir = t.TempDir()
+		if w := acquire(t, newZK(t, cfgA)); w.ID == wa.ID {
+			t.Fatalf("former holder got id %d back while B holds it", w.ID)
+		}
+	})
+
+	t.Run("reuse: a stalled holder cannot issue past its ZK bound", func(t *testing.T) {
+		name := randomName(t)
+		cfgA := zkCfg(addr, name, "10.0.5.1:6380", t.TempDir())
+		cfgA.Reuse = true
+		cfgA.ReportInterval = time.Hour // "stalled": no background activity of its own
+		a := newZK(t, cfgA)
+		ga, err := New(Config{LeaseWindow: 500 * time.Millisecond, MaxWait: 5 * time.Millisecond}, a, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ga.Close()
+		var aIDs []int64
+		aIDs = append(aIDs, mustNext(t, ga))
+
+		// Its session expires while it is stalled: the live node disappears.
+		c := adminConn(t, addr)
+		if err := c.Delete(fmt.Sprintf("/snowflake/%s/live/%d", name, ga.Info().WorkerID), -1); err != nil {
+			t.Fatal(err)
+		}
+		cfgB := zkCfg(addr, name, "10.0.5.2:6380", t.TempDir())
+		cfgB.Reuse = true
+		b := newZK(t, cfgB)
+		gb, err := New(Config{LeaseWindow: 500 * time.Millisecond}, b, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer gb.Close()
+		if gb.Info().WorkerID != ga.Info().WorkerID {
+			t.Fatalf("B got worker %d, want A's %d taken over", gb.Info().WorkerID, ga.Info().WorkerID)
+		}
+		bFirst := mustNext(t, gb)
+
+		// A resumes: whatever it issues is below B's first ID, and it soon stops.
+		deadline := time.Now().Add(3 * time.Second)
+		var aErr error
+		for time.Now().Before(deadline) {
+			id, err := ga.Next()
+			if err != nil {
+				aErr = err
+				break
+			}
+			aIDs = append(aIDs, id)
+		}
+		if !errors.Is(aErr, ErrNoWorker) {
+			t.Fatalf("stalled holder: got %v, want ErrNoWorker", aErr)
+		}
+		if maxA := aIDs[len(aIDs)-1]; maxA >= bFirst {
+			t.Fatalf("overlap: A issued %d (ms %d), B's first is %d (ms %d)", maxA, ga.Decode(maxA).TimestampMs, bFirst, gb.Decode(bFirst).TimestampMs)
+		}
+		if _, err := gb.Next(); err != nil {
+			t.Fatalf("B: %v", err)
+		}
+	})
+}
+
+// TestZooKeeperOutage kills and restarts a private ZooKeeper.
+func TestZooKeeperOutage(t *testing.T) {
+	z := testenv.StartZooKeeper(t)
+	ctx := context.Background()
+
+	name := randomName(t)
+	dir := t.TempDir()
+	s1, err := NewZKSource(zkCfg(z.Addr(), name, "10.0.6.1:6380", dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := acquire(t, s1)
+	reuseCfg := zkCfg(z.Addr(), name, "10.0.6.2:6380", t.TempDir())
+	reuseCfg.Reuse = true
+	r := newZK(t, reuseCfg)
+	acquire(t, r)
+	if err := r.Extend(ctx, time.Now().Add(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+
+	z.Kill()
+
+	// Reuse off: Extend goes on on the local cache alone, promptly.
+	until := time.Now().Add(3 * time.Second).Truncate(time.Millisecond)
+	start := time.Now()
+	if err := s1.Extend(ctx, until); err != nil {
+		t.Fatalf("Extend during the outage (reuse off): %v", err)
+	}
+	if el := time.Since(start); el > time.Second {
+		t.Errorf("Extend took %v during the outage", el)
+	}
+	// Reuse on: the bound must reach ZooKeeper, so Extend fails.
+	ectx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	if err := r.Extend(ectx, time.Now().Add(3*time.Second)); err == nil {
+		t.Error("Extend during the outage (reuse on): got nil error")
+	}
+	cancel()
+	s1.Close()
+
+	// Restart while ZooKeeper is down: the cache gives the id and the bound.
+	s2, err := NewZKSource(zkCfg(z.Addr(), name, "10.0.6.1:6380", dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	w2 := acquire(t, s2)
+	if w2.ID != w.ID || !w2.Bound.Equal(until) {
+		t.Fatalf("from cache: got %+v, want id %d bound %v", w2, w.ID, until)
+	}
+
+	// A new instance with neither ZooKeeper nor a cache: the generator starts without a worker.
+	s3, err := NewZKSource(zkCfg(z.Addr(), name, "10.0.6.3:6380", t.TempDir()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g3, err := New(Config{ExtendTimeout: 500 * time.Millisecond}, s3, nil)
+	if err != nil {
+		t.Fatalf("New without ZooKeeper and cache: %v", err)
+	}
+	defer g3.Close()
+	if _, err := g3.Next(); !errors.Is(err, ErrNoWorker) {
+		t.Fatalf("got %v, want ErrNoWorker", err)
+	}
+
+	until2 := time.Now().Add(4 * time.Second).Truncate(time.Millisecond)
+	if err := s2.Extend(ctx, until2); err != nil {
+		t.Fatal(err)
+	}
+	z.Start()
+
+	// The cached bound reaches ZooKeeper; the waiting generator gets its worker.
+	c := adminConn(t, z.Addr())
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		b, _, err := c.Get(fmt.Sprintf("/snowflake/%s/forever/10.0.6.1:6380-%010d", name, w.ID))
+		var n zkNode
+		if err == nil && json.Unmarshal(b, &n) == nil && n.ReservedUntil == until2.UnixMilli() {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("ZooKeeper never got the cached bound: %s %v", b, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	for {
+		_, err := g3.Next()
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("generator never got a worker: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if id := g3.Info().WorkerID; id == w.ID || id < 0 {
+		t.Errorf("new instance got worker %d (cached instance has %d)", id, w.ID)
+	}
+}
