@@ -179,6 +179,28 @@ func (s *BoltStore) Tags(ctx context.Context) ([]string, error) {
 	return tags, nil
 }
 
+// Rows returns every row, sorted by tag (for status pages, like Leaf's /db page).
+func (s *BoltStore) Rows(ctx context.Context) ([]Tag, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	var rows []Tag
+	err := s.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(boltAllocBucket).ForEach(func(k, v []byte) error {
+			r, err := decodeBoltRow(v)
+			if err != nil {
+				return fmt.Errorf("tag %q: %w", k, err)
+			}
+			rows = append(rows, Tag{Name: string(k), MaxID: r.maxID, Step: r.step, Description: r.desc, UpdateTime: r.updated})
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, boltWrap("rows", err)
+	}
+	return rows, nil
+}
+
 // Create inserts a row for t (MaxID 0 means 1, Leaf's default); ErrTagExists when the tag
 // has a row, ErrInvalidTag for a bad name, ErrLimit for out-of-range numbers.
 func (s *BoltStore) Create(ctx context.Context, t Tag) error {

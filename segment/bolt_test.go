@@ -427,3 +427,43 @@ func TestBoltCrash(t *testing.T) {
 		t.Fatalf("only %d ranges observed, want at least one per round", len(all))
 	}
 }
+
+func TestBoltRows(t *testing.T) {
+	ctx := context.Background()
+	now := time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC)
+	s, err := OpenBolt(filepath.Join(t.TempDir(), "leafd.db"), BoltOptions{Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatalf("OpenBolt: %v", err)
+	}
+	defer s.Close()
+	if err := s.Create(ctx, Tag{Name: "b", MaxID: 5, Step: 10, Description: "bee"}); err != nil {
+		t.Fatalf("Create: %v", err)
+	}
+	if err := s.Create(ctx, Tag{Name: "a", Step: 3}); err != nil {
+		t.Fatalf("Create: %v", err)
+	}
+	now = now.Add(time.Minute)
+	if _, err := s.Allocate(ctx, "b", 0); err != nil {
+		t.Fatalf("Allocate: %v", err)
+	}
+	rows, err := s.Rows(ctx)
+	if err != nil {
+		t.Fatalf("Rows: %v", err)
+	}
+	want := []Tag{
+		{Name: "a", MaxID: 1, Step: 3, UpdateTime: now.Add(-time.Minute)},
+		{Name: "b", MaxID: 15, Step: 10, Description: "bee", UpdateTime: now},
+	}
+	if len(rows) != len(want) {
+		t.Fatalf("got %d rows, want %d", len(rows), len(want))
+	}
+	for i := range want {
+		if !rows[i].UpdateTime.Equal(want[i].UpdateTime) {
+			t.Fatalf("row %d: got update time %v, want %v", i, rows[i].UpdateTime, want[i].UpdateTime)
+		}
+		rows[i].UpdateTime, want[i].UpdateTime = time.Time{}, time.Time{}
+		if rows[i] != want[i] {
+			t.Fatalf("row %d: got %+v, want %+v", i, rows[i], want[i])
+		}
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -290,6 +291,38 @@ func (s *MySQLStore) Tags(ctx context.Context) ([]string, error) {
 		return nil, mysqlWrap("tags", "", err)
 	}
 	return tags, nil
+}
+
+// Rows returns every row, sorted by tag (for status pages, like Leaf's /db page). A NULL
+// description reads as "".
+func (s *MySQLStore) Rows(ctx context.Context) ([]Tag, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	_ = s.ensureTable(ctx)
+	// UNIX_TIMESTAMP keeps update_time independent of the session and driver time zones.
+	rows, err := s.db.QueryContext(ctx,
+		"SELECT biz_tag, max_id, step, description, UNIX_TIMESTAMP(update_time) FROM leaf_alloc ORDER BY biz_tag")
+	if err != nil {
+		return nil, mysqlWrap("rows", "", err)
+	}
+	defer rows.Close()
+	var out []Tag
+	for rows.Next() {
+		var t Tag
+		var desc sql.NullString
+		var unix float64
+		if err := rows.Scan(&t.Name, &t.MaxID, &t.Step, &desc, &unix); err != nil {
+			return nil, mysqlWrap("rows", "", err)
+		}
+		t.Description = desc.String
+		sec, frac := math.Modf(unix)
+		t.UpdateTime = time.Unix(int64(sec), int64(frac*1e9))
+		out = append(out, t)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, mysqlWrap("rows", "", err)
+	}
+	return out, nil
 }
 
 // Create inserts a row for t (MaxID 0 means 1, Leaf's default; an empty description is

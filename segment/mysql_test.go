@@ -394,3 +394,37 @@ func TestMySQLDownAtOpen(t *testing.T) {
 		t.Fatalf("Allocate: got %+v, %v, want {11 10}", a, err)
 	}
 }
+
+func TestMySQLRows(t *testing.T) {
+	dsn := testenv.FreshDatabase(t, testenv.MySQLDSN(t))
+	s := openTestMySQL(t, dsn, nil)
+	ctx := context.Background()
+	before := time.Now().Add(-2 * time.Second)
+	if err := s.Create(ctx, Tag{Name: "b", MaxID: 5, Step: 10, Description: "bee"}); err != nil {
+		t.Fatalf("Create: %v", err)
+	}
+	if err := s.Create(ctx, Tag{Name: "a", Step: 3}); err != nil {
+		t.Fatalf("Create: %v", err)
+	}
+	if _, err := s.Allocate(ctx, "b", 0); err != nil {
+		t.Fatalf("Allocate: %v", err)
+	}
+	rows, err := s.Rows(ctx)
+	if err != nil {
+		t.Fatalf("Rows: %v", err)
+	}
+	want := []Tag{{Name: "a", MaxID: 1, Step: 3}, {Name: "b", MaxID: 15, Step: 10, Description: "bee"}}
+	if len(rows) != len(want) {
+		t.Fatalf("got %d rows, want %d", len(rows), len(want))
+	}
+	for i := range want {
+		// The server's clock, in seconds: allow for the truncation and a little skew.
+		if ut := rows[i].UpdateTime; ut.Before(before) || ut.After(time.Now().Add(2*time.Second)) {
+			t.Fatalf("row %d: update time %v, want about now", i, ut)
+		}
+		rows[i].UpdateTime = time.Time{}
+		if rows[i] != want[i] {
+			t.Fatalf("row %d: got %+v, want %+v", i, rows[i], want[i])
+		}
+	}
+}
