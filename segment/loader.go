@@ -155,6 +155,12 @@ func (g *Generator) fetch(ctx context.Context, b *buffer) (*seg, error) {
 // err and backs off; clears the loading state and wakes the waiters.
 func (g *Generator) finish(b *buffer, s *seg, err error) {
 	now := g.cfg.Now()
+	if errors.Is(err, ErrUnknownTag) {
+		// Forget the buffer and remember the tag as unknown for NegativeTTL, before the
+		// waiters wake, so that what they do next (Create, retry) sees it.
+		g.remember(b.tag)
+		g.drop(b)
+	}
 	b.mu.Lock()
 	step := b.step
 	b.loading = false
@@ -182,9 +188,6 @@ func (g *Generator) finish(b *buffer, s *seg, err error) {
 	switch {
 	case err == nil:
 	case errors.Is(err, ErrUnknownTag):
-		// Forget the buffer and remember the tag as unknown for NegativeTTL.
-		g.drop(b)
-		g.remember(b.tag)
 		g.log.Debug("segment: unknown tag", zap.String("tag", b.tag))
 	case errors.Is(err, ErrRegression):
 		// logged loudly by fetch
