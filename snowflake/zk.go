@@ -778,12 +778,22 @@ func (s *ZKSource) resolveLocked(ctx context.Context) error {
 	return s.lost
 }
 
-// Close stops the background work, closes the ZooKeeper session (the live node goes with it)
-// and releases the cache lock. It is idempotent.
+// Close copies a bound still only in the cache to ZooKeeper (best effort, 2s), stops the
+// background work, closes the ZooKeeper session (the live node goes with it) and releases the
+// cache lock. It is idempotent.
 func (s *ZKSource) Close() error {
 	var err error
 	s.once.Do(func() {
 		s.mu.Lock()
+		if s.acquired && s.dirty && s.node != "" && s.lost == nil {
+			// Copy the cache's bound to ZooKeeper while we can, so that a restart on another
+			// data dir (or a reuse successor) sees it.
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			if err := s.writeNodeLocked(ctx, max(s.zkUntil, s.cacheHigh)); err == nil {
+				s.dirty = false
+			}
+			cancel()
+		}
 		s.closed = true
 		s.mu.Unlock()
 		s.conn.Close()
