@@ -144,12 +144,12 @@ func (g *Generator) nextSlow(b *buffer) (int64, error) {
 // and the next segment is used. n must be in [1, size of the current segment], else ErrLimit
 // (the message gives the maximum).
 func (g *Generator) NextN(tag string, n int64) (int64, error) {
+	if n < 1 {
+		return 0, tagError(tag, ErrLimit, fmt.Sprintf("count %d: must be at least 1", n))
+	}
 	b, err := g.buffer(tag)
 	if err != nil {
 		return 0, err
-	}
-	if n < 1 {
-		return 0, tagError(tag, ErrLimit, fmt.Sprintf("count %d: must be at least 1", n))
 	}
 	var w waiter
 	for {
@@ -182,12 +182,12 @@ func (g *Generator) NextN(tag string, n int64) (int64, error) {
 // segments. n must be in [0, Config.MaxBatch], else ErrLimit. On error dst is returned
 // unchanged (IDs already taken are lost: a gap).
 func (g *Generator) AppendIDs(dst []int64, tag string, n int) ([]int64, error) {
+	if n < 0 || n > g.cfg.MaxBatch {
+		return dst, tagError(tag, ErrLimit, fmt.Sprintf("count %d: must be between 0 and %d", n, g.cfg.MaxBatch))
+	}
 	b, err := g.buffer(tag)
 	if err != nil {
 		return dst, err
-	}
-	if n < 0 || n > g.cfg.MaxBatch {
-		return dst, tagError(tag, ErrLimit, fmt.Sprintf("count %d: must be between 0 and %d", n, g.cfg.MaxBatch))
 	}
 	base := len(dst)
 	dst = slices.Grow(dst, n)
