@@ -1,7 +1,6 @@
 package handlers
 
 import (
-	"bytes"
 	"fmt"
 	"path"
 	"sort"
@@ -331,6 +330,3 @@ func cmdTime(h *Handler, c *resp.Conn, args [][]byte) error {
 	c.WriteBulk(strconv.AppendInt(b[:0], int64(now.Nanosecond()/1000), 10))
 	return nil
 }
-
-// equalFold reports whether b is s, ignoring ASCII case.
-func equalFold(b []byte, s string) bool { return bytes.EqualFold(b, []byte(s)) }

@@ -1,0 +1,116 @@
+package handlers
+
+import (
+	"context"
+	"net"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/leafd/leafd/resp"
+	"github.com/leafd/leafd/segment"
+	"github.com/leafd/leafd/snowflake"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+	"go.uber.org/zap"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// testServer is an in-process leafd front end: resp server, handlers, a segment generator on
+// an embedded store in a temp dir, and a snowflake generator on a file worker source.
+type testServer struct {
+	addr string
+	srv  *resp.Server
+	seg  *segment.Generator
+	snow *snowflake.Generator
+}
+
+type serverOpts struct {
+	requirePass   string
+	maxClients    int
+	idleTimeout   time.Duration
+	autoCreate    bool
+	disableCreate bool
+}
+
+func startServer(t testing.TB, o serverOpts) *testServer {
+	t.Helper()
+	dir := t.TempDir()
+	log := zap.NewNop()
+	store, err := segment.OpenBolt(filepath.Join(dir, "leafd.db"), segment.BoltOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	scfg := segment.DefaultConfig()
+	scfg.AutoCreate = o.autoCreate
+	scfg.WaitTimeout = 2 * time.Second
+	seg, err := segment.New(scfg, store, store, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := snowflake.NewFileSource(dir, 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fcfg := snowflake.DefaultConfig()
+	snow, err := snowflake.New(fcfg, src, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := New(Config{
+		MaxBatch: 100, DisableCreate: o.disableCreate, Version: "test", StoreName: "embedded",
+		ConfigValues: map[string]string{"save": "", "appendonly": "no", "maxclients": "10"},
+	}, seg, snow, log)
+	rcfg := resp.DefaultConfig()
+	rcfg.RequirePass = o.requirePass
+	if o.maxClients > 0 {
+		rcfg.MaxClients = o.maxClients
+	}
+	if o.idleTimeout != 0 {
+		rcfg.IdleTimeout = o.idleTimeout
+	}
+	srv, err := resp.NewServer(rcfg, h, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.SetServer(srv)
+	addr, err := srv.Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { _ = srv.Serve(); close(done) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+		<-done
+		_ = seg.Close()
+		_ = snow.Close()
+		_ = src.Close()
+		_ = store.Close()
+	})
+	return &testServer{addr: addr.String(), srv: srv, seg: seg, snow: snow}
+}
+
+func (s *testServer) client(t testing.TB, proto int, pass string) *redis.Client {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: s.addr, Protocol: proto, Password: pass, MaxRetries: -1})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// raw dials the server for byte-level tests.
+func (s *testServer) raw(t testing.TB) net.Conn {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", s.addr, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	return c
+}
