@@ -1,0 +1,178 @@
+package main
+
+// A loopback TCP proxy for fault injection between leafd and its database: it forwards,
+// delays every chunk, blackholes (accepts and forwards nothing) or resets connections.
+
+import (
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// proxyMode is what the proxy does with connections and the chunks they carry.
+type proxyMode int32
+
+const (
+	proxyPass      proxyMode = iota // forward as is
+	proxyDelay                      // forward each chunk after the configured delay
+	proxyBlackhole                  // accept and read, forward nothing, never close
+	proxyReset                      // close every connection at once
+)
+
+func (m proxyMode) String() string {
+	return [...]string{"pass", "delay", "blackhole", "reset"}[m]
+}
+
+// tcpProxy listens on 127.0.0.1 and forwards to target according to its mode, which can be
+// changed at any time. It is closed at test cleanup, waiting for its goroutines.
+type tcpProxy struct {
+	target string
+	ln     net.Listener
+	mode   atomic.Int32
+	delay  atomic.Int64 // ns, for proxyDelay
+
+	mu     sync.Mutex
+	conns  map[net.Conn]struct{}
+	closed bool
+	wg     sync.WaitGroup
+}
+
+// startProxy starts a proxy to target in pass mode.
+func startProxy(t testing.TB, target string) *tcpProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &tcpProxy{target: target, ln: ln, conns: map[net.Conn]struct{}{}}
+	p.wg.Add(1)
+	go p.accept()
+	t.Cleanup(p.close)
+	return p
+}
+
+// Addr is the address clients dial instead of the target.
+func (p *tcpProxy) Addr() string { return p.ln.Addr().String() }
+
+// SetMode switches the behaviour. Leaving blackhole, and entering reset, closes every open
+// connection: a blackholed stream has lost bytes and cannot carry the protocol any more.
+func (p *tcpProxy) SetMode(m proxyMode, delay time.Duration) {
+	p.delay.Store(int64(delay))
+	old := proxyMode(p.mode.Swap(int32(m)))
+	if m == proxyReset || (old == proxyBlackhole && m != proxyBlackhole) {
+		p.closeConns()
+	}
+}
+
+func (p *tcpProxy) current() proxyMode { return proxyMode(p.mode.Load()) }
+
+// track registers c; false when the proxy is closed (c is then closed).
+func (p *tcpProxy) track(cs ...net.Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		for _, c := range cs {
+			c.Close()
+		}
+		return false
+	}
+	for _, c := range cs {
+		p.conns[c] = struct{}{}
+	}
+	return true
+}
+
+func (p *tcpProxy) untrack(cs ...net.Conn) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range cs {
+		delete(p.conns, c)
+		c.Close()
+	}
+}
+
+func (p *tcpProxy) closeConns() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for c := range p.conns {
+		c.Close()
+		delete(p.conns, c)
+	}
+}
+
+func (p *tcpProxy) close() {
+	p.mu.Lock()
+	p.closed = true
+	p.mu.Unlock()
+	p.ln.Close()
+	p.closeConns()
+	p.wg.Wait()
+}
+
+func (p *tcpProxy) accept() {
+	defer p.wg.Done()
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		switch p.current() {
+		case proxyReset:
+			c.Close()
+			continue
+		case proxyBlackhole:
+			if p.track(c) {
+				p.wg.Add(1)
+				go p.sink(c)
+			}
+			continue
+		}
+		up, err := net.DialTimeout("tcp", p.target, 2*time.Second)
+		if err != nil {
+			c.Close()
+			continue
+		}
+		if !p.track(c, up) {
+			continue
+		}
+		p.wg.Add(2)
+		go p.pipe(c, up)
+		go p.pipe(up, c)
+	}
+}
+
+// sink reads and drops everything from c until it is closed.
+func (p *tcpProxy) sink(c net.Conn) {
+	defer p.wg.Done()
+	_, _ = io.Copy(io.Discard, c)
+	p.untrack(c)
+}
+
+// pipe copies src to dst chunk by chunk, applying the mode current at each chunk.
+func (p *tcpProxy) pipe(src, dst net.Conn) {
+	defer p.wg.Done()
+	defer p.untrack(src, dst)
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			switch p.current() {
+			case proxyDelay:
+				time.Sleep(time.Duration(p.delay.Load()))
+			case proxyBlackhole:
+				continue // swallow: the peer waits for an answer that never comes
+			case proxyReset:
+				return
+			}
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return // EOF, reset, or closed by SetMode/close: the other direction follows
+		}
+	}
+}
