@@ -3,6 +3,7 @@ package segment
 import (
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // The baseline: a bare atomic counter, the floor of any ID generator. Compare
@@ -107,4 +108,33 @@ func BenchmarkGeneratorNextSmallStep(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// BenchmarkBufferNextRatio interleaves blocks of the baseline (atomic.Int64.Add) and of the
+// per-buffer hot path on one goroutine and reports baseline/hot-path time as "ratio" (1 means
+// as fast as a bare atomic add), so that the noise of a shared machine hits both alike.
+func BenchmarkBufferNextRatio(b *testing.B) {
+	g, buf := benchGen(b)
+	var c atomic.Int64
+	const block = 4096
+	var base, hot time.Duration
+	b.ReportAllocs()
+	for b.Loop() {
+		t0 := time.Now()
+		for range block {
+			c.Add(1)
+		}
+		t1 := time.Now()
+		for range block {
+			if v, st := buf.take(); st != taken {
+				if _, err := g.nextMiss(buf, v, st); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+		t2 := time.Now()
+		base += t1.Sub(t0)
+		hot += t2.Sub(t1)
+	}
+	b.ReportMetric(float64(base)/float64(hot), "ratio")
 }
