@@ -893,3 +893,39 @@ func TestTagNotRetained(t *testing.T) {
 		t.Fatalf("got %v, want a TagError for \"alias\"", errN)
 	}
 }
+
+// TestCloseDrainsQueue: a load still queued at Close is finished by Close (its waiters wake,
+// its loading state is cleared), not left hanging.
+func TestCloseDrainsQueue(t *testing.T) {
+	clk := newFakeClock()
+	st := newFakeStore(map[string]int64{"a": 10, "b": 10})
+	started := make(chan string, 2)
+	st.set(func(s *fakeStore) { s.block, s.started = make(chan struct{}), started })
+	cfg := testConfig(clk)
+	cfg.MaxLoaders, cfg.MaxPending = 1, 1
+	cfg.WaitTimeout, cfg.LoadTimeout = time.Minute, time.Minute
+	g, err := New(cfg, st, newFakeMarks(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	errc := make(chan error, 2)
+	for _, tag := range []string{"a", "b"} {
+		go func() {
+			_, err := g.Next(tag)
+			errc <- err
+		}()
+		if tag == "a" {
+			<-started
+		}
+	}
+	waitFor(t, "b queued", func() bool { return len(g.jobs) == 1 })
+	g.Close()
+	for range 2 {
+		if err := <-errc; !errors.Is(err, ErrUnavailable) {
+			t.Fatalf("got %v, want ErrUnavailable", err)
+		}
+	}
+	if in, _ := g.Info("b"); in.Loading {
+		t.Fatal("queued load still marked loading after Close")
+	}
+}
