@@ -184,6 +184,7 @@ type ZKSource struct {
 	dirty     bool   // the cache's bound is ahead of ZooKeeper's (no reuse)
 	cacheHigh int64  // reserved_until in the cache
 	lost      error  // the id is no longer ours: permanent
+	session   int64  // the ZooKeeper session our live node belongs to
 }
 
 // NewZKSource locks the local cache and starts connecting to ZooKeeper (it does not wait for
@@ -453,6 +454,7 @@ func (s *ZKSource) acquireZK(ctx context.Context, cache localState, hasCache boo
 		bound = max(bound, cache.ReservedUntilMs)
 	}
 	s.id, s.node, s.version, s.acquired, s.dirty = id, path, stat.Version, true, false
+	s.session = s.conn.SessionID()
 	s.zkUntil = node.ReservedUntil
 	s.cacheHigh = bound
 	if err := s.cache.write(localState{WorkerID: id, ReservedUntilMs: bound, Source: "zookeeper", Addr: s.cfg.Addr, Name: s.cfg.Name}); err != nil {
@@ -728,7 +730,17 @@ func (s *ZKSource) refresh(session bool) {
 	if s.node == "" && s.resolveLocked(ctx) != nil {
 		return
 	}
+	if session {
+		sid := s.conn.SessionID()
+		if sid == s.session {
+			return // the session the live node was created in: nothing to do
+		}
+		if !s.cfg.Reuse {
+			s.session = sid
+		}
+	}
 	if s.cfg.Reuse && session {
+		sid := s.conn.SessionID()
 		ok, err := s.claimLive(ctx, s.id, false)
 		if err != nil {
 			return
@@ -738,6 +750,7 @@ func (s *ZKSource) refresh(session bool) {
 			s.log.Error("snowflake: worker id lost", zap.Error(s.lost))
 			return
 		}
+		s.session = sid
 	}
 	until := s.zkUntil
 	if !s.cfg.Reuse {

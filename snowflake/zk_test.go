@@ -257,13 +257,13 @@ func TestZooKeeper(t *testing.T) {
 	t.Run("generator on zookeeper", func(t *testing.T) {
 		name := randomName(t)
 		s := newZK(t, zkCfg(addr, name, "10.0.3.1:6380", t.TempDir()))
-		g, err := New(Config{LeaseWindow: 300 * time.Millisecond}, s, nil)
+		g, err := New(Config{LeaseWindow: time.Second}, s, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer g.Close()
 		var last int64
-		deadline := time.Now().Add(time.Second)
+		deadline := time.Now().Add(2 * time.Second)
 		for time.Now().Before(deadline) {
 			id, err := g.Next()
 			if err != nil {
@@ -279,7 +279,7 @@ func TestZooKeeper(t *testing.T) {
 			t.Errorf("info: got %+v", in)
 		}
 		c := adminConn(t, addr)
-		time.Sleep(400 * time.Millisecond) // the background copy to ZooKeeper (no reuse)
+		time.Sleep(time.Second) // the background copy to ZooKeeper (no reuse)
 		n := readNode(t, c, "/snowflake/"+name+"/forever/10.0.3.1:6380-0000000000")
 		if ms := g.Decode(last).TimestampMs; n.ReservedUntil <= ms {
 			t.Errorf("zk reserved_until %d not above the last id's ms %d", n.ReservedUntil, ms)
@@ -326,13 +326,58 @@ func TestZooKeeper(t *testing.T) {
 		}
 	})
 
+	t.Run("reuse: new session re-creates the live node, or finds the id lost", func(t *testing.T) {
+		name := randomName(t)
+		cfg := zkCfg(addr, name, "10.0.7.1:6380", t.TempDir())
+		cfg.Reuse = true
+		cfg.ReportInterval = time.Hour
+		a := newZK(t, cfg)
+		w := acquire(t, a)
+		live := fmt.Sprintf("/snowflake/%s/live/%d", name, w.ID)
+		c := adminConn(t, addr)
+
+		// What a session expiry does: the ephemeral node is gone. The new session's refresh
+		// claims it again.
+		if err := c.Delete(live, -1); err != nil {
+			t.Fatal(err)
+		}
+		a.mu.Lock()
+		a.session = 0 // as if the session had changed
+		a.mu.Unlock()
+		a.refresh(true)
+		b, _, err := c.Get(live)
+		var l zkLive
+		if err != nil || json.Unmarshal(b, &l) != nil || l.Token != a.token {
+			t.Fatalf("live node after a new session: got %s, %v; want ours", b, err)
+		}
+		if err := a.Extend(context.Background(), time.Now().Add(time.Second)); err != nil {
+			t.Fatal(err)
+		}
+
+		// Someone else took the id while our session was gone: we must stop.
+		if err := c.Delete(live, -1); err != nil {
+			t.Fatal(err)
+		}
+		other, _ := json.Marshal(zkLive{Holder: "10.0.7.2:6380", Token: "other"})
+		if _, err := c.Create(live, other, zk.FlagEphemeral, zk.WorldACL(zk.PermAll)); err != nil {
+			t.Fatal(err)
+		}
+		a.mu.Lock()
+		a.session = 0
+		a.mu.Unlock()
+		a.refresh(true)
+		if err := a.Extend(context.Background(), time.Now().Add(2*time.Second)); !errors.Is(err, ErrNoWorker) {
+			t.Fatalf("Extend after the id was taken: got %v, want ErrNoWorker", err)
+		}
+	})
+
 	t.Run("reuse: a stalled holder cannot issue past its ZK bound", func(t *testing.T) {
 		name := randomName(t)
 		cfgA := zkCfg(addr, name, "10.0.5.1:6380", t.TempDir())
 		cfgA.Reuse = true
 		cfgA.ReportInterval = time.Hour // "stalled": no background activity of its own
 		a := newZK(t, cfgA)
-		ga, err := New(Config{LeaseWindow: 500 * time.Millisecond, MaxWait: 5 * time.Millisecond}, a, nil)
+		ga, err := New(Config{LeaseWindow: time.Second, MaxWait: 5 * time.Millisecond}, a, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -348,7 +393,7 @@ func TestZooKeeper(t *testing.T) {
 		cfgB := zkCfg(addr, name, "10.0.5.2:6380", t.TempDir())
 		cfgB.Reuse = true
 		b := newZK(t, cfgB)
-		gb, err := New(Config{LeaseWindow: 500 * time.Millisecond}, b, nil)
+		gb, err := New(Config{LeaseWindow: time.Second}, b, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
