@@ -77,12 +77,19 @@ func (g *Generator) load(ctx context.Context, b *buffer) {
 	g.finish(b, s, err)
 }
 
+// maxIDReader is implemented by stores that can read a tag's max_id (the start of the range
+// the next Allocate would lease) without allocating: *MySQLStore.
+type maxIDReader interface {
+	MaxID(ctx context.Context, tag string) (int64, error)
+}
+
 // fetch leases the next range of b from the store, checks it against the regression mark,
 // raises the mark durably and only then returns the segment to publish.
 func (g *Generator) fetch(ctx context.Context, b *buffer) (*seg, error) {
 	b.mu.Lock()
 	first, step, minStep, last := !b.initOK, b.step, b.minStep, b.lastRefill
 	markKnown, mark := b.markKnown, b.mark
+	regressed := errors.Is(b.lastErr, ErrRegression)
 	b.mu.Unlock()
 
 	if !markKnown {
@@ -94,6 +101,20 @@ func (g *Generator) fetch(ctx context.Context, b *buffer) (*seg, error) {
 		b.mu.Lock()
 		b.mark, b.markKnown = m, true
 		b.mu.Unlock()
+	}
+
+	// After a regression, look before leasing: each refused Allocate still pushes max_id up
+	// by a step, so retries alone would walk the table back up to this instance's mark and
+	// then lease ranges that other instances were granted before the failover.
+	if r, ok := g.store.(maxIDReader); ok && regressed {
+		cur, err := r.MaxID(ctx, b.tag)
+		if err != nil {
+			return nil, err
+		}
+		if cur < mark {
+			return nil, &TagError{Tag: b.tag, Err: ErrRegression,
+				Detail: fmt.Sprintf("store max_id %d is still below the mark %d of ranges already granted", cur, mark)}
+		}
 	}
 
 	now := g.cfg.Now()

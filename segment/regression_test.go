@@ -1,0 +1,63 @@
+package segment
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+)
+
+// readerStore is a fakeStore that can also read max_id without allocating, like MySQLStore.
+type readerStore struct{ *fakeStore }
+
+func (s readerStore) MaxID(ctx context.Context, tag string) (int64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.rows[tag]
+	if r == nil {
+		return 0, fmt.Errorf("fake: %w", ErrUnknownTag)
+	}
+	return r.maxID, nil
+}
+
+// After a regression the generator must not keep allocating: each refused Allocate advances
+// max_id by a step, so retries would bring the table back to this instance's mark by
+// themselves and then lease ranges other instances were granted before the failover.
+func TestRegressionRetriesDoNotAllocate(t *testing.T) {
+	clk := newFakeClock()
+	fs := newFakeStore(map[string]int64{"a": 100})
+	st := readerStore{fs}
+	cfg := testConfig(clk)
+	cfg.MaxStep = 100
+	g := newTestGen(t, cfg, st, newFakeMarks())
+	for range 11 {
+		mustNext(t, g, "a")
+	}
+	waitIdle(t, g, "a") // mark 201
+	fs.set(func(s *fakeStore) { s.rows["a"].maxID -= 150 })
+	for {
+		_, err := g.Next("a")
+		if errors.Is(err, ErrRegression) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("got %v, want IDs then ErrRegression", err)
+		}
+	}
+	allocs := fs.allocCount()
+	for i := range 30 { // without the check, two retries would walk max_id past the mark
+		clk.Advance(time.Second)
+		if v, err := g.Next("a"); !errors.Is(err, ErrRegression) {
+			t.Fatalf("retry %d: got %d, %v; want ErrRegression while max_id is below the mark", i, v, err)
+		}
+	}
+	if got := fs.allocCount(); got != allocs {
+		t.Fatalf("got %d Allocate calls during the retries, want 0", got-allocs)
+	}
+	fs.set(func(s *fakeStore) { s.rows["a"].maxID = 1000 })
+	clk.Advance(time.Second)
+	if got := mustNext(t, g, "a"); got != 1000 {
+		t.Fatalf("got %d after max_id was raised to 1000, want 1000", got)
+	}
+}
