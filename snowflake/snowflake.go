@@ -48,6 +48,7 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -81,6 +82,9 @@ type ClockBackError struct {
 }
 
 func (e *ClockBackError) Error() string {
+	if e.Offset <= 0 {
+		return "snowflake: clock did not reach the next millisecond within MaxWait"
+	}
 	return fmt.Sprintf("snowflake: clock moved backwards by %v", e.Offset)
 }
 
@@ -695,8 +699,10 @@ func (g *Generator) run(ctx context.Context) {
 			if ctx.Err() != nil {
 				return
 			}
+			if st := g.status.Load(); st == nil || !strings.Contains((*st).Error(), err.Error()) {
+				g.log.Warn("snowflake: acquiring worker id; retrying", zap.Error(err)) // once per distinct error
+			}
 			g.setStatus(err)
-			g.log.Warn("snowflake: acquiring worker id", zap.Error(err))
 			if !g.pause(ctx, g.cfg.RetryInterval, false) {
 				return
 			}
@@ -765,7 +771,10 @@ func (g *Generator) extend(ctx context.Context, until int64) {
 	if err != nil {
 		g.extendFails++
 		if ctx.Err() == nil {
-			g.log.Warn("snowflake: lease extension failed", zap.Error(err))
+			if st := g.status.Load(); st == nil || !strings.Contains((*st).Error(), err.Error()) {
+				g.log.Warn("snowflake: lease extension failed; retrying", zap.Error(err), // once per distinct error
+					zap.Time("reserved_until", time.UnixMilli(g.lease.Load())))
+			}
 			g.setStatus(fmt.Errorf("extending lease: %w", err))
 		}
 		return
@@ -777,7 +786,9 @@ func (g *Generator) extend(ctx context.Context, until int64) {
 	if until > g.lease.Load() {
 		g.lease.Store(until)
 	}
-	g.status.Store(nil)
+	if g.status.Swap(nil) != nil {
+		g.log.Info("snowflake: lease extension recovered", zap.Time("reserved_until", time.UnixMilli(until)))
+	}
 }
 
 // Decode splits id with the generator's layout.
