@@ -28,6 +28,7 @@ type Conn struct {
 	lastCmd   atomic.Int64 // unix ms of the last command, for CLIENT INFO idle
 	nextFlush int          // flush when out grows past this mid-batch
 
+	now                   time.Time // read once per batch
 	readArmed, writeArmed time.Time // when the deadlines were last pushed forward
 
 	buf    []byte // read buffer; buf[r:w] holds unparsed bytes
@@ -130,6 +131,8 @@ func (c *Conn) serve() {
 	defer c.nc.Close()
 	c.nextFlush = flushAt
 	for {
+		// One clock read per batch serves the deadlines and the idle bookkeeping.
+		c.now = c.srv.now()
 		// Run every complete command in the buffer.
 		for c.r < c.w {
 			args, n, err := c.parser.Next(c.buf[c.r:c.w], c.authed)
@@ -166,7 +169,7 @@ func (c *Conn) serve() {
 		}
 		if c.cmds > 0 {
 			c.srv.stats.commands.Add(c.cmds)
-			c.lastCmd.Store(c.srv.now().UnixMilli())
+			c.lastCmd.Store(c.now.UnixMilli())
 			c.cmds = 0
 		}
 		if !c.makeRoom() {
@@ -177,9 +180,9 @@ func (c *Conn) serve() {
 		if cfg.IdleTimeout > 0 {
 			// Re-arming a deadline costs a runtime timer update, so do it at most once a
 			// second; the idle limit is then honoured to within a second.
-			if now := c.srv.now(); now.Sub(c.readArmed) > time.Second {
-				c.readArmed = now
-				_ = c.nc.SetReadDeadline(now.Add(cfg.IdleTimeout))
+			if c.now.Sub(c.readArmed) > time.Second {
+				c.readArmed = c.now
+				_ = c.nc.SetReadDeadline(c.now.Add(cfg.IdleTimeout))
 			}
 		}
 		// Checked after arming: Shutdown sets closing before it sets a past deadline, so
@@ -247,9 +250,9 @@ func (c *Conn) flush() bool {
 		return true
 	}
 	if wt := c.srv.cfg.WriteTimeout; wt > 0 {
-		if now := c.srv.now(); now.Sub(c.writeArmed) > time.Second {
-			c.writeArmed = now
-			_ = c.nc.SetWriteDeadline(now.Add(wt))
+		if c.now.Sub(c.writeArmed) > time.Second {
+			c.writeArmed = c.now
+			_ = c.nc.SetWriteDeadline(c.now.Add(wt))
 		}
 	}
 	_, err := c.nc.Write(c.out)
