@@ -424,6 +424,29 @@ func (s *ZKSource) acquireZK(ctx context.Context, cache localState, hasCache boo
 			return Worker{}, err
 		}
 		bound = node.bound()
+		if node.Reuse && !s.cfg.Reuse {
+			// Our node was last written with reuse on: it may have been taken over, or be
+			// taken over while we use it. Check the holder, fence takeovers with the live node,
+			// and mark the node "no reuse" before using the id.
+			if node.Holder != "" && node.Holder != s.cfg.Addr {
+				return Worker{}, fmt.Errorf("snowflake: worker id %d of %s was taken over by %s (worker reuse); "+
+					"start this instance with --worker-reuse too, or with a new identity", own.id, s.cfg.Addr, node.Holder)
+			}
+			ok, err := s.claimLive(ctx, own.id, true)
+			if err != nil {
+				return Worker{}, err
+			}
+			if !ok {
+				return Worker{}, fmt.Errorf("snowflake: worker id %d of %s is held by a live instance using worker reuse", own.id, s.cfg.Addr)
+			}
+			s.id, s.node, s.version = own.id, path, stat.Version
+			if err := s.writeNodeLocked(ctx, bound); err != nil {
+				s.lost = nil
+				return Worker{}, err
+			}
+			stat = &zk.Stat{Version: s.version}
+			node.ReservedUntil = bound
+		}
 	default:
 		if s.cfg.Reuse {
 			var ok bool

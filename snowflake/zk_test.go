@@ -326,6 +326,28 @@ func TestZooKeeper(t *testing.T) {
 		}
 	})
 
+	t.Run("reuse then no reuse: the node stops being eligible", func(t *testing.T) {
+		name := randomName(t)
+		cfgA := zkCfg(addr, name, "10.0.8.1:6380", t.TempDir())
+		cfgA.Reuse = true
+		a := newZK(t, cfgA)
+		wa := acquire(t, a)
+		if err := a.Extend(context.Background(), time.Now().Add(time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		a.Close()
+		cfgA.Reuse = false
+		a2 := newZK(t, cfgA)
+		if w := acquire(t, a2); w.ID != wa.ID {
+			t.Fatalf("restart without reuse: got id %d, want %d", w.ID, wa.ID)
+		}
+		cfgB := zkCfg(addr, name, "10.0.8.2:6380", t.TempDir())
+		cfgB.Reuse = true
+		if w := acquire(t, newZK(t, cfgB)); w.ID == wa.ID {
+			t.Fatalf("id %d taken over from a live no-reuse holder", w.ID)
+		}
+	})
+
 	t.Run("reuse: new session re-creates the live node, or finds the id lost", func(t *testing.T) {
 		name := randomName(t)
 		cfg := zkCfg(addr, name, "10.0.7.1:6380", t.TempDir())
