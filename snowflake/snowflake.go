@@ -308,13 +308,21 @@ func (c Config) Validate() error {
 }
 
 // preciseSleep sleeps d. time.Sleep rounds short sleeps up to about a millisecond on Linux, which
-// would lose most of the next millisecond when the sequence is exhausted; so the last stretch is
-// spent yielding the processor while watching the monotonic clock.
+// would lose most of the next millisecond when the sequence is exhausted. So: time.Sleep for the
+// coarse part, a sub-millisecond OS sleep (nanosleep, ~60µs slack) for most of the rest, and the
+// last stretch yielding the processor while watching the monotonic clock. Sleeping rather than
+// spinning also matters on a busy machine: the scheduler favours a thread that slept.
 func preciseSleep(d time.Duration) {
-	const coarse = 1500 * time.Microsecond
+	const (
+		coarse = 1500 * time.Microsecond
+		slack  = 100 * time.Microsecond
+	)
 	deadline := time.Now().Add(d)
 	if d > coarse {
 		time.Sleep(d - coarse)
+	}
+	if r := time.Until(deadline); r > slack {
+		osSleep(r - slack)
 	}
 	for time.Now().Before(deadline) {
 		runtime.Gosched()

@@ -1,0 +1,8 @@
+//go:build !(linux || darwin || freebsd || netbsd || openbsd)
+
+package snowflake
+
+import "time"
+
+// osSleep: no precise OS sleep here; the caller yields until its deadline instead.
+func osSleep(time.Duration) {}
