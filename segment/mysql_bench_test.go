@@ -1,0 +1,63 @@
+package segment
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/leafd/leafd/internal/testenv"
+)
+
+// BenchmarkMySQLAllocate measures one allocation round trip (BEGIN, UPDATE max_id, SELECT,
+// COMMIT, durably committed) on the server of LEAFD_TEST_MYSQL_DSN. With
+// innodb_flush_log_at_trx_commit=1 it is bounded by the server's fsync; the baseline is a
+// bare SELECT on the same pool (the network and driver share of it).
+//
+//	bash scripts/test.sh ./segment/ -run '^$' -bench MySQLAllocate -benchtime 2000x -count 5
+func BenchmarkMySQLAllocate(b *testing.B) {
+	dsn := testenv.FreshDatabase(b, testenv.MySQLDSN(b))
+	mc, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		b.Fatal(err)
+	}
+	mc.InterpolateParams = true
+	for _, bc := range []struct {
+		name string
+		dsn  string
+	}{
+		{"prepared", dsn},                     // go-sql-driver default: 6 round trips
+		{"interpolateParams", mc.FormatDSN()}, // 4 round trips
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			cfg := DefaultMySQLConfig()
+			cfg.DSN = bc.dsn
+			s, err := OpenMySQL(context.Background(), cfg, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			ctx := context.Background()
+			if err := s.Create(ctx, Tag{Name: "bench", MaxID: 1, Step: 1000}); err != nil && !errors.Is(err, ErrTagExists) {
+				b.Fatal(err)
+			}
+			b.Run("Allocate", func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					if _, err := s.Allocate(ctx, "bench", 0); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+			b.Run("baseline-MaxID", func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					if _, err := s.MaxID(ctx, "bench"); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		})
+	}
+}
