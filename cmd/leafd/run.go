@@ -153,7 +153,7 @@ func openSnowflake(ctx context.Context, cfg Config, log *zap.Logger) (*snowflake
 	var err error
 	switch {
 	case cfg.ZKAddrs != "":
-		src, err = openZKSource(cfg, log)
+		src, err = openZKSource(cfg, fcfg.Layout.MaxWorkerID(), log)
 	case cfg.WorkerID >= 0:
 		src, err = snowflake.NewStaticSource(cfg.DataDir, cfg.WorkerID)
 	default:
@@ -162,10 +162,10 @@ func openSnowflake(ctx context.Context, cfg Config, log *zap.Logger) (*snowflake
 	if err != nil {
 		return nil, nil, fmt.Errorf("snowflake worker source: %w", err)
 	}
+	// The generator owns src from here on: it closes it, on error too.
 	g, err := snowflake.New(fcfg, src, log.Named("snowflake"))
 	if err != nil {
-		_ = src.Close()
 		return nil, nil, fmt.Errorf("snowflake: %w", err)
 	}
-	return g, []io.Closer{src, g}, nil
+	return g, []io.Closer{g}, nil
 }
