@@ -24,6 +24,7 @@ type Config struct {
 	WorkerID      int64 // -1: unset
 	AdvertiseAddr string
 	WorkerReuse   bool
+	ZKSession     time.Duration
 	RequirePass   string
 	AutoCreate    string // "auto", "on", "off"
 	AllowCreate   bool
@@ -68,6 +69,7 @@ func flagSet(c *Config) *flag.FlagSet {
 	fs.Int64Var(&c.WorkerID, "worker-id", -1, "static snowflake worker id (instead of ZooKeeper or the local default); -1: unset")
 	fs.StringVar(&c.AdvertiseAddr, "advertise-addr", "", "identity in ZooKeeper (ip:port); default: first non-loopback IPv4 + listen port")
 	fs.BoolVar(&c.WorkerReuse, "worker-reuse", false, "let a new instance take over the worker id of a dead one (ZooKeeper)")
+	fs.DurationVar(&c.ZKSession, "zk-session-timeout", 10*time.Second, "ZooKeeper session timeout: how long a dead instance's worker id stays live (worker reuse)")
 	fs.StringVar(&c.RequirePass, "requirepass", "", "password for AUTH / HELLO ... AUTH")
 	fs.StringVar(&c.AutoCreate, "auto-create", "auto", "create unknown tags on first use: on, off, or auto (on with the embedded store, off with MySQL)")
 	fs.BoolVar(&c.AllowCreate, "allow-create", true, "allow IDS.CREATE (false locks tag creation down to the operator)")
@@ -210,6 +212,9 @@ func (c Config) Validate() error {
 	}
 	if c.WorkerReuse && c.ZKAddrs == "" {
 		bad("--worker-reuse needs --zk-addrs")
+	}
+	if c.ZKSession < time.Second {
+		bad("--zk-session-timeout %v: must be at least 1s", c.ZKSession)
 	}
 	if (c.TLSCert == "") != (c.TLSKey == "") {
 		bad("--tls-cert and --tls-key go together")

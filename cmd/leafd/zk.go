@@ -25,12 +25,13 @@ func openZKSource(cfg Config, maxWorkerID int64, log *zap.Logger) (snowflake.Wor
 		}
 	}
 	return snowflake.NewZKSource(snowflake.ZKConfig{
-		Servers:     servers,
-		Name:        cfg.Name,
-		Addr:        addr,
-		DataDir:     cfg.DataDir,
-		Reuse:       cfg.WorkerReuse,
-		MaxWorkerID: maxWorkerID,
-		Logger:      log.Named("zookeeper"),
+		Servers:        servers,
+		Name:           cfg.Name,
+		Addr:           addr,
+		DataDir:        cfg.DataDir,
+		Reuse:          cfg.WorkerReuse,
+		MaxWorkerID:    maxWorkerID,
+		SessionTimeout: cfg.ZKSession,
+		Logger:         log.Named("zookeeper"),
 	})
 }
