@@ -636,8 +636,8 @@ func TestMySQLProxyFaults(t *testing.T) {
 	if q > 300*time.Millisecond {
 		t.Errorf("phase 1: got p999 INCR latency %v, want well under one allocation (300ms): the preload should hide it", q)
 	}
-	if loads1 < 2 {
-		t.Errorf("phase 1: got %d refills, want at least 2 (the latency is to be measured while refilling)", loads1)
+	if loads1 < 1 {
+		t.Errorf("phase 1: got %d refills, want at least 1 (the latency is to be measured while refilling)", loads1)
 	}
 
 	ids2, codes2, net2, _ := phaseReplies(loads, p2, p3)
