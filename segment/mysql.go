@@ -20,6 +20,7 @@ var _ Store = (*MySQLStore)(nil)
 const (
 	mysqlErrDupEntry       = 1062 // ER_DUP_ENTRY
 	mysqlErrDataOutOfRange = 1690 // ER_DATA_OUT_OF_RANGE: max_id + step overflows BIGINT
+	mysqlErrNoSuchTable    = 1146 // ER_NO_SUCH_TABLE
 )
 
 // mysqlCreateTable is Leaf's DDL, unchanged, so that a database created by leafd can be used
@@ -176,8 +177,9 @@ func OpenMySQL(ctx context.Context, cfg MySQLConfig, log *zap.Logger) (*MySQLSto
 }
 
 // ensureTable runs CREATE TABLE IF NOT EXISTS until it succeeds. A refusal by the server
-// (e.g. no CREATE privilege on a database where the table exists) is logged once and not
-// retried; a connection failure is returned and retried on the next call.
+// (e.g. no CREATE privilege on a database where the table exists) is logged and not retried
+// until a call finds the table missing (see wrap); a connection failure is returned and
+// retried on the next call.
 func (s *MySQLStore) ensureTable(ctx context.Context) error {
 	if s.tableReady.Load() {
 		return nil
@@ -214,15 +216,15 @@ func (s *MySQLStore) Allocate(ctx context.Context, tag string, step int64) (Allo
 	_ = s.ensureTable(ctx) // a failure here shows again, as the real error, below
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
-		return Alloc{}, mysqlWrap("allocate", tag, err)
+		return Alloc{}, s.wrap("allocate", tag, err)
 	}
 	a, err := s.allocateTx(ctx, tx, tag, step)
 	if err != nil {
 		_ = tx.Rollback()
-		return Alloc{}, mysqlWrap("allocate", tag, err)
+		return Alloc{}, s.wrap("allocate", tag, err)
 	}
 	if err := tx.Commit(); err != nil {
-		return Alloc{}, mysqlWrap("allocate: commit", tag, err)
+		return Alloc{}, s.wrap("allocate: commit", tag, err)
 	}
 	return a, nil
 }
@@ -275,20 +277,20 @@ func (s *MySQLStore) Tags(ctx context.Context) ([]string, error) {
 	_ = s.ensureTable(ctx)
 	rows, err := s.db.QueryContext(ctx, "SELECT biz_tag FROM leaf_alloc ORDER BY biz_tag")
 	if err != nil {
-		return nil, mysqlWrap("tags", "", err)
+		return nil, s.wrap("tags", "", err)
 	}
 	defer rows.Close()
 	var tags []string
 	for rows.Next() {
 		var t string
 		if err := rows.Scan(&t); err != nil {
-			return nil, mysqlWrap("tags", "", err)
+			return nil, s.wrap("tags", "", err)
 		}
 		tags = append(tags, t)
 	}
 	// A connection lost mid-result shows here: never return a truncated list.
 	if err := rows.Err(); err != nil {
-		return nil, mysqlWrap("tags", "", err)
+		return nil, s.wrap("tags", "", err)
 	}
 	return tags, nil
 }
@@ -303,7 +305,7 @@ func (s *MySQLStore) Rows(ctx context.Context) ([]Tag, error) {
 	rows, err := s.db.QueryContext(ctx,
 		"SELECT biz_tag, max_id, step, description, UNIX_TIMESTAMP(update_time) FROM leaf_alloc ORDER BY biz_tag")
 	if err != nil {
-		return nil, mysqlWrap("rows", "", err)
+		return nil, s.wrap("rows", "", err)
 	}
 	defer rows.Close()
 	var out []Tag
@@ -312,7 +314,7 @@ func (s *MySQLStore) Rows(ctx context.Context) ([]Tag, error) {
 		var desc sql.NullString
 		var unix float64
 		if err := rows.Scan(&t.Name, &t.MaxID, &t.Step, &desc, &unix); err != nil {
-			return nil, mysqlWrap("rows", "", err)
+			return nil, s.wrap("rows", "", err)
 		}
 		t.Description = desc.String
 		sec, frac := math.Modf(unix)
@@ -320,7 +322,7 @@ func (s *MySQLStore) Rows(ctx context.Context) ([]Tag, error) {
 		out = append(out, t)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, mysqlWrap("rows", "", err)
+		return nil, s.wrap("rows", "", err)
 	}
 	return out, nil
 }
@@ -341,7 +343,7 @@ func (s *MySQLStore) Create(ctx context.Context, t Tag) error {
 		"INSERT INTO leaf_alloc (biz_tag, max_id, step, description, update_time) VALUES (?, ?, ?, ?, now())",
 		t.Name, t.MaxID, t.Step, desc)
 	if err != nil {
-		return mysqlWrap("create", t.Name, err)
+		return s.wrap("create", t.Name, err)
 	}
 	return nil
 }
@@ -357,11 +359,17 @@ func (l mysqlDriverLog) Print(v ...any) {
 	l.log.Debug("mysql driver: " + strings.TrimSpace(fmt.Sprintln(v...)))
 }
 
-// mysqlWrap maps server errors to the package sentinels and prefixes the rest.
-func mysqlWrap(op, tag string, err error) error {
+// wrap maps server errors to the package sentinels and prefixes the rest. A missing table
+// re-arms table creation for the next call (the table may have been dropped, or its creation
+// refused earlier for a transient reason such as too many connections).
+func (s *MySQLStore) wrap(op, tag string, err error) error {
 	var me *mysql.MySQLError
 	if errors.As(err, &me) {
 		switch me.Number {
+		case mysqlErrNoSuchTable:
+			if s.createTable {
+				s.tableReady.Store(false)
+			}
 		case mysqlErrDupEntry:
 			err = fmt.Errorf("%w: %w", ErrTagExists, err)
 		case mysqlErrDataOutOfRange:

@@ -117,6 +117,16 @@ func TestMySQLCreatesTable(t *testing.T) {
 	}
 	// Opening again on an existing table is fine.
 	openTestMySQL(t, dsn, nil)
+
+	// A table that disappears is created again: the call that finds it missing fails, the
+	// next one recreates it.
+	sqlExec(t, dsn, "DROP TABLE leaf_alloc")
+	if _, err := s.Allocate(ctx, "t", 0); err == nil {
+		t.Fatal("Allocate on a dropped table succeeded")
+	}
+	if err := s.Create(ctx, Tag{Name: "t", Step: 10}); err != nil {
+		t.Fatalf("Create after the table was dropped: %v", err)
+	}
 }
 
 func TestMySQLLeafTable(t *testing.T) {

@@ -3,6 +3,7 @@ package testenv
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -203,10 +204,19 @@ func (m *MariaDB) Kill() { m.proc.terminate(false, 0) }
 func (m *MariaDB) Stop() { m.proc.terminate(true, 30*time.Second) }
 
 // Start restarts a killed or stopped server on the same port and data directory and waits
-// until it answers.
+// until it answers. A server that dies during startup (crash recovery after Kill) is logged
+// and started again, up to three times in all.
 func (m *MariaDB) Start() {
 	m.t.Helper()
-	if err := m.start(); err != nil {
-		m.t.Fatalf("testenv: restart: %v\n--- mariadbd log:\n%s", err, m.proc.logTail())
+	for attempt := 1; ; attempt++ {
+		err := m.start()
+		if err == nil {
+			return
+		}
+		m.proc.terminate(false, 0)
+		if attempt == 3 || !errors.Is(err, errExited) {
+			m.t.Fatalf("testenv: restart: %v\n--- mariadbd log:\n%s", err, m.proc.logTail())
+		}
+		m.t.Logf("testenv: mariadbd died during restart, retrying\n--- mariadbd log:\n%s", m.proc.logTail())
 	}
 }

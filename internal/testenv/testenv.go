@@ -202,6 +202,9 @@ func (p *proc) logTail() string {
 	return string(b)
 }
 
+// errExited: the process ended before it was ready.
+var errExited = errors.New("exited during startup")
+
 // waitReady polls ready until it succeeds, the process exits or timeout passes.
 func (p *proc) waitReady(timeout time.Duration, ready func() error) error {
 	deadline := time.Now().Add(timeout)
@@ -213,7 +216,7 @@ func (p *proc) waitReady(timeout time.Duration, ready func() error) error {
 		}
 		select {
 		case <-exited:
-			return errors.New(p.name + " exited during startup")
+			return fmt.Errorf("%s: %w", p.name, errExited)
 		default:
 		}
 		if time.Now().After(deadline) {
