@@ -98,7 +98,8 @@ zk_cp=/usr/share/java/zookeeper.jar
 java -Xmx256m -XX:+UseSerialGC -Djava.net.preferIPv4Stack=true -cp "$zk_cp" \
 	org.apache.zookeeper.server.quorum.QuorumPeerMain "$work/zoo.cfg" >"$work/zookeeper.log" 2>&1 &
 pids+=($!)
-zk_ok() { exec 3<>"/dev/tcp/127.0.0.1/$zk_port" && printf 'ruok' >&3 && grep -q imok <&3; }
+# A connection accepted before the server is ready may never answer: bound every probe.
+zk_ok() { timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/$zk_port && printf ruok >&3 && grep -q imok <&3"; }
 wait_for ZooKeeper 60 zk_ok || { tail -30 "$work/zookeeper.log" >&2; exit 1; }
 
 export LEAFD_TEST_MYSQL_DSN="root@tcp(127.0.0.1:$mysql_port)/leafd_test"
