@@ -942,11 +942,11 @@ func TestMySQLDisjointRanges(t *testing.T) {
 
 	var ok atomic.Int64
 	t0 := time.Now()
-	loads := runLoad(loadSpec{tag: "orders", conns: 6, ok: &ok, addrs: addrsOf(ls), stop: until(&ok, want, t0.Add(45*time.Second))})
+	loads := runLoad(loadSpec{tag: "orders", conns: 6, ok: &ok, addrs: addrsOf(ls), stop: until(&ok, want, t0.Add(50*time.Second))})
 	tt := totals(loads)
 	t.Logf("%d IDs from 4 instances in %v", tt.ids, time.Since(t0).Round(time.Millisecond))
 	if tt.ids < want {
-		t.Errorf("got %d IDs within 45s, want %d", tt.ids, want)
+		t.Errorf("got %d IDs within 50s, want %d", tt.ids, want)
 	}
 	checkCodes(t, "4 instances, step 10", tt)
 	checkOrder(t, loads)
