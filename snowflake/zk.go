@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -173,18 +174,43 @@ type ZKSource struct {
 	wg    sync.WaitGroup
 	once  sync.Once
 
-	mu        sync.Mutex // serialises node writes; guards the fields below
-	acquired  bool
-	closed    bool
-	id        int64
-	node      string // full path of the forever node; "" when started from the cache
-	version   int32  // of the forever node, as last written or read by us
-	zkUntil   int64  // reserved_until last written to ZooKeeper
-	reported  int64  // last timestamp written
-	dirty     bool   // the cache's bound is ahead of ZooKeeper's (no reuse)
-	cacheHigh int64  // reserved_until in the cache
-	lost      error  // the id is no longer ours: permanent
-	session   int64  // the ZooKeeper session our live node belongs to
+	// zkMu serialises the ZooKeeper I/O on our nodes and is held across it; mu guards the
+	// state and is held across ZooKeeper I/O only where the caller must wait for ZooKeeper
+	// anyway (Acquire, Extend with Reuse, Close). The background report takes zkMu alone, so
+	// that an Extend without Reuse (a local cache write) never waits for an unreachable
+	// ZooKeeper: that wait outlasted the lease and turned an outage into NOWORKER. Order: zkMu,
+	// then mu. A field written under both may be read under either.
+	zkMu      sync.Mutex
+	mu        sync.Mutex
+	acquired  bool                  // zkMu+mu
+	closed    bool                  // zkMu+mu
+	id        int64                 // zkMu+mu
+	node      string                // zkMu; full path of the forever node; "" when started from the cache
+	version   int32                 // zkMu; of the forever node, as last written or read by us
+	zkUntil   int64                 // zkMu; reserved_until last written to ZooKeeper
+	reported  int64                 // zkMu; last timestamp written
+	session   int64                 // zkMu; the ZooKeeper session our live node belongs to
+	dirty     bool                  // mu; the cache's bound is ahead of ZooKeeper's (no reuse)
+	cacheHigh int64                 // mu; reserved_until in the cache
+	lost      atomic.Pointer[error] // the id is no longer ours: permanent
+}
+
+// lostErr returns the error that made the id no longer ours, or nil.
+func (s *ZKSource) lostErr() error {
+	if p := s.lost.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// setLost records err as lost (nil clears it) and returns it.
+func (s *ZKSource) setLost(err error) error {
+	if err == nil {
+		s.lost.Store(nil)
+	} else {
+		s.lost.Store(&err)
+	}
+	return err
 }
 
 // NewZKSource locks the local cache and starts connecting to ZooKeeper (it does not wait for
@@ -287,6 +313,8 @@ func parseNodeName(name string) (addr string, seq int64, ok bool) {
 // (Reuse), or a new sequential node's. With ZooKeeper unreachable it falls back to the local
 // cache (no reuse) or fails with ErrSourceUnavailable.
 func (s *ZKSource) Acquire(ctx context.Context) (Worker, error) {
+	s.zkMu.Lock()
+	defer s.zkMu.Unlock()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -441,7 +469,7 @@ func (s *ZKSource) acquireZK(ctx context.Context, cache localState, hasCache boo
 			}
 			s.id, s.node, s.version = own.id, path, stat.Version
 			if err := s.writeNodeLocked(ctx, bound); err != nil {
-				s.lost = nil
+				s.setLost(nil)
 				return Worker{}, err
 			}
 			stat = &zk.Stat{Version: s.version}
@@ -629,8 +657,8 @@ func (s *ZKSource) takeOver(ctx context.Context, kids []foreverChild) (int64, st
 // writeNodeLocked writes our forever node with a version check. A version conflict that is not
 // explained by a write of ours (a reply we missed) means the id was taken: s.lost is set.
 func (s *ZKSource) writeNodeLocked(ctx context.Context, until int64) error {
-	if s.lost != nil {
-		return s.lost
+	if err := s.lostErr(); err != nil {
+		return err
 	}
 	now := s.cfg.Now().UnixMilli()
 	n := zkNode{IP: s.ip, Port: s.port, Reuse: s.cfg.Reuse, Holder: s.cfg.Addr, Token: s.token,
@@ -646,8 +674,7 @@ func (s *ZKSource) writeNodeLocked(ctx context.Context, until int64) error {
 			return nil
 		}
 		if errors.Is(err, zk.ErrNoNode) {
-			s.lost = fmt.Errorf("%w: worker id %d: node %s was deleted", ErrNoWorker, s.id, s.node)
-			return s.lost
+			return s.setLost(fmt.Errorf("%w: worker id %d: node %s was deleted", ErrNoWorker, s.id, s.node))
 		}
 		if !errors.Is(err, zk.ErrBadVersion) {
 			return fmt.Errorf("%w: %w", ErrSourceUnavailable, err)
@@ -657,9 +684,9 @@ func (s *ZKSource) writeNodeLocked(ctx context.Context, until int64) error {
 			return fmt.Errorf("%w: %w", ErrSourceUnavailable, err)
 		}
 		if cur.Token != s.token {
-			s.lost = fmt.Errorf("%w: worker id %d was taken over by %s", ErrNoWorker, s.id, cur.Holder)
-			s.log.Error("snowflake: worker id lost", zap.Error(s.lost))
-			return s.lost
+			err := s.setLost(fmt.Errorf("%w: worker id %d was taken over by %s", ErrNoWorker, s.id, cur.Holder))
+			s.log.Error("snowflake: worker id lost", zap.Error(err))
+			return err
 		}
 		s.version = st2.Version // an earlier write of ours whose reply we missed
 	}
@@ -674,6 +701,10 @@ func (s *ZKSource) nodeAddr() string {
 // Extend persists reserved_until. With Reuse it must reach ZooKeeper (the fence); without, the
 // local cache is enough and ZooKeeper is updated in the background.
 func (s *ZKSource) Extend(ctx context.Context, until time.Time) error {
+	if s.cfg.Reuse {
+		s.zkMu.Lock()
+		defer s.zkMu.Unlock()
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -682,8 +713,8 @@ func (s *ZKSource) Extend(ctx context.Context, until time.Time) error {
 	if !s.acquired {
 		return errors.New("snowflake: Extend before Acquire")
 	}
-	if s.lost != nil {
-		return s.lost
+	if err := s.lostErr(); err != nil {
+		return err
 	}
 	u := until.UnixMilli()
 	st := localState{WorkerID: s.id, ReservedUntilMs: u, Source: "zookeeper", Addr: s.cfg.Addr, Name: s.cfg.Name}
@@ -745,11 +776,15 @@ func (s *ZKSource) maintain(events <-chan zk.Event) {
 func (s *ZKSource) refresh(session bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.SessionTimeout)
 	defer cancel()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if !s.acquired || s.closed || s.lost != nil {
+	s.zkMu.Lock()
+	defer s.zkMu.Unlock()
+	if !s.acquired || s.closed || s.lostErr() != nil {
 		return
 	}
+	// Not s.mu across the I/O below: see zkMu.
+	s.mu.Lock()
+	cacheHigh, dirty := s.cacheHigh, s.dirty
+	s.mu.Unlock()
 	if s.node == "" && s.resolveLocked(ctx) != nil {
 		return
 	}
@@ -769,26 +804,30 @@ func (s *ZKSource) refresh(session bool) {
 			return
 		}
 		if !ok {
-			s.lost = fmt.Errorf("%w: worker id %d is held by another live instance", ErrNoWorker, s.id)
-			s.log.Error("snowflake: worker id lost", zap.Error(s.lost))
+			err := s.setLost(fmt.Errorf("%w: worker id %d is held by another live instance", ErrNoWorker, s.id))
+			s.log.Error("snowflake: worker id lost", zap.Error(err))
 			return
 		}
 		s.session = sid
 	}
 	until := s.zkUntil
 	if !s.cfg.Reuse {
-		until = max(until, s.cacheHigh)
+		until = max(until, cacheHigh)
 	}
-	if now := s.cfg.Now().UnixMilli(); now < s.reported && !s.dirty {
+	if now := s.cfg.Now().UnixMilli(); now < s.reported && !dirty {
 		return // clock behind the last report (Leaf skips such reports too)
 	}
 	if err := s.writeNodeLocked(ctx, until); err != nil {
-		if s.lost == nil {
+		if s.lostErr() == nil {
 			s.log.Debug("snowflake: zookeeper report failed", zap.Error(err))
 		}
 		return
 	}
-	s.dirty = false
+	s.mu.Lock()
+	if s.cacheHigh <= until { // else an Extend ran meanwhile: still dirty
+		s.dirty = false
+	}
+	s.mu.Unlock()
 }
 
 // resolveLocked finds the node of an id taken from the cache while ZooKeeper was down.
@@ -809,9 +848,9 @@ func (s *ZKSource) resolveLocked(ctx context.Context) error {
 			return nil
 		}
 	}
-	s.lost = fmt.Errorf("%w: zookeeper has no node %s-%010d for the cached worker id (was its data lost?)", ErrNoWorker, s.cfg.Addr, s.id)
-	s.log.Error("snowflake: cached worker id not confirmed", zap.Error(s.lost))
-	return s.lost
+	err = s.setLost(fmt.Errorf("%w: zookeeper has no node %s-%010d for the cached worker id (was its data lost?)", ErrNoWorker, s.cfg.Addr, s.id))
+	s.log.Error("snowflake: cached worker id not confirmed", zap.Error(err))
+	return err
 }
 
 // Close copies a bound still only in the cache to ZooKeeper (best effort, 2s), stops the
@@ -820,8 +859,9 @@ func (s *ZKSource) resolveLocked(ctx context.Context) error {
 func (s *ZKSource) Close() error {
 	var err error
 	s.once.Do(func() {
+		s.zkMu.Lock()
 		s.mu.Lock()
-		if s.acquired && s.dirty && s.node != "" && s.lost == nil {
+		if s.acquired && s.dirty && s.node != "" && s.lostErr() == nil {
 			// Copy the cache's bound to ZooKeeper while we can, so that a restart on another
 			// data dir (or a reuse successor) sees it.
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -832,6 +872,7 @@ func (s *ZKSource) Close() error {
 		}
 		s.closed = true
 		s.mu.Unlock()
+		s.zkMu.Unlock()
 		s.conn.Close()
 		s.wg.Wait()
 		err = s.cache.close()

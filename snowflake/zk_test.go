@@ -363,9 +363,9 @@ func TestZooKeeper(t *testing.T) {
 		if err := c.Delete(live, -1); err != nil {
 			t.Fatal(err)
 		}
-		a.mu.Lock()
+		a.zkMu.Lock()
 		a.session = 0 // as if the session had changed
-		a.mu.Unlock()
+		a.zkMu.Unlock()
 		a.refresh(true)
 		b, _, err := c.Get(live)
 		var l zkLive
@@ -384,9 +384,9 @@ func TestZooKeeper(t *testing.T) {
 		if _, err := c.Create(live, other, zk.FlagEphemeral, zk.WorldACL(zk.PermAll)); err != nil {
 			t.Fatal(err)
 		}
-		a.mu.Lock()
+		a.zkMu.Lock()
 		a.session = 0
-		a.mu.Unlock()
+		a.zkMu.Unlock()
 		a.refresh(true)
 		if err := a.Extend(context.Background(), time.Now().Add(2*time.Second)); !errors.Is(err, ErrNoWorker) {
 			t.Fatalf("Extend after the id was taken: got %v, want ErrNoWorker", err)
@@ -478,6 +478,17 @@ func TestZooKeeperOutage(t *testing.T) {
 	}
 	if el := time.Since(start); el > time.Second {
 		t.Errorf("Extend took %v during the outage", el)
+	}
+	// Again while the background copy to ZooKeeper that the first Extend kicked is stuck on
+	// the dead server: a cache write must not wait for it (it once waited SessionTimeout,
+	// longer than a lease window, so a no-reuse instance answered NOWORKER in an outage).
+	time.Sleep(100 * time.Millisecond)
+	start = time.Now()
+	if err := s1.Extend(ctx, until); err != nil {
+		t.Fatalf("second Extend during the outage (reuse off): %v", err)
+	}
+	if el := time.Since(start); el > 500*time.Millisecond {
+		t.Errorf("second Extend took %v during the outage", el)
 	}
 	// Reuse on: the bound must reach ZooKeeper, so Extend fails.
 	ectx, cancel := context.WithTimeout(ctx, 2*time.Second)
