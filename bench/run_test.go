@@ -1,0 +1,226 @@
+package bench
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/leafd/leafd/handlers"
+	"github.com/leafd/leafd/resp"
+	"github.com/leafd/leafd/segment"
+	"github.com/leafd/leafd/snowflake"
+	"go.uber.org/zap"
+)
+
+// startLeafd starts an in-process leafd front end (resp server, handlers, a segment
+// generator on store, a snowflake generator with its own worker id) and returns its address.
+// Several instances may share one store, as leafd instances share a MySQL database.
+func startLeafd(t *testing.T, store *segment.BoltStore, workerID int64) string {
+	t.Helper()
+	log := zap.NewNop()
+	scfg := segment.DefaultConfig()
+	scfg.AutoCreate = true
+	scfg.WaitTimeout = 2 * time.Second
+	seg, err := segment.New(scfg, store, store, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := snowflake.NewFileSource(t.TempDir(), workerID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	snow, err := snowflake.New(snowflake.DefaultConfig(), src, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := handlers.New(handlers.Config{MaxBatch: 100, Version: "test", StoreName: "embedded"}, seg, snow, log)
+	srv, err := resp.NewServer(resp.DefaultConfig(), h, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.SetServer(srv)
+	addr, err := srv.Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { _ = srv.Serve(); close(done) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+		<-done
+		_ = seg.Close()
+		_ = snow.Close()
+		_ = src.Close()
+	})
+	return addr.String()
+}
+
+func openStore(t *testing.T) *segment.BoltStore {
+	t.Helper()
+	store, err := segment.OpenBolt(filepath.Join(t.TempDir(), "leafd.db"), segment.BoltOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = store.Close() })
+	return store
+}
+
+// TestRunAgainstLeafd runs the generator with Check on against in-process servers: one, and
+// two sharing a store (segment IDs unique across both, increasing per connection).
+func TestRunAgainstLeafd(t *testing.T) {
+	store := openStore(t)
+	one := startLeafd(t, store, 7)
+	two := startLeafd(t, store, 8)
+	tests := []struct {
+		name    string
+		cfg     Config
+		wantIDs int64 // per measured request
+	}{
+		{name: "INCR unpipelined", cfg: Config{Addrs: []string{one}, Clients: 4, Requests: 3000}, wantIDs: 1},
+		{name: "INCR pipelined, count not a multiple of the depth", cfg: Config{Addrs: []string{one}, Clients: 5, Pipeline: 16, Requests: 30001}, wantIDs: 1},
+		{name: "INCR two servers one store", cfg: Config{Addrs: []string{one, two}, Clients: 6, Pipeline: 8, Requests: 20000, Tag: "shared"}, wantIDs: 1},
+		{name: "IDS.SEGMENT batches", cfg: Config{Addrs: []string{one}, Clients: 3, Pipeline: 4, Requests: 2000, Command: CmdSegment, Batch: 50}, wantIDs: 50},
+		{name: "IDS.SEGMENT two servers", cfg: Config{Addrs: []string{one, two}, Clients: 4, Pipeline: 4, Requests: 2000, Command: CmdSegment, Batch: 7, Tag: "seg2"}, wantIDs: 7},
+		{name: "IDS.SNOWFLAKE", cfg: Config{Addrs: []string{one, two}, Clients: 4, Pipeline: 8, Requests: 8000, Command: CmdSnowflake}, wantIDs: 1},
+		{name: "IDS.SNOWFLAKE batches", cfg: Config{Addrs: []string{one}, Clients: 2, Pipeline: 2, Requests: 400, Command: CmdSnowflake, Batch: 100}, wantIDs: 100},
+		{name: "duration with warm-up", cfg: Config{Addrs: []string{one}, Clients: 2, Pipeline: 4, Duration: 200 * time.Millisecond, Warmup: 50 * time.Millisecond}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := tt.cfg
+			cfg.Check = true
+			res, err := Run(context.Background(), cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var out strings.Builder
+			if err := res.WriteText(&out); err != nil {
+				t.Fatal(err)
+			}
+			t.Log("\n" + out.String())
+			if !res.OK() {
+				t.Fatalf("run not clean: errors %d (%s), connection errors %v, check %+v", res.Errors, res.FirstError, res.ConnErrors, res.Check)
+			}
+			if cfg.Requests > 0 && res.Requests != cfg.Requests {
+				t.Errorf("got %d requests, want %d", res.Requests, cfg.Requests)
+			}
+			if cfg.Requests == 0 && (res.Requests == 0 || res.Seconds < cfg.Duration.Seconds()) {
+				t.Errorf("got %d requests in %.3fs, want some in at least %v", res.Requests, res.Seconds, cfg.Duration)
+			}
+			if tt.wantIDs > 0 && res.IDs != res.Requests*tt.wantIDs {
+				t.Errorf("got %d IDs for %d requests, want %d each", res.IDs, res.Requests, tt.wantIDs)
+			}
+			if cfg.Warmup == 0 && res.Check.IDs != res.IDs {
+				t.Errorf("check saw %d IDs, the counters %d", res.Check.IDs, res.IDs)
+			}
+			if got := res.Histogram().Count(); got != uint64(res.Requests) {
+				t.Errorf("histogram holds %d latencies, want one per request (%d)", got, res.Requests)
+			}
+			if l := res.Latency; !(l.Min <= l.P50 && l.P50 <= l.P99 && l.P99 <= l.P999 && l.P999 <= l.Max) || l.Max <= 0 {
+				t.Errorf("latency quantiles out of order: %+v", l)
+			}
+		})
+	}
+}
+
+// TestRunReportsErrorReplies: error replies are counted, not fatal, and make the run not OK.
+func TestRunReportsErrorReplies(t *testing.T) {
+	addr := startLeafd(t, openStore(t), 7)
+	res, err := Run(context.Background(), Config{Addrs: []string{addr}, Clients: 2, Pipeline: 3, Requests: 30, Command: CmdSegment, Batch: 101})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Errors != 30 || !strings.HasPrefix(res.FirstError, "LIMIT") || res.OK() {
+		t.Errorf("got %d errors (first %q), OK %v; want 30 LIMIT errors, not OK", res.Errors, res.FirstError, res.OK())
+	}
+}
+
+// fakeServer answers every command with the next value of replies (cycling), to feed the
+// check bad IDs.
+func fakeServer(t *testing.T, replies ...int64) string {
+	t.Helper()
+	i := 0
+	srv, err := resp.NewServer(resp.DefaultConfig(), resp.HandlerFunc(func(c *resp.Conn, args [][]byte) {
+		c.WriteInt(replies[i%len(replies)])
+		i++
+	}), zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr, err := srv.Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { _ = srv.Serve(); close(done) }()
+	t.Cleanup(func() { _ = srv.Shutdown(context.Background()); <-done })
+	return addr.String()
+}
+
+func TestCheckCatchesBadIDs(t *testing.T) {
+	// One connection, so the handler's counter is not shared: 1 2 3 2 1 ...
+	addr := fakeServer(t, 1, 2, 3, 2)
+	res, err := Run(context.Background(), Config{Addrs: []string{addr}, Clients: 1, Pipeline: 4, Requests: 8, Check: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := res.Check
+	if c.OK || res.OK() {
+		t.Fatalf("check passed on 1 2 3 2 1 2 3 2: %+v", c)
+	}
+	// Sorted: 1 1 2 2 2 2 3 3 → 5 repeats; not increasing: 2 after 3, 1 after 2, 2 after 3.
+	if c.Duplicates != 5 || c.NonIncreasing != 3 || c.IDs != 8 {
+		t.Errorf("got %d duplicates, %d non-increasing of %d IDs, want 5, 3 of 8", c.Duplicates, c.NonIncreasing, c.IDs)
+	}
+	if len(c.DuplicateExamples) != 3 || !strings.HasPrefix(c.NonIncreasingExample, "2 after 3 on ") {
+		t.Errorf("got examples %v and %q", c.DuplicateExamples, c.NonIncreasingExample)
+	}
+}
+
+func TestRunCancel(t *testing.T) {
+	addr := startLeafd(t, openStore(t), 7)
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err := Run(ctx, Config{Addrs: []string{addr}, Clients: 4, Duration: time.Hour})
+	if err != context.DeadlineExceeded {
+		t.Errorf("got %v, want context.DeadlineExceeded", err)
+	}
+	if el := time.Since(start); el > 5*time.Second {
+		t.Errorf("Run returned %v after the cancel, want promptly", el)
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	tests := []struct {
+		name string
+		cfg  Config
+		ok   bool
+	}{
+		{name: "defaults", cfg: Config{}, ok: true},
+		{name: "unknown command", cfg: Config{Command: "get"}},
+		{name: "INCR with a batch", cfg: Config{Batch: 5}},
+		{name: "tag with a space", cfg: Config{Tag: "a b"}},
+		{name: "empty address", cfg: Config{Addrs: []string{"127.0.0.1:1", ""}}},
+		{name: "segment batch", cfg: Config{Command: CmdSegment, Batch: 100}, ok: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if err := tt.cfg.Validate(); (err == nil) != tt.ok {
+				t.Errorf("Validate() = %v, want ok %v", err, tt.ok)
+			}
+		})
+	}
+}
+
+func TestRunDialError(t *testing.T) {
+	addr := fakeServer(t, 1)
+	_, err := Run(context.Background(), Config{Addrs: []string{addr, "127.0.0.1:1"}, Clients: 2, Requests: 1})
+	if err == nil || !strings.Contains(err.Error(), "127.0.0.1:1") {
+		t.Errorf("got %v, want a dial error naming 127.0.0.1:1", err)
+	}
+}
