@@ -148,6 +148,10 @@ func openSnowflake(ctx context.Context, cfg Config, log *zap.Logger) (*snowflake
 	fcfg.LeaseWindow = cfg.LeaseWindow
 	fcfg.MaxStartWait = cfg.StartWaitMax
 	fcfg.MaxBatch = cfg.MaxBatch
+	// The epoch can only be checked against the clock; name the options in the message.
+	if err := fcfg.Validate(); err != nil {
+		return nil, nil, fmt.Errorf("--snowflake-epoch %d, --snowflake-bits %s: %w", cfg.SnowflakeEpoch, cfg.SnowflakeBits, err)
+	}
 
 	var src snowflake.WorkerSource
 	var err error

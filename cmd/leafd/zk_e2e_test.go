@@ -731,3 +731,18 @@ func TestZKKillRestartsUnderLoad(t *testing.T) {
 		})
 	}
 }
+
+// TestZKBadEpoch: an epoch in the future or before 1970 stops the start with a message naming
+// the option.
+func TestZKBadEpoch(t *testing.T) {
+	zkAddr := testenv.ZKAddr(t)
+	for _, epoch := range []string{strconv.FormatInt(time.Now().Add(time.Hour).UnixMilli(), 10), "-1"} {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		args := append(zkArgs(t, zkAddr, zkTestName(t), "--snowflake-epoch", epoch), "--data-dir", t.TempDir())
+		out, err := exec.CommandContext(ctx, leafdBin, args...).CombinedOutput()
+		cancel()
+		if err == nil || !strings.Contains(string(out), "--snowflake-epoch "+epoch) {
+			t.Errorf("epoch %s: got %v, want a start failure naming --snowflake-epoch\n%s", epoch, err, out)
+		}
+	}
+}
