@@ -245,6 +245,15 @@ func (s *Server) accept(nc net.Conn) {
 			delete(s.conns, c)
 			s.mu.Unlock()
 		}()
+		// A bug in a command must cost one connection, not the process (and every other
+		// client with it). The deferred recover is set up once per connection, not per command.
+		defer func() {
+			if r := recover(); r != nil {
+				s.log.Error("command panicked; connection closed", zap.Any("panic", r),
+					zap.String("client", c.remote), zap.Stack("stack"))
+				_ = c.nc.Close()
+			}
+		}()
 		c.serve()
 	}()
 }
