@@ -8,7 +8,8 @@ import (
 )
 
 // maxRangeEnd bounds range ends so that a cursor pushed past its end by failed takers can
-// never overflow int64 (it would need 2^62 failed takes).
+// never overflow int64: a failed take adds 1 (it would need 2^62 of them), NextN never moves
+// the cursor past the end, AppendIDs adds only while the cursor is below the end.
 const maxRangeEnd = math.MaxInt64 / 2
 
 // seg is one leased range [start, end). It is immutable except for its cursor, so a taker

@@ -159,17 +159,26 @@ func (g *Generator) NextN(tag string, n int64) (int64, error) {
 				return 0, tagError(tag, ErrLimit,
 					fmt.Sprintf("count %d exceeds what one segment holds (max %d)", n, size))
 			}
-			v0 := s.cursor.Add(n) - n
-			if last := v0 + n - 1; last < s.end {
-				if last >= s.threshold && b.flags.Load() == 0 {
-					g.preload(b)
+			// CAS, not Add: a failed Add(n) would push the cursor n past the end each time,
+			// and repeated INCRBY calls while no segment can be loaded would wrap it.
+			// c < end <= maxRangeEnd and n <= size, so c+n cannot overflow.
+			for c := s.cursor.Load(); c < s.end; c = s.cursor.Load() {
+				if c+n <= s.end {
+					if !s.cursor.CompareAndSwap(c, c+n) {
+						continue
+					}
+					last := c + n - 1
+					if last >= s.threshold && b.flags.Load() == 0 {
+						g.preload(b)
+					}
+					return last, nil
 				}
-				return last, nil
-			}
-			if v0 < s.end {
-				b.mu.Lock()
-				b.abandoned += s.end - v0
-				b.mu.Unlock()
+				if s.cursor.CompareAndSwap(c, s.end) { // the rest does not fit: abandon it
+					b.mu.Lock()
+					b.abandoned += s.end - c
+					b.mu.Unlock()
+					break
+				}
 			}
 		}
 		if err := g.advance(b, s, &w); err != nil {
@@ -194,7 +203,8 @@ func (g *Generator) AppendIDs(dst []int64, tag string, n int) ([]int64, error) {
 	var w waiter
 	for left := int64(n); left > 0; {
 		s := b.cur.Load()
-		if s != nil {
+		// The Load keeps failed calls from pushing an exhausted cursor further (see NextN).
+		if s != nil && s.cursor.Load() < s.end {
 			if v0 := s.cursor.Add(left) - left; v0 < s.end {
 				m := min(left, s.end-v0)
 				for v := v0; v < v0+m; v++ {

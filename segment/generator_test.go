@@ -929,3 +929,92 @@ func TestCloseDrainsQueue(t *testing.T) {
 		t.Fatal("queued load still marked loading after Close")
 	}
 }
+
+// Failed NextN calls on an exhausted segment must not push its cursor without bound: with a
+// large step, a few INCRBY calls while the store is down would wrap the int64 cursor and hand
+// out negative IDs, then IDs of the range already served.
+func TestNextNFailedTakesDoNotWrapCursor(t *testing.T) {
+	clk := newFakeClock()
+	const step = int64(1) << 61
+	st := newFakeStore(map[string]int64{"a": step})
+	cfg := testConfig(clk)
+	g := newTestGen(t, cfg, st, newFakeMarks())
+	if got, err := g.NextN("a", step); err != nil || got != step {
+		t.Fatalf("NextN(2^61) = %d, %v; want %d", got, err, step)
+	}
+	waitIdle(t, g, "a")
+	st.set(func(s *fakeStore) { s.fail = errors.New("store down") })
+	for i := range 20 {
+		clk.Advance(time.Second) // past RetryBackoff: every call may try a load
+		got, err := g.NextN("a", step)
+		if err == nil {
+			t.Fatalf("call %d with the store down: got ID %d, want an error", i, got)
+		}
+	}
+	for i := range 20 {
+		if got, err := g.AppendIDs(nil, "a", 1); err == nil {
+			t.Fatalf("AppendIDs %d with the store down: got %v, want an error", i, got)
+		}
+	}
+}
+
+// Next, NextN and AppendIDs racing across many switches: every ID once, inside a leased range.
+func TestMixedTakersConcurrent(t *testing.T) {
+	clk := newFakeClock()
+	st := newFakeStore(map[string]int64{"a": 16})
+	cfg := testConfig(clk)
+	cfg.MaxStep = 16
+	cfg.WaitTimeout = 10 * time.Second
+	g := newTestGen(t, cfg, st, newFakeMarks())
+	const workers, per = 6, 1500
+	results := make([][]int64, workers)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var ids []int64
+			for i := range per {
+				switch (w + i) % 3 {
+				case 0:
+					v, err := g.Next("a")
+					if err != nil {
+						t.Errorf("Next: %v", err)
+						return
+					}
+					ids = append(ids, v)
+				case 1:
+					n := int64(1 + i%5)
+					r, err := g.NextN("a", n)
+					if err != nil {
+						t.Errorf("NextN(%d): %v", n, err)
+						return
+					}
+					for v := r - n + 1; v <= r; v++ {
+						ids = append(ids, v)
+					}
+				default:
+					var err error
+					if ids, err = g.AppendIDs(ids, "a", 1+i%7); err != nil {
+						t.Errorf("AppendIDs: %v", err)
+						return
+					}
+				}
+			}
+			results[w] = ids
+		}()
+	}
+	wg.Wait()
+	seen := map[int64]bool{}
+	for _, ids := range results {
+		for _, v := range ids {
+			if seen[v] {
+				t.Fatalf("duplicate ID %d", v)
+			}
+			seen[v] = true
+			if !st.inLeased("a", v) {
+				t.Fatalf("ID %d outside every leased range", v)
+			}
+		}
+	}
+}
