@@ -21,6 +21,9 @@ type localState struct {
 	Source          string `json:"source,omitempty"`
 	Addr            string `json:"addr,omitempty"` // zookeeper: ip:port
 	Name            string `json:"name,omitempty"` // zookeeper: cluster name
+	// Reuse (zookeeper): written by a run with worker reuse on, whose id a successor may take
+	// over once it is gone; such a cache is not used without ZooKeeper.
+	Reuse bool `json:"reuse,omitempty"`
 }
 
 // localFile is a JSON state file guarded by an exclusive flock on "<path>.lock" (a separate file,

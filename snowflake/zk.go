@@ -142,7 +142,8 @@ type zkLive struct {
 // the cache's reserved_until.
 //
 // Without reuse (Leaf's model) an id belongs to its ip:port forever. If ZooKeeper is unreachable
-// on start, the cached id is used; Extend persists reserved_until in the cache first and copies it
+// on start, the cached id is used (unless the cache was written by a run with reuse: that id
+// may have been taken over since); Extend persists reserved_until in the cache first and copies it
 // to ZooKeeper in the background, so the instance keeps serving through an outage. Without ZK
 // and without a cache, Acquire fails with ErrSourceUnavailable (the generator then waits in the
 // no-worker state).
@@ -336,9 +337,16 @@ func (s *ZKSource) Acquire(ctx context.Context) (Worker, error) {
 	if !unavailable(err) {
 		return Worker{}, err
 	}
-	if s.cfg.Reuse || !hasCache {
-		return Worker{}, fmt.Errorf("%w: zookeeper unreachable (%v) and no usable local cache%s", ErrSourceUnavailable, err,
-			map[bool]string{true: " (worker reuse needs ZooKeeper to start)", false: ""}[s.cfg.Reuse])
+	if s.cfg.Reuse || !hasCache || cache.Reuse {
+		why := ""
+		switch {
+		case s.cfg.Reuse:
+			why = " (worker reuse needs ZooKeeper to start)"
+		case hasCache:
+			// The previous run used reuse: its id may have been taken over since.
+			why = " (the cached worker id was used with worker reuse; ZooKeeper must confirm it is still ours)"
+		}
+		return Worker{}, fmt.Errorf("%w: zookeeper unreachable (%v) and no usable local cache%s", ErrSourceUnavailable, err, why)
 	}
 	if cache.WorkerID > s.cfg.MaxWorkerID {
 		return Worker{}, fmt.Errorf("snowflake: cached worker id %d above the layout's maximum %d", cache.WorkerID, s.cfg.MaxWorkerID)
@@ -508,7 +516,8 @@ func (s *ZKSource) acquireZK(ctx context.Context, cache localState, hasCache boo
 	s.session = s.conn.SessionID()
 	s.zkUntil = node.ReservedUntil
 	s.cacheHigh = bound
-	if err := s.cache.write(localState{WorkerID: id, ReservedUntilMs: bound, Source: "zookeeper", Addr: s.cfg.Addr, Name: s.cfg.Name}); err != nil {
+	if err := s.cache.write(localState{WorkerID: id, ReservedUntilMs: bound, Source: "zookeeper", Addr: s.cfg.Addr, Name: s.cfg.Name,
+		Reuse: s.cfg.Reuse}); err != nil {
 		return Worker{}, err
 	}
 	s.log.Info("snowflake: worker id from zookeeper", zap.Int64("worker_id", id), zap.String("node", path),
@@ -717,7 +726,7 @@ func (s *ZKSource) Extend(ctx context.Context, until time.Time) error {
 		return err
 	}
 	u := until.UnixMilli()
-	st := localState{WorkerID: s.id, ReservedUntilMs: u, Source: "zookeeper", Addr: s.cfg.Addr, Name: s.cfg.Name}
+	st := localState{WorkerID: s.id, ReservedUntilMs: u, Source: "zookeeper", Addr: s.cfg.Addr, Name: s.cfg.Name, Reuse: s.cfg.Reuse}
 	if s.cfg.Reuse {
 		if err := s.writeNodeLocked(ctx, u); err != nil {
 			return err

@@ -557,3 +557,45 @@ func TestZooKeeperOutage(t *testing.T) {
 		t.Errorf("new instance got worker %d (cached instance has %d)", id, w.ID)
 	}
 }
+
+// An instance that ran with worker reuse and restarts without it while ZooKeeper is down must
+// not serve its cached id: the id may have been taken over by a reuse successor meanwhile, and
+// only ZooKeeper can tell (the own-node path checks it; the cache fallback cannot).
+func TestZKCacheOfReuseRunNotUsedWithoutZooKeeper(t *testing.T) {
+	addr := zkServer(t)
+	ctx := context.Background()
+	name := randomName(t)
+	dirA := t.TempDir()
+
+	cfgA := zkCfg(addr, name, "10.0.8.1:6380", dirA)
+	cfgA.Reuse = true
+	a, err := NewZKSource(cfgA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wa := acquire(t, a)
+	if err := a.Extend(ctx, time.Now().Add(100*time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	a.Close() // A is gone: its live node goes with its session
+
+	cfgB := zkCfg(addr, name, "10.0.8.2:6380", t.TempDir())
+	cfgB.Reuse = true
+	b := newZK(t, cfgB)
+	if wb := acquire(t, b); wb.ID != wa.ID {
+		t.Fatalf("B got worker %d, want A's %d taken over", wb.ID, wa.ID)
+	}
+
+	// A restarts without reuse, ZooKeeper unreachable from it: its cache names the id B holds.
+	cfgA2 := zkCfg("127.0.0.1:1", name, "10.0.8.1:6380", dirA)
+	a2 := newZK(t, cfgA2)
+	actx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	w, err := a2.Acquire(actx)
+	if err == nil {
+		t.Fatalf("A without reuse and without ZooKeeper: got worker %+v from the cache, held by B; want an error", w)
+	}
+	if !errors.Is(err, ErrSourceUnavailable) {
+		t.Fatalf("got %v, want ErrSourceUnavailable (retry until ZooKeeper answers)", err)
+	}
+}
