@@ -88,7 +88,6 @@ type buffer struct {
 	loading    bool
 	done       chan struct{} // closed when the running load ends; nil when none runs
 	initOK     bool          // a load succeeded once (the step state is valid)
-	markKnown  bool          // mark was read from Marks
 	mark       int64         // highest range end granted (durable in Marks)
 	step       int64         // size of the latest segment (the current dynamic step)
 	minStep    int64         // the stored step (leaf_alloc.step) at the latest load

@@ -88,20 +88,21 @@ type maxIDReader interface {
 func (g *Generator) fetch(ctx context.Context, b *buffer) (*seg, error) {
 	b.mu.Lock()
 	first, step, minStep, last := !b.initOK, b.step, b.minStep, b.lastRefill
-	markKnown, mark := b.markKnown, b.mark
+	mark := b.mark
 	regressed := errors.Is(b.lastErr, ErrRegression)
 	b.mu.Unlock()
 
-	if !markKnown {
-		m, err := g.marks.Mark(b.tag)
-		if err != nil {
-			return nil, fmt.Errorf("read mark: %w", err)
-		}
-		mark = m
-		b.mu.Lock()
-		b.mark, b.markKnown = m, true
-		b.mu.Unlock()
+	// Read the durable mark on every load, not once per buffer: another buffer of this tag
+	// (a buffer dropped by a refresh while requests still hold it, and its replacement) may
+	// have raised it since.
+	m, err := g.marks.Mark(b.tag)
+	if err != nil {
+		return nil, fmt.Errorf("read mark: %w", err)
 	}
+	mark = max(mark, m)
+	b.mu.Lock()
+	b.mark = max(b.mark, mark)
+	b.mu.Unlock()
 
 	// After a regression, look before leasing: each refused Allocate still pushes max_id up
 	// by a step, so retries alone would walk the table back up to this instance's mark and

@@ -61,3 +61,43 @@ func TestRegressionRetriesDoNotAllocate(t *testing.T) {
 		t.Fatalf("got %d after max_id was raised to 1000, want 1000", got)
 	}
 }
+
+// A buffer dropped by a tag refresh can still load for requests that hold it, while its
+// replacement raises the durable mark. The dropped buffer must compare a new range with the
+// durable mark, not with the mark it read when it was created: else, after a store regression,
+// it accepts the range its replacement already serves.
+func TestRegressionGuardSeesMarkOfReplacementBuffer(t *testing.T) {
+	clk := newFakeClock()
+	st := newFakeStore(map[string]int64{"a": 100})
+	cfg := testConfig(clk)
+	cfg.MaxStep = 100
+	g := newTestGen(t, cfg, st, newFakeMarks())
+	old, err := g.buffer("a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustNext(t, g, "a") // old serves [1, 101)
+	waitIdle(t, g, "a")
+	g.drop(old) // as a refresh that did not list the tag
+	if got := mustNext(t, g, "a"); got != 101 {
+		t.Fatalf("replacement buffer: got %d, want 101", got)
+	}
+	st.set(func(s *fakeStore) { s.lower["a"] = 100 }) // the store forgets [101, 201)
+
+	// A request still holding old loads its next segment.
+	old.mu.Lock()
+	g.startLoadLocked(old)
+	done := old.done
+	old.mu.Unlock()
+	g.submit(old)
+	<-done
+	old.mu.Lock()
+	next, lerr := old.next, old.lastErr
+	old.mu.Unlock()
+	if next != nil {
+		t.Fatalf("dropped buffer accepted [%d, %d), which its replacement serves", next.start, next.end)
+	}
+	if !errors.Is(lerr, ErrRegression) {
+		t.Fatalf("got %v, want ErrRegression", lerr)
+	}
+}
