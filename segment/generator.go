@@ -574,19 +574,25 @@ func (g *Generator) refresh(ctx context.Context) error {
 		return fmt.Errorf("segment: list tags: %w", err)
 	}
 	want := make(map[string]struct{}, len(names))
+	// MySQL's default collations compare biz_tag case-insensitively: the store serves "Foo"
+	// from row "foo" but lists "foo". Keep such buffers (tags are ASCII); a buffer whose row
+	// is really gone is dropped by its next load (ErrUnknownTag).
+	folded := make(map[string]struct{}, len(names))
 	for _, n := range names {
 		if err := ValidateTag(n); err != nil {
 			g.log.Warn("segment: store has a tag that cannot be served", zap.Error(err))
 			continue
 		}
 		want[n] = struct{}{}
+		folded[strings.ToLower(n)] = struct{}{}
 	}
 	g.mu.Lock()
 	old := *g.tags.Load()
 	m := make(map[string]*buffer, len(want))
 	var dropped []*buffer
 	for k, b := range old {
-		if _, ok := want[k]; ok || b.gen >= gen {
+		_, ok := folded[strings.ToLower(k)]
+		if ok || b.gen >= gen {
 			m[k] = b
 		} else {
 			dropped = append(dropped, b)

@@ -1018,3 +1018,35 @@ func TestMixedTakersConcurrent(t *testing.T) {
 		}
 	}
 }
+
+// ciStore compares tag names case-insensitively, like MySQL's default collations: Allocate of
+// "Foo" leases from row "foo", and Tags lists "foo".
+type ciStore struct{ *fakeStore }
+
+func (s ciStore) Allocate(ctx context.Context, tag string, step int64) (Alloc, error) {
+	return s.fakeStore.Allocate(ctx, strings.ToLower(tag), step)
+}
+
+// A tag served by the store under another letter case must not be dropped by every refresh:
+// each drop abandoned the current segment, reset the dynamic step and made the next request
+// wait for a synchronous load.
+func TestRefreshKeepsTagOfOtherCase(t *testing.T) {
+	clk := newFakeClock()
+	st := newFakeStore(map[string]int64{"foo": 10})
+	g := newTestGen(t, testConfig(clk), ciStore{st}, newFakeMarks())
+	mustNext(t, g, "Foo")
+	waitIdle(t, g, "Foo")
+	allocs := st.allocCount()
+	if err := g.refresh(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.Info("Foo"); err != nil {
+		t.Fatalf("after a refresh listing %q: %v; want %q still held", "foo", err, "Foo")
+	}
+	if got := mustNext(t, g, "Foo"); got != 2 {
+		t.Fatalf("got %d, want 2 (the same segment)", got)
+	}
+	if got := st.allocCount(); got != allocs {
+		t.Fatalf("got %d more Allocate calls, want 0", got-allocs)
+	}
+}
