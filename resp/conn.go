@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"os"
+	"runtime"
 	"sync/atomic"
 	"time"
 )
@@ -190,6 +191,12 @@ func (c *Conn) serve() {
 		if c.srv.closing.Load() {
 			return
 		}
+		// Let the other connections run before reading: by the time this one is scheduled
+		// again its client has usually sent the next request, so the read finds data instead
+		// of costing an extra read that fails with EAGAIN before the goroutine parks (a third
+		// of all reads in a profile under redis-benchmark). Measured: p99 0.51-0.68 ms instead
+		// of 0.73-0.97 ms unpipelined (docs/BENCHMARKS.md).
+		runtime.Gosched()
 		n, err := c.nc.Read(c.buf[c.w:])
 		c.w += n
 		if err != nil && n == 0 {
