@@ -47,6 +47,7 @@ type Config struct {
 	TagRefresh      time.Duration
 	LoadTimeout     time.Duration
 	MySQLMaxConns   int
+	MySQLLifetime   time.Duration
 	MySQLCreate     bool
 	SnowflakeEpoch  int64
 	SnowflakeBits   string
@@ -92,6 +93,7 @@ func flagSet(c *Config) *flag.FlagSet {
 	fs.DurationVar(&c.TagRefresh, "tag-refresh", time.Minute, "period of the tag list refresh from the store")
 	fs.DurationVar(&c.LoadTimeout, "load-timeout", 3*time.Second, "timeout of one segment allocation in the store")
 	fs.IntVar(&c.MySQLMaxConns, "mysql-max-conns", 8, "MySQL connection pool size")
+	fs.DurationVar(&c.MySQLLifetime, "mysql-conn-max-lifetime", 3*time.Minute, "recycle MySQL connections older than this (keep it below proxy and server idle limits)")
 	fs.BoolVar(&c.MySQLCreate, "mysql-create-table", true, "create leaf_alloc when it is missing")
 	fs.Int64Var(&c.SnowflakeEpoch, "snowflake-epoch", 1288834974657, "snowflake epoch, Unix ms (Leaf's default)")
 	fs.StringVar(&c.SnowflakeBits, "snowflake-bits", "41/10/12", "snowflake layout: time/worker/sequence bits, summing to 63")
@@ -224,6 +226,9 @@ func (c Config) Validate() error {
 	}
 	if c.PreloadRatio <= 0 || c.PreloadRatio >= 1 {
 		bad("--preload-ratio %v: must be in (0, 1)", c.PreloadRatio)
+	}
+	if c.MySQLMaxConns < 1 || c.MySQLLifetime <= 0 {
+		bad("--mysql-max-conns and --mysql-conn-max-lifetime must be positive")
 	}
 	if c.WaitTimeout <= 0 || c.LoadTimeout <= 0 || c.TagRefresh <= 0 {
 		bad("--wait-timeout, --load-timeout and --tag-refresh must be positive")

@@ -21,6 +21,7 @@ func openMySQL(ctx context.Context, cfg Config, log *zap.Logger) (segment.Store,
 	mcfg.DSN = cfg.MySQLDSN
 	mcfg.MaxOpenConns = cfg.MySQLMaxConns
 	mcfg.MaxIdleConns = cfg.MySQLMaxConns
+	mcfg.ConnMaxLifetime = cfg.MySQLLifetime
 	mcfg.QueryTimeout = cfg.LoadTimeout
 	mcfg.CreateTable = cfg.MySQLCreate
 	st, err := segment.OpenMySQL(ctx, mcfg, log.Named("mysql"))
