@@ -20,6 +20,9 @@ func protoErr(msg string) error { return &ProtocolError{msg: msg} }
 // A header that long without its CRLF is garbage, not a header still arriving.
 const maxHeaderLen = 32
 
+// maxKeptArgs bounds the argument count the parser keeps room for between commands.
+const maxKeptArgs = 1024
+
 // Limits bound what one request may make the server hold. A zero field takes the default
 // of DefaultLimits.
 type Limits struct {
@@ -105,6 +108,14 @@ var errIncomplete = errors.New("incomplete")
 // n > 0 (an empty line or "*0"), which is no command at all. authed selects the limits.
 func (p *Parser) Next(b []byte, authed bool) (args [][]byte, n int, err error) {
 	if !p.inCmd {
+		// The argument tables of one huge command (up to MaxMultibulk arguments, several
+		// times the bytes of the command) are not kept for the rest of the connection.
+		if cap(p.args) > maxKeptArgs {
+			p.args = make([][]byte, 0, 8)
+		}
+		if cap(p.offs) > 2*maxKeptArgs {
+			p.offs = make([]int, 0, 16)
+		}
 		if len(b) == 0 {
 			return nil, 0, nil
 		}

@@ -3,6 +3,7 @@ package resp
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -198,5 +199,27 @@ func parseAll(t *testing.T, in []byte, cut int, authed bool) string {
 		}
 		out.WriteByte('\n')
 		start += n
+	}
+}
+
+// TestParserReleasesLargeArgLists: one command with a huge argument count must not leave the
+// parser holding argument tables sized for it for the rest of the connection (the read buffer
+// is given back after such a command; the tables must be too).
+func TestParserReleasesLargeArgLists(t *testing.T) {
+	var big bytes.Buffer
+	const n = 100000
+	fmt.Fprintf(&big, "*%d\r\n", n)
+	for i := 0; i < n; i++ {
+		big.WriteString("$0\r\n\r\n")
+	}
+	p := NewParser(Limits{})
+	if args, _, err := p.Next(big.Bytes(), true); err != nil || len(args) != n {
+		t.Fatalf("big command: got %d args, %v", len(args), err)
+	}
+	if args, _, err := p.Next([]byte("*1\r\n$4\r\nPING\r\n"), true); err != nil || len(args) != 1 {
+		t.Fatalf("PING: got %q, %v", args, err)
+	}
+	if cap(p.args) > 1024 || cap(p.offs) > 2048 {
+		t.Errorf("after a small command the parser still holds room for %d args and %d offsets", cap(p.args), cap(p.offs))
 	}
 }
