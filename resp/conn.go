@@ -136,6 +136,9 @@ func (c *Conn) serve() {
 		c.now = c.srv.now()
 		// Run every complete command in the buffer.
 		for c.r < c.w {
+			if c.srv.killed.Load() {
+				return
+			}
 			args, n, err := c.parser.Next(c.buf[c.r:c.w], c.authed)
 			if err != nil {
 				var pe *ProtocolError
@@ -180,8 +183,8 @@ func (c *Conn) serve() {
 		}
 		if cfg.IdleTimeout > 0 {
 			// Re-arming a deadline costs a runtime timer update, so do it at most once a
-			// second; the idle limit is then honoured to within a second.
-			if c.now.Sub(c.readArmed) > time.Second {
+			// second (rearmEvery); the idle limit is then honoured to within a second.
+			if c.now.Sub(c.readArmed) > c.srv.readRearm {
 				c.readArmed = c.now
 				_ = c.nc.SetReadDeadline(c.now.Add(cfg.IdleTimeout))
 			}
@@ -257,7 +260,7 @@ func (c *Conn) flush() bool {
 		return true
 	}
 	if wt := c.srv.cfg.WriteTimeout; wt > 0 {
-		if c.now.Sub(c.writeArmed) > time.Second {
+		if c.now.Sub(c.writeArmed) > c.srv.writeRearm {
 			c.writeArmed = c.now
 			_ = c.nc.SetWriteDeadline(c.now.Add(wt))
 		}

@@ -124,6 +124,10 @@ type Server struct {
 	stats   counters
 	nextID  atomic.Int64
 	closing atomic.Bool
+	killed  atomic.Bool // Shutdown's context ended: stop running buffered commands
+
+	// How often the connections push their read and write deadlines forward (rearmEvery).
+	readRearm, writeRearm time.Duration
 
 	mu    sync.Mutex
 	ln    net.Listener
@@ -142,7 +146,18 @@ func NewServer(cfg Config, h Handler, log *zap.Logger) (*Server, error) {
 	return &Server{
 		cfg: cfg, handler: h, log: log, now: cfg.Now, started: cfg.Now(),
 		conns: make(map[*Conn]struct{}), done: make(chan struct{}),
+		readRearm: rearmEvery(cfg.IdleTimeout), writeRearm: rearmEvery(cfg.WriteTimeout),
 	}, nil
+}
+
+// rearmEvery is how often a deadline of timeout d is pushed forward. Re-arming costs a
+// runtime timer update, so it is done at most once a second; a short timeout is re-armed more
+// often (every quarter of it), or a busy client would hit a deadline armed a second ago.
+func rearmEvery(d time.Duration) time.Duration {
+	if q := d / 4; q < time.Second {
+		return q
+	}
+	return time.Second
 }
 
 // Listen binds addr; Serve must be called next.
@@ -213,9 +228,7 @@ func (s *Server) accept(nc net.Conn) {
 	}
 	if s.stats.connected.Load() >= int64(s.cfg.MaxClients) {
 		s.stats.rejected.Add(1)
-		_ = nc.SetWriteDeadline(s.now().Add(time.Second))
-		_, _ = nc.Write([]byte("-ERR max number of clients reached\r\n"))
-		_ = nc.Close()
+		s.reject(nc)
 		return
 	}
 	now := s.now()
@@ -258,6 +271,26 @@ func (s *Server) accept(nc net.Conn) {
 	}()
 }
 
+// reject answers a client over the limit and closes it. It writes on a goroutine of its own
+// with a deadline on both directions: over TLS the write first runs the handshake, which reads
+// the client's hello, and a client that never sends one must not stall the accept loop.
+func (s *Server) reject(nc net.Conn) {
+	s.mu.Lock()
+	if s.closing.Load() {
+		s.mu.Unlock()
+		_ = nc.Close()
+		return
+	}
+	s.wg.Add(1)
+	s.mu.Unlock()
+	go func() {
+		defer s.wg.Done()
+		_ = nc.SetDeadline(s.now().Add(time.Second))
+		_, _ = nc.Write([]byte("-ERR max number of clients reached\r\n"))
+		_ = nc.Close()
+	}()
+}
+
 // Shutdown stops accepting, wakes every connection so it finishes the commands it has read,
 // sends their replies and closes, and waits for them. When ctx ends first the remaining
 // connections are closed at once. It is idempotent.
@@ -283,6 +316,10 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	case <-waited:
 		return nil
 	case <-ctx.Done():
+		// Connections stop before their next buffered command: a long pipeline of commands
+		// that each wait (for a segment, say) would otherwise keep Shutdown waiting after
+		// the connections are closed.
+		s.killed.Store(true)
 		s.mu.Lock()
 		for c := range s.conns {
 			_ = c.nc.Close()

@@ -3,9 +3,17 @@ package resp
 import (
 	"bufio"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
 	"fmt"
 	"io"
+	"math/big"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -108,5 +116,173 @@ func TestShutdownDeliversInFlightReplies(t *testing.T) {
 	}
 	if _, err := net.DialTimeout("tcp", addr.String(), time.Second); err == nil {
 		t.Errorf("server still accepts after Shutdown")
+	}
+}
+
+// selfSigned returns a throwaway certificate for 127.0.0.1.
+func selfSigned(t *testing.T) tls.Certificate {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1),
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(time.Hour),
+		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1")},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+}
+
+var pong = HandlerFunc(func(c *Conn, args [][]byte) { c.WriteSimple("PONG") })
+
+// TestMaxClientsTLSSilentClient: with TLS and every slot taken, a client that connects and
+// never starts its handshake must not stop the server from accepting the next client once a
+// slot is free (the max-clients reply is written over TLS, which first reads a ClientHello).
+func TestMaxClientsTLSSilentClient(t *testing.T) {
+	cert := selfSigned(t)
+	addr := startTestServer(t, Config{MaxClients: 1, TLS: &tls.Config{Certificates: []tls.Certificate{cert}}}, pong)
+	ccfg := &tls.Config{InsecureSkipVerify: true}
+	ping := func() (string, error) {
+		c, err := tls.DialWithDialer(&net.Dialer{Timeout: time.Second}, "tcp", addr, ccfg)
+		if err != nil {
+			return "", err
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(time.Second))
+		fmt.Fprint(c, "PING\r\n")
+		return bufio.NewReader(c).ReadString('\n')
+	}
+	first, err := tls.Dial("tcp", addr, ccfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = first.SetDeadline(time.Now().Add(5 * time.Second))
+	fmt.Fprint(first, "PING\r\n")
+	if line, err := bufio.NewReader(first).ReadString('\n'); line != "+PONG\r\n" {
+		t.Fatalf("first client: got %q, %v", line, err)
+	}
+	silent, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	time.Sleep(100 * time.Millisecond) // the server accepts it and rejects it: no slot
+	first.Close()
+	deadline := time.Now().Add(4 * time.Second)
+	for {
+		line, err := ping()
+		if line == "+PONG\r\n" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no client served after a slot freed up: last got %q, %v", line, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestShutdownTimeoutStopsPipeline: when Shutdown's context ends, a connection with many slow
+// commands still buffered stops running them; Shutdown returns soon after, not after the
+// whole pipeline.
+func TestShutdownTimeoutStopsPipeline(t *testing.T) {
+	started := make(chan struct{}, 1)
+	srv, err := NewServer(Config{}, HandlerFunc(func(c *Conn, args [][]byte) {
+		select {
+		case started <- struct{}{}:
+		default:
+		}
+		time.Sleep(100 * time.Millisecond) // e.g. a bounded wait for a segment
+		c.WriteSimple("OK")
+	}), zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr, err := srv.Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.Serve() }()
+	conn, err := net.Dial("tcp", addr.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprint(conn, strings.Repeat("SLOW\r\n", 100)) // 10 s of work
+	<-started
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	if err := srv.Shutdown(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Shutdown: got %v, want deadline exceeded", err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("Shutdown took %v after its context ended at 200ms", d)
+	}
+}
+
+// TestSubSecondTimeouts: an idle timeout below the deadline re-arming interval (one second)
+// must still let an active client go on.
+func TestSubSecondTimeouts(t *testing.T) {
+	addr := startTestServer(t, Config{IdleTimeout: 300 * time.Millisecond, WriteTimeout: 300 * time.Millisecond}, pong)
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+	r := bufio.NewReader(conn)
+	for i := 0; i < 15; i++ { // 1.5 s, a request every 100 ms
+		fmt.Fprint(conn, "PING\r\n")
+		if line, err := r.ReadString('\n'); line != "+PONG\r\n" {
+			t.Fatalf("request %d at %v: got %q, %v; want +PONG", i, time.Duration(i)*100*time.Millisecond, line, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestSplitPipelineCompaction: a pipeline of commands of many sizes, written in chunks that
+// cut commands anywhere, so partial commands sit at the end of the buffer when it is compacted
+// and grown; every reply must come back intact and in order.
+func TestSplitPipelineCompaction(t *testing.T) {
+	echo := HandlerFunc(func(c *Conn, args [][]byte) { c.WriteBulk(args[len(args)-1]) })
+	addr := startTestServer(t, Config{}, echo)
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	var req, want strings.Builder
+	for i := 0; i < 2000; i++ {
+		arg := strings.Repeat(string(rune('a'+i%26)), (i*7919)%40000)
+		if i%3 == 0 {
+			fmt.Fprintf(&req, "*2\r\n$4\r\nECHO\r\n$%d\r\n%s\r\n", len(arg), arg)
+		} else {
+			fmt.Fprintf(&req, "*3\r\n$1\r\nX\r\n$1\r\ny\r\n$%d\r\n%s\r\n", len(arg), arg)
+		}
+		fmt.Fprintf(&want, "$%d\r\n%s\r\n", len(arg), arg)
+	}
+	go func() {
+		b := []byte(req.String())
+		for i, step := 0, 1; i < len(b); step = step*31%16381 + 1 {
+			j := min(i+step, len(b))
+			if _, err := conn.Write(b[i:j]); err != nil {
+				return
+			}
+			i = j
+		}
+	}()
+	got := make([]byte, want.Len())
+	if _, err := io.ReadFull(conn, got); err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != want.String() {
+		t.Fatal("replies differ from the arguments sent")
 	}
 }
