@@ -157,6 +157,11 @@ func (p *proc) signal(sig syscall.Signal) {
 	switch sig {
 	case syscall.SIGSTOP:
 		p.paused = true
+		// kill(2) only queues the stop: each thread stops when it next leaves the kernel. Wait
+		// until every thread is stopped, so that what the test does next meets a frozen server.
+		if !waitStopped(p.cmd.Process.Pid, 5*time.Second) {
+			p.t.Fatalf("testenv: %s not stopped 5s after SIGSTOP", p.name)
+		}
 	case syscall.SIGCONT:
 		p.paused = false
 	}
