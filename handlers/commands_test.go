@@ -7,6 +7,7 @@ import (
 	"io"
 	"reflect"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -542,5 +543,60 @@ func TestIncrAllocs(t *testing.T) {
 	// a little; a per-INCR allocation would show as >= 1.
 	if per > 0.1 {
 		t.Errorf("got %.3f allocations per INCR on the server path, want 0", per)
+	}
+}
+
+// TestRedisWording compares replies with what redis-server 7.0.15 sends for the same input
+// (recorded with redis-cli against it).
+func TestRedisWording(t *testing.T) {
+	a100, b100 := strings.Repeat("a", 100), strings.Repeat("b", 100)
+	tests := []struct {
+		name string
+		pass string // requirepass
+		in   string // inline commands on one connection
+		want []string
+	}{
+		{"unknown command args clipped at 128 bytes", "", "FOO " + a100 + " " + b100 + " c\r\n",
+			[]string{"-ERR unknown command 'FOO', with args beginning with: '" + a100 + "' '" + b100[:25] + "' \r\n"}},
+		{"AUTH default without a password configured", "", "AUTH default x\r\n", []string{"+OK\r\n"}},
+		{"AUTH other user without a password configured", "", "AUTH bob x\r\n",
+			[]string{"-WRONGPASS invalid username-password pair or user is disabled.\r\n"}},
+		{"HELLO AUTH without a password configured", "", "HELLO 2 AUTH default x\r\nPING\r\n",
+			[]string{"*14\r\n", "+PONG\r\n"}},
+		{"arity is checked before AUTH", "pw", "INCR\r\n",
+			[]string{"-ERR wrong number of arguments for 'incr' command\r\n"}},
+		{"HELLO unauthenticated", "pw", "HELLO 3\r\n",
+			[]string{"-NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time\r\n"}},
+		{"HELLO bad name before AUTH", "pw", "HELLO 3 SETNAME a\x01b\r\n",
+			[]string{"-ERR Client names cannot contain spaces, newlines or special characters.\r\n"}},
+		{"HELLO syntax error does not authenticate", "pw", "HELLO 2 AUTH default pw BAD\r\nPING\r\n",
+			[]string{"-ERR Syntax error in HELLO option 'BAD'\r\n", "-NOAUTH Authentication required.\r\n"}},
+		{"SETINFO unknown option first", "", "CLIENT SETINFO foo a\x01b\r\n", []string{"-ERR Unrecognized option 'foo'\r\n"}},
+		{"SETINFO bad value", "", "CLIENT SETINFO lib-name a\x01b\r\n",
+			[]string{"-ERR lib-name cannot contain spaces, newlines or special characters.\r\n"}},
+		{"SETINFO as go-redis sends it", "", "CLIENT SETINFO LIB-NAME go-redis(,go1.26.8)\r\nCLIENT SETINFO LIB-VER 9.23.0\r\n",
+			[]string{"+OK\r\n", "+OK\r\n"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := startServer(t, serverOpts{requirePass: tt.pass})
+			conn := s.raw(t)
+			fmt.Fprint(conn, tt.in)
+			r := bufio.NewReader(conn)
+			for _, want := range tt.want {
+				line, err := r.ReadString('\n')
+				if line != want {
+					t.Errorf("got %q (%v), want %q", line, err, want)
+				}
+				if strings.HasPrefix(line, "*") { // skip the HELLO reply's elements
+					n, _ := strconv.Atoi(strings.TrimSpace(line[1:]))
+					for i := 0; i < n; i++ {
+						if err := readReply(r); err != nil {
+							t.Fatal(err)
+						}
+					}
+				}
+			}
+		})
 	}
 }

@@ -59,15 +59,20 @@ func cmdAuth(h *Handler, c *resp.Conn, args [][]byte) error {
 	return nil
 }
 
-// auth checks [user] pass. Only the "default" user exists.
+// auth checks [user] pass. Only the "default" user exists. Without a password configured
+// it takes any password given with the user name, as Redis's nopass default user does (a
+// client configured with a password still connects); a password alone is an error.
 func (h *Handler) auth(c *resp.Conn, creds [][]byte) error {
-	if !c.PasswordRequired() {
-		return replyError("ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?")
-	}
-	pass := creds[len(creds)-1]
 	if len(creds) == 2 && string(creds[0]) != "default" {
 		return replyError("WRONGPASS invalid username-password pair or user is disabled.")
 	}
+	if !c.PasswordRequired() {
+		if len(creds) == 2 {
+			return nil
+		}
+		return replyError("ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?")
+	}
+	pass := creds[len(creds)-1]
 	if !c.Authenticate(pass) {
 		return replyError("WRONGPASS invalid username-password pair or user is disabled.")
 	}
@@ -87,32 +92,34 @@ func cmdHello(h *Handler, c *resp.Conn, args [][]byte) error {
 		}
 		proto = int(v)
 	}
-	var name []byte
-	setName := false
+	// Like Redis: check every option first, then authenticate, then apply.
+	var name, creds [][]byte
 	for i := 2; i < len(args); i++ {
 		opt := strings.ToLower(string(args[i]))
 		switch {
 		case opt == "auth" && i+2 < len(args):
-			if err := h.auth(c, args[i+1:i+3]); err != nil {
-				return err
-			}
+			creds = args[i+1 : i+3]
 			i += 2
 		case opt == "setname" && i+1 < len(args):
-			name = args[i+1]
-			setName = true
+			if err := validName(args[i+1]); err != nil {
+				return err
+			}
+			name = args[i+1 : i+2]
 			i++
 		default:
 			return replyError(fmt.Sprintf("ERR Syntax error in HELLO option '%s'", clip(args[i], 128)))
 		}
 	}
-	if !c.Authed() {
-		return replyError("NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time")
-	}
-	if setName {
-		if err := validName(name); err != nil {
+	if creds != nil {
+		if err := h.auth(c, creds); err != nil {
 			return err
 		}
-		c.SetName(string(name))
+	}
+	if !c.Authed() {
+		return replyError("NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time")
+	}
+	if name != nil {
+		c.SetName(string(name[0]))
 	}
 	c.SetProto(proto)
 	c.WriteMap(7)
@@ -167,16 +174,17 @@ func cmdClient(h *Handler, c *resp.Conn, args [][]byte) error {
 		c.SetName(string(args[2]))
 		c.WriteSimple("OK")
 	case sub == "setinfo" && len(args) == 4:
-		if err := validName(args[3]); err != nil {
-			return replyError("ERR " + strings.ToUpper(string(args[2])) + " cannot contain spaces, newlines or special characters.")
-		}
-		switch strings.ToLower(string(args[2])) {
-		case "lib-name":
-			c.SetLib(string(args[3]), "")
-		case "lib-ver":
-			c.SetLib("", string(args[3]))
-		default:
+		attr := strings.ToLower(string(args[2]))
+		if attr != "lib-name" && attr != "lib-ver" {
 			return replyError(fmt.Sprintf("ERR Unrecognized option '%s'", clip(args[2], 64)))
+		}
+		if err := validName(args[3]); err != nil {
+			return replyError("ERR " + string(args[2]) + " cannot contain spaces, newlines or special characters.")
+		}
+		if attr == "lib-name" {
+			c.SetLib(string(args[3]), "")
+		} else {
+			c.SetLib("", string(args[3]))
 		}
 		c.WriteSimple("OK")
 	case sub == "info" && len(args) == 2:

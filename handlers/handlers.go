@@ -110,12 +110,13 @@ func (h *Handler) ServeRESP(c *resp.Conn, args [][]byte) {
 		c.WriteError(unknownCommand(args))
 		return
 	}
-	if !c.Authed() && !cmd.noAuth {
-		c.WriteError("NOAUTH Authentication required.")
-		return
-	}
+	// Redis checks the arity before the authentication.
 	if (cmd.arity > 0 && len(args) != cmd.arity) || (cmd.arity < 0 && len(args) < -cmd.arity) {
 		c.WriteError("ERR wrong number of arguments for '" + cmd.name + "' command")
+		return
+	}
+	if !c.Authed() && !cmd.noAuth {
+		c.WriteError("NOAUTH Authentication required.")
 		return
 	}
 	if err := cmd.run(h, c, args); err != nil {
@@ -138,17 +139,17 @@ func (h *Handler) lookup(name []byte) *command {
 	return h.table[string(buf[:len(name)])]
 }
 
-// unknownCommand builds Redis's exact reply for an unknown command.
+// unknownCommand builds Redis's exact reply for an unknown command: the arguments are quoted
+// while their list is under 128 bytes, each clipped to what is left of the 128.
 func unknownCommand(args [][]byte) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "ERR unknown command '%s', with args beginning with: ", clip(args[0], 128))
+	var list strings.Builder
 	for _, a := range args[1:] {
-		if b.Len() >= 256 {
+		if list.Len() >= 128 {
 			break
 		}
-		fmt.Fprintf(&b, "'%s' ", clip(a, 128))
+		fmt.Fprintf(&list, "'%s' ", clip(a, 128-list.Len()))
 	}
-	return b.String()
+	return fmt.Sprintf("ERR unknown command '%s', with args beginning with: %s", clip(args[0], 128), list.String())
 }
 
 func clip(b []byte, n int) string {
