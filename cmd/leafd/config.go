@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/leafd/leafd/resp"
 )
 
 // Config is everything leafd can be told, from flags, LEAFD_* environment variables and a
@@ -171,11 +173,12 @@ func readConfigFile(path string, fs *flag.FlagSet) (map[string]string, error) {
 		if line == "" || line[0] == '#' {
 			continue
 		}
-		name, val, ok := strings.Cut(line, "=")
-		if !ok {
-			name, val, _ = strings.Cut(line, " ")
+		// The name ends at the first blank or '='; the value may contain '=' (DSNs do).
+		name, val := line, ""
+		if i := strings.IndexAny(line, " \t="); i >= 0 {
+			name, val = line[:i], strings.TrimSpace(line[i:])
+			val = strings.TrimSpace(strings.TrimPrefix(val, "="))
 		}
-		name, val = strings.TrimSpace(name), strings.TrimSpace(val)
 		if uq, err := strconv.Unquote(val); err == nil {
 			val = uq
 		}
@@ -223,6 +226,15 @@ func (c Config) Validate() error {
 	}
 	if c.MaxClients < 1 || c.MaxBatch < 1 || c.MaxLoaders < 1 || c.MaxBulk < 1 || c.MaxQueryBuffer < 1 {
 		bad("--maxclients, --max-batch, --max-loaders, --max-bulk and --max-query-buffer must be positive")
+	}
+	if c.MaxBulk >= 1 && c.MaxQueryBuffer >= 1 {
+		rc := resp.Config{MaxQueryBuffer: c.MaxQueryBuffer, Limits: resp.Limits{MaxBulk: c.MaxBulk}}
+		if rc.Validate() != nil {
+			bad("--max-query-buffer %d: must hold --max-bulk (%d) and its header; raise it or lower --max-bulk", c.MaxQueryBuffer, c.MaxBulk)
+		}
+	}
+	if c.IdleTimeout < 0 {
+		bad("--timeout %v: must not be negative (0 disables)", c.IdleTimeout)
 	}
 	if c.PreloadRatio <= 0 || c.PreloadRatio >= 1 {
 		bad("--preload-ratio %v: must be in (0, 1)", c.PreloadRatio)
