@@ -259,6 +259,10 @@ func (c *Conn) flush() bool {
 	if len(c.out) == 0 {
 		return true
 	}
+	// The commands may have taken a while (a pipeline of commands that each wait for a
+	// segment): the write deadline, and the idle deadline armed after the batch, count from
+	// now, not from the start of the batch (a deadline already past would drop the replies).
+	c.now = c.srv.now()
 	if wt := c.srv.cfg.WriteTimeout; wt > 0 {
 		if c.now.Sub(c.writeArmed) > c.srv.writeRearm {
 			c.writeArmed = c.now

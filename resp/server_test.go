@@ -286,3 +286,26 @@ func TestSplitPipelineCompaction(t *testing.T) {
 		t.Fatal("replies differ from the arguments sent")
 	}
 }
+
+// TestSlowBatchReplies: a pipeline whose commands together take longer than the write timeout
+// (each one waiting, say, for a segment during a store outage) still gets its replies: the
+// write deadline counts from the write, not from the start of the batch.
+func TestSlowBatchReplies(t *testing.T) {
+	slow := HandlerFunc(func(c *Conn, args [][]byte) {
+		time.Sleep(100 * time.Millisecond)
+		c.WriteSimple("OK")
+	})
+	addr := startTestServer(t, Config{WriteTimeout: 500 * time.Millisecond}, slow)
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+	fmt.Fprint(conn, strings.Repeat("SLOW\r\n", 10)) // one batch of about 1 s
+	want := strings.Repeat("+OK\r\n", 10)
+	got := make([]byte, len(want))
+	if _, err := io.ReadFull(conn, got); err != nil || string(got) != want {
+		t.Errorf("got %q, %v; want 10 OK replies", got, err)
+	}
+}
