@@ -29,8 +29,14 @@
 //     new run waits until its clock is strictly past the bound persisted by the previous run, so
 //     the millisecond ranges of two runs never overlap, whatever the clock did in between.
 //
-// Extensions run in a background goroutine when less than half of LeaseWindow is left, so Next
-// normally does no I/O and never holds its lock across I/O.
+// Extensions run in a background goroutine when two thirds of LeaseWindow or less are left, so
+// Next normally does no I/O and never holds its lock across I/O, and an extension has two thirds
+// of the window to complete before a request reaches the bound. A request at the bound waits (at
+// most MaxWait) for an extension in flight, also when the previous attempt failed.
+//
+// New retries an Acquire that fails with ErrSourceUnavailable for up to ExtendTimeout, so a
+// transient failure (a dropped ZooKeeper connection during the start) does not leave a freshly
+// started instance in the no-worker state.
 //
 // # No-worker state
 //
@@ -366,7 +372,7 @@ type Generator struct {
 	maxSeq      int64
 	maxT        int64
 	seqSpan     uint64 // random sequence starts are in [0, seqSpan)
-	halfWindow  int64  // ms
+	extendAhead int64  // ms: extend when the lease is at most this far ahead (2/3 of the window)
 	maxBackMs   int64
 
 	mu            sync.Mutex
@@ -388,12 +394,13 @@ type Generator struct {
 	extendFails   uint64
 	extendPending bool
 
-	lease   atomic.Int64          // reserved_until, Unix ms; 0 without a worker
-	status  atomic.Pointer[error] // the ErrNoWorker error to return at the bound; nil when fine
-	kick    chan struct{}
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup
-	closeMu sync.Mutex
+	lease     atomic.Int64          // reserved_until, Unix ms; 0 without a worker
+	status    atomic.Pointer[error] // the ErrNoWorker error to return at the bound; nil when fine
+	extending atomic.Bool           // a background Extend is in flight (cleared after its outcome is published)
+	kick      chan struct{}
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+	closeMu   sync.Mutex
 }
 
 // New acquires a worker id from src, waits until the clock is past the bound persisted by the
@@ -421,7 +428,7 @@ func New(cfg Config, src WorkerSource, log *zap.Logger) (*Generator, error) {
 		maxSeq:      l.MaxSequence(),
 		maxT:        1<<l.TimeBits - 1,
 		seqSpan:     uint64(min(100, l.MaxSequence()+1)),
-		halfWindow:  max(cfg.LeaseWindow.Milliseconds()/2, 1),
+		extendAhead: max(cfg.LeaseWindow.Milliseconds()*2/3, 1),
 		maxBackMs:   cfg.MaxBackward.Milliseconds(),
 		workerID:    -1,
 		kick:        make(chan struct{}, 1),
@@ -430,7 +437,22 @@ func New(cfg Config, src WorkerSource, log *zap.Logger) (*Generator, error) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	g.cancel = cancel
-	err := g.start(ctx)
+	// A source that is unavailable for a moment (a ZooKeeper connection dropped while the
+	// machine is loaded) is retried within ExtendTimeout before New settles for the no-worker
+	// state, so that a healthy start does not answer ErrNoWorker.
+	deadline := time.Now().Add(cfg.ExtendTimeout)
+	err := g.start(ctx, deadline)
+	for try := 1; errors.Is(err, ErrSourceUnavailable); try++ {
+		left := time.Until(deadline)
+		if left <= cfg.RetryInterval {
+			break
+		}
+		if try == 1 {
+			log.Info("snowflake: worker source unavailable; retrying", zap.Error(err), zap.Duration("for", left))
+		}
+		time.Sleep(cfg.RetryInterval)
+		err = g.start(ctx, deadline)
+	}
 	switch {
 	case err == nil:
 	case errors.Is(err, ErrSourceUnavailable):
@@ -446,9 +468,14 @@ func New(cfg Config, src WorkerSource, log *zap.Logger) (*Generator, error) {
 	return g, nil
 }
 
-// start acquires, waits out the start bound and takes the first lease.
-func (g *Generator) start(ctx context.Context) error {
-	actx, cancel := context.WithTimeout(ctx, g.cfg.ExtendTimeout)
+// start acquires, waits out the start bound and takes the first lease. The Acquire call is
+// bounded by ExtendTimeout and by deadline when it is not zero.
+func (g *Generator) start(ctx context.Context, deadline time.Time) error {
+	timeout := g.cfg.ExtendTimeout
+	if !deadline.IsZero() {
+		timeout = min(timeout, max(time.Until(deadline), time.Millisecond))
+	}
+	actx, cancel := context.WithTimeout(ctx, timeout)
 	w, err := g.src.Acquire(actx)
 	cancel()
 	if err != nil {
@@ -603,7 +630,7 @@ func (g *Generator) nextLocked(waited *time.Duration) (int64, error) {
 	}
 	g.lastMs, g.seq = now, seq
 	g.issued++
-	if lease-now <= g.halfWindow && !g.extendPending {
+	if lease-now <= g.extendAhead && !g.extendPending {
 		g.extendPending = true
 		select {
 		case g.kick <- struct{}{}:
@@ -662,7 +689,11 @@ func (g *Generator) nextMsLocked(waited *time.Duration) (int64, error) {
 }
 
 // awaitLease runs without g.mu: the candidate millisecond is not covered by the lease. Wait for
-// the background extension, boundedly, unless there is no worker or the last extension failed.
+// the background extension, at most MaxWait in total, unless there is no worker or the last
+// extension failed and no new attempt is in flight: an attempt in flight is waited for even
+// after a failure, since a transient error (a dropped connection) is often gone on the retry.
+// It only decides whether to try again: nextLocked alone checks the millisecond against the
+// published lease, which is never beyond what the source persisted.
 func (g *Generator) awaitLease(waited *time.Duration) error {
 	g.mu.Lock()
 	ok := g.haveWorker && !g.closed
@@ -676,13 +707,20 @@ func (g *Generator) awaitLease(waited *time.Duration) error {
 		return g.noWorkerErr()
 	}
 	for {
-		if st := g.status.Load(); st != nil {
-			return *st
-		}
+		// extending is read first: an attempt that ended before this read has published its
+		// outcome (lease and status) before clearing it, so the reads below see that outcome.
+		inFlight := g.extending.Load()
 		if g.nowMs() < g.lease.Load() {
 			return nil
 		}
+		st := g.status.Load()
+		if st != nil && !inFlight {
+			return *st
+		}
 		if *waited >= g.cfg.MaxWait {
+			if st != nil {
+				return *st
+			}
 			return fmt.Errorf("%w: lease not extended within %v", ErrNoWorker, g.cfg.MaxWait)
 		}
 		d := time.Millisecond
@@ -703,7 +741,7 @@ func (g *Generator) noWorkerErr() error {
 func (g *Generator) run(ctx context.Context) {
 	defer g.wg.Done()
 	for !g.hasWorker() {
-		if err := g.start(ctx); err != nil {
+		if err := g.start(ctx, time.Time{}); err != nil {
 			if ctx.Err() != nil {
 				return
 			}
@@ -720,7 +758,7 @@ func (g *Generator) run(ctx context.Context) {
 	for {
 		now := g.nowMs()
 		lease := g.lease.Load()
-		if lease-now <= g.halfWindow {
+		if lease-now <= g.extendAhead {
 			g.extend(ctx, now+window)
 			if ctx.Err() != nil {
 				return
@@ -731,9 +769,9 @@ func (g *Generator) run(ctx context.Context) {
 			}
 			continue
 		}
-		// Sleep until half the window is left; wake early on a kick. Real timers only pace
-		// the loop: the decision above always uses the injected clock.
-		d := time.Duration(lease-now-g.halfWindow) * time.Millisecond
+		// Sleep until two thirds of the window are left; wake early on a kick. Real timers
+		// only pace the loop: the decision above always uses the injected clock.
+		d := time.Duration(lease-now-g.extendAhead) * time.Millisecond
 		if !g.pause(ctx, min(d, g.cfg.LeaseWindow/4), true) {
 			return
 		}
@@ -764,6 +802,8 @@ func (g *Generator) pause(ctx context.Context, d time.Duration, onKick bool) boo
 }
 
 // extend persists a later reserved_until, with no lock held, and publishes it on success.
+// While it runs, g.extending is set; it is cleared only after the outcome (lease or status) is
+// published.
 func (g *Generator) extend(ctx context.Context, until int64) {
 	g.mu.Lock()
 	g.extendPending = false
@@ -771,6 +811,8 @@ func (g *Generator) extend(ctx context.Context, until int64) {
 	if until <= g.lease.Load() {
 		return
 	}
+	g.extending.Store(true)
+	defer g.extending.Store(false) // runs after the deferred g.mu.Unlock below
 	ectx, cancel := context.WithTimeout(ctx, g.cfg.ExtendTimeout)
 	err := g.src.Extend(ectx, time.UnixMilli(until))
 	cancel()

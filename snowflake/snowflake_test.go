@@ -523,7 +523,9 @@ func TestLease(t *testing.T) {
 func TestNoWorkerStateThenAcquire(t *testing.T) {
 	c := newFakeClock(ms2024)
 	src := &fakeSource{w: Worker{ID: 9}, acquireErr: fmt.Errorf("zk down, no cache: %w", ErrSourceUnavailable)}
-	g := newGen(t, testConfig(c), src)
+	cfg := testConfig(c)
+	cfg.ExtendTimeout = 100 * time.Millisecond // New retries the unavailable source this long
+	g := newGen(t, cfg, src)
 	if _, err := g.Next(); !errors.Is(err, ErrNoWorker) {
 		t.Fatalf("got %v, want ErrNoWorker", err)
 	}

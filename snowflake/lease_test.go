@@ -1,0 +1,243 @@
+package snowflake
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// scriptSource is a WorkerSource whose Acquire and Extend outcomes the test scripts: Acquire
+// returns the queued errors first; Extend fails with extendErr, or blocks on gate (announcing
+// itself on entered) when gate is set.
+type scriptSource struct {
+	mu          sync.Mutex
+	w           Worker
+	acquireErrs []error
+	acquires    int
+	extendErr   error
+	gate        chan struct{}
+	entered     chan struct{}
+	until       time.Time
+	extends     int
+}
+
+func (s *scriptSource) Acquire(ctx context.Context) (Worker, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.acquires++
+	if len(s.acquireErrs) > 0 {
+		err := s.acquireErrs[0]
+		s.acquireErrs = s.acquireErrs[1:]
+		return Worker{}, err
+	}
+	return s.w, nil
+}
+
+func (s *scriptSource) Extend(ctx context.Context, until time.Time) error {
+	s.mu.Lock()
+	err, gate, entered := s.extendErr, s.gate, s.entered
+	s.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	if gate != nil {
+		select {
+		case entered <- struct{}{}:
+		default:
+		}
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.until = until
+	s.extends++
+	return nil
+}
+
+func (s *scriptSource) Close() error { return nil }
+
+func (s *scriptSource) set(f func(s *scriptSource)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f(s)
+}
+
+func (s *scriptSource) state() (until time.Time, extends int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.until, s.extends
+}
+
+// waitFor polls cond (real time) for at most d.
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	end := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(end) {
+			t.Fatalf("%s: not within %v", what, d)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestAwaitLeaseWaitsForRetryAfterFailure: an extension failed once (a transient error: a
+// dropped ZooKeeper connection) and its retry is in flight when a request reaches the bound.
+// The request waits for that retry (within MaxWait) and gets an ID below the new persisted
+// bound, instead of failing at once with the stale error.
+func TestAwaitLeaseWaitsForRetryAfterFailure(t *testing.T) {
+	c := newFakeClock(ms2024)
+	src := &scriptSource{w: Worker{ID: 4}}
+	var (
+		g       *Generator
+		armed   atomic.Bool
+		release = make(chan struct{})
+	)
+	cfg := testConfig(c)
+	cfg.LeaseWindow = 300 * time.Millisecond
+	cfg.MaxWait = 50 * time.Millisecond
+	// The first wait of the request at the bound lets the retry in flight complete.
+	cfg.Sleep = func(d time.Duration) {
+		if armed.CompareAndSwap(true, false) {
+			close(release)
+			waitFor(t, 5*time.Second, "retry published", func() bool {
+				return g.Info().ReservedUntil.UnixMilli() > ms2024+300
+			})
+		}
+		c.Sleep(d)
+	}
+	g = newGen(t, cfg, src)
+	t.Cleanup(func() { src.set(func(s *scriptSource) { s.gate = nil }) })
+
+	// The extension fails.
+	src.set(func(s *scriptSource) { s.extendErr = errors.New("zk: connection closed") })
+	c.Set(ms2024 + 250)
+	mustNext(t, g) // below the lease; kicks the extension
+	waitFor(t, 5*time.Second, "extension failure", func() bool { return g.Info().ExtendFailures > 0 })
+
+	// The source recovers, but slowly: the next attempt is in flight until released.
+	entered := make(chan struct{}, 1)
+	src.set(func(s *scriptSource) { s.extendErr, s.gate, s.entered = nil, release, entered })
+	select {
+	case <-entered:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the background goroutine did not retry the extension")
+	}
+	if in := g.Info(); in.Status == "" || in.ReservedUntil.UnixMilli() != ms2024+300 {
+		t.Fatalf("before the request: status %q, reserved_until %v; want the failure and the first lease", in.Status, in.ReservedUntil)
+	}
+
+	// A request at the bound waits for the attempt in flight.
+	c.Set(ms2024 + 300)
+	armed.Store(true)
+	id, err := g.Next()
+	if err != nil {
+		t.Fatalf("at the bound with an extension in flight: %v, want an ID once it succeeds", err)
+	}
+	until, _ := src.state()
+	if ms := g.Decode(id).TimestampMs; ms < ms2024+300 || ms >= until.UnixMilli() {
+		t.Errorf("id in ms %d, want in [%d, %d) (past the old bound, below the persisted one)", ms, ms2024+300, until.UnixMilli())
+	}
+	if in := g.Info(); in.Status != "" {
+		t.Errorf("status %q after the recovery, want none", in.Status)
+	}
+}
+
+// TestAwaitLeaseFailsWithoutExtension: after a failure and with no successful attempt
+// (the source keeps failing), a request at the bound gets the failure, and no ID is issued at
+// or past the persisted bound.
+func TestAwaitLeaseFailsWithoutExtension(t *testing.T) {
+	c := newFakeClock(ms2024)
+	src := &scriptSource{w: Worker{ID: 4}}
+	cfg := testConfig(c)
+	cfg.LeaseWindow = 300 * time.Millisecond
+	cfg.MaxWait = 50 * time.Millisecond
+	g := newGen(t, cfg, src)
+	src.set(func(s *scriptSource) { s.extendErr = errors.New("disk on fire") })
+	c.Set(ms2024 + 250)
+	mustNext(t, g)
+	waitFor(t, 5*time.Second, "extension failure", func() bool { return g.Info().ExtendFailures > 0 })
+	c.Set(ms2024 + 300)
+	_, err := g.Next()
+	if !errors.Is(err, ErrNoWorker) {
+		t.Fatalf("at the bound, source failing: got %v, want ErrNoWorker", err)
+	}
+	if until, _ := src.state(); until.UnixMilli() != ms2024+300 {
+		t.Errorf("persisted bound %v, want the first lease", until)
+	}
+}
+
+// TestExtendsAtTwoThirdsOfWindow: the background extension starts once two thirds of the window
+// or less are left (not half), so a slow write has more time before requests reach the bound.
+func TestExtendsAtTwoThirdsOfWindow(t *testing.T) {
+	c := newFakeClock(ms2024)
+	src := &scriptSource{w: Worker{ID: 4}}
+	cfg := testConfig(c)
+	cfg.LeaseWindow = 300 * time.Millisecond
+	g := newGen(t, cfg, src)
+
+	c.Set(ms2024 + 90) // 210 ms left: not yet
+	mustNext(t, g)
+	time.Sleep(100 * time.Millisecond)
+	if _, n := src.state(); n != 1 {
+		t.Fatalf("%d extensions with 210 of 300 ms left, want only the first", n)
+	}
+	c.Set(ms2024 + 110) // 190 ms left
+	mustNext(t, g)
+	waitFor(t, 2*time.Second, "extension with 190 of 300 ms left", func() bool {
+		until, n := src.state()
+		return n == 2 && until.UnixMilli() == ms2024+110+300
+	})
+}
+
+// TestNewRetriesTransientAcquireFailure: a source that is unavailable for a moment during New
+// (a ZooKeeper connection dropped on a loaded machine) is retried: New returns a generator
+// that serves at once, not one in the no-worker state.
+func TestNewRetriesTransientAcquireFailure(t *testing.T) {
+	c := newFakeClock(ms2024)
+	src := &scriptSource{w: Worker{ID: 6}, acquireErrs: []error{fmt.Errorf("zk: connection closed: %w", ErrSourceUnavailable)}}
+	cfg := testConfig(c)
+	cfg.RetryInterval = 200 * time.Millisecond // the background acquisition would come too late
+	g := newGen(t, cfg, src)
+	if in := g.Info(); !in.HasWorker || in.WorkerID != 6 {
+		t.Fatalf("after New: %+v, want worker 6", in)
+	}
+	if p := g.Decode(mustNext(t, g)); p.WorkerID != 6 {
+		t.Errorf("worker %d, want 6", p.WorkerID)
+	}
+}
+
+// TestNewGivesUpOnLastingUnavailability: a source that stays unavailable makes New return in
+// the no-worker state after about ExtendTimeout.
+func TestNewGivesUpOnLastingUnavailability(t *testing.T) {
+	c := newFakeClock(ms2024)
+	errs := make([]error, 1000)
+	for i := range errs {
+		errs[i] = fmt.Errorf("zk down: %w", ErrSourceUnavailable)
+	}
+	src := &scriptSource{w: Worker{ID: 6}, acquireErrs: errs}
+	cfg := testConfig(c)
+	cfg.ExtendTimeout = 300 * time.Millisecond
+	cfg.RetryInterval = 20 * time.Millisecond
+	start := time.Now()
+	g := newGen(t, cfg, src)
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("New took %v with ExtendTimeout 300ms", d)
+	}
+	if _, err := g.Next(); !errors.Is(err, ErrNoWorker) {
+		t.Errorf("got %v, want ErrNoWorker", err)
+	}
+	src.mu.Lock()
+	n := src.acquires
+	src.mu.Unlock()
+	if n < 2 {
+		t.Errorf("%d Acquire calls in New, want retries", n)
+	}
+}
