@@ -113,7 +113,11 @@ func workerOf(t testing.TB, l *leafd) int64 {
 	t.Helper()
 	c := l.client(3)
 	w := sfInfoInt(t, c, "snowflake_worker_id")
-	if _, dw, _, _ := sfDecode(t, c, sfNext(t, c)); dw != w {
+	id, err := c.Do(context.Background(), "IDS.SNOWFLAKE").Int64()
+	if err != nil {
+		t.Fatalf("%s: IDS.SNOWFLAKE: %v\nINFO: %v\n%s", l.addr, err, sfInfo(t, c), l.Log())
+	}
+	if _, dw, _, _ := sfDecode(t, c, id); dw != w {
 		t.Fatalf("%s: IDS.DECODE says worker %d, INFO says %d", l.addr, dw, w)
 	}
 	return w
