@@ -297,6 +297,10 @@ func TestConnectionCommands(t *testing.T) {
 		if err != nil || docs == nil {
 			t.Errorf("COMMAND DOCS incr: got %v, %v", docs, err)
 		}
+		all, err := conn.Do(ctx, "COMMAND", "INFO").Slice()
+		if n := conn.Do(ctx, "COMMAND", "COUNT").Val(); err != nil || int64(len(all)) != n {
+			t.Errorf("COMMAND INFO without names: got %d entries, %v; want COMMAND COUNT = %v", len(all), err, n)
+		}
 		cmds, err := conn.Command(ctx).Result()
 		if err != nil || cmds["incr"] == nil || cmds["incr"].Arity != 2 {
 			t.Errorf("COMMAND: got incr=%v, %v; want arity 2", cmds["incr"], err)

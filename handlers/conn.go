@@ -230,6 +230,14 @@ func cmdCommand(h *Handler, c *resp.Conn, args [][]byte) error {
 	case "count":
 		c.WriteInt(int64(len(h.table)))
 	case "info":
+		if len(args) == 2 { // Redis: COMMAND INFO with no names describes every command
+			names := h.commandNames()
+			c.WriteArray(len(names))
+			for _, n := range names {
+				h.writeCommandInfo(c, h.table[n])
+			}
+			return nil
+		}
 		c.WriteArray(len(args) - 2)
 		for _, a := range args[2:] {
 			if cmd := h.lookup(a); cmd != nil {

@@ -177,6 +177,7 @@ func (c *Conn) serve() {
 			c.cmds = 0
 		}
 		if !c.makeRoom() {
+			c.srv.stats.protoErrors.Add(1)
 			c.WriteError("ERR Protocol error: query buffer limit exceeded")
 			c.flush()
 			return

@@ -34,6 +34,16 @@ func run(ctx context.Context, cfg Config, log *zap.Logger, ready func(net.Addr))
 		}
 	}()
 
+	// Files named by flags are read before anything takes the data dir or a worker id.
+	var tlsConfig *tls.Config
+	if cfg.TLSCert != "" {
+		cert, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
+		if err != nil {
+			return fmt.Errorf("--tls-cert/--tls-key: %w", err)
+		}
+		tlsConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	}
+
 	store, marks, storeName, storeCloser, err := openStore(ctx, cfg, log)
 	if err != nil {
 		return err
@@ -79,13 +89,7 @@ func run(ctx context.Context, cfg Config, log *zap.Logger, ready func(net.Addr))
 	rcfg.MaxQueryBuffer = cfg.MaxQueryBuffer
 	rcfg.Limits.MaxBulk = cfg.MaxBulk
 	rcfg.RequirePass = cfg.RequirePass
-	if cfg.TLSCert != "" {
-		cert, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
-		if err != nil {
-			return fmt.Errorf("tls: %w", err)
-		}
-		rcfg.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
-	}
+	rcfg.TLS = tlsConfig
 	srv, err := resp.NewServer(rcfg, h, log.Named("resp"))
 	if err != nil {
 		return err
