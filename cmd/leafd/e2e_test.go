@@ -2,8 +2,16 @@ package main
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"fmt"
 	"io"
+	"math/big"
 	"net"
 	"os"
 	"os/exec"
@@ -13,6 +21,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // End-to-end tests of the single-node server on its embedded defaults.
@@ -241,5 +251,60 @@ func TestReadmeOptions(t *testing.T) {
 		if !strings.Contains(string(readme), fmt.Sprintf("`--%s`", name)) {
 			t.Errorf("README does not document --%s", name)
 		}
+	}
+}
+
+// TestTLS: with --tls-cert/--tls-key the RESP port speaks TLS; plain TCP gets nothing.
+func TestTLS(t *testing.T) {
+	dir := t.TempDir()
+	certFile, keyFile := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	writeSelfSigned(t, certFile, keyFile)
+	l := startLeafd(t, "--tls-cert", certFile, "--tls-key", keyFile)
+	c := redis.NewClient(&redis.Options{Addr: l.addr, MaxRetries: -1,
+		TLSConfig: &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12}})
+	defer c.Close()
+	v, err := c.Incr(context.Background(), "tls").Result()
+	if err != nil || v != 1 {
+		t.Fatalf("INCR over TLS: got %d, %v; want 1", v, err)
+	}
+	plain := redis.NewClient(&redis.Options{Addr: l.addr, MaxRetries: -1, ReadTimeout: 2 * time.Second})
+	defer plain.Close()
+	if err := plain.Ping(context.Background()).Err(); err == nil {
+		t.Errorf("plain PING to a TLS port succeeded")
+	}
+	// A bad certificate path is a start-up error naming the option.
+	out, err := exec.Command(leafdBin, "--data-dir", t.TempDir(), "--addr", freeAddr(t),
+		"--tls-cert", filepath.Join(dir, "missing.pem"), "--tls-key", keyFile).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "--tls-cert") {
+		t.Errorf("missing certificate: got %v\n%s", err, out)
+	}
+}
+
+func writeSelfSigned(t *testing.T, certFile, keyFile string) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1),
+		Subject:      pkix.Name{CommonName: "127.0.0.1"},
+		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1")},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(time.Hour),
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kb, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600); err != nil {
+		t.Fatal(err)
 	}
 }
