@@ -1,6 +1,7 @@
 // Package handlers maps RESP commands to leafd's ID cores. It owns the command table, the
-// arity and authentication checks, and the one place where an error becomes an error reply
-// (errorReply). It knows RESP only through resp.Conn's reply writers.
+// arity and authentication checks, and the one place where an error becomes a code and a
+// message (errorCode), used by the RESP replies and by the HTTP admin side (http.go). It knows
+// RESP only through resp.Conn's reply writers.
 package handlers
 
 import (
@@ -170,12 +171,26 @@ var (
 	errSyntax     = replyError("ERR syntax error")
 )
 
-// errorReply turns an error into the reply text: a stable code first, then a message for
-// people. Internal details are logged, not sent.
+// errorReply turns an error into the RESP reply text: the code, a space, the message.
 func (h *Handler) errorReply(err error) string {
+	code, msg := h.errorCode(err)
+	if msg == "" {
+		return code
+	}
+	return code + " " + msg
+}
+
+// msgInternal is the message of an error errorCode does not know (code ERR).
+const msgInternal = "internal error"
+
+// errorCode maps an error to a stable code and a message for people. It is the one place
+// that does: RESP (errorReply) and HTTP (writeHTTPError) both use it. Internal details are
+// logged, not sent.
+func (h *Handler) errorCode(err error) (code, msg string) {
 	var re replyError
 	if errors.As(err, &re) {
-		return string(re)
+		code, msg, _ = strings.Cut(string(re), " ")
+		return code, msg
 	}
 	tag := ""
 	detail := ""
@@ -185,33 +200,33 @@ func (h *Handler) errorReply(err error) string {
 	}
 	switch {
 	case errors.Is(err, segment.ErrInvalidTag):
-		return "BADTAG invalid tag name: " + detail
+		return "BADTAG", "invalid tag name: " + detail
 	case errors.Is(err, segment.ErrUnknownTag):
-		return fmt.Sprintf("NOTAG tag '%s' does not exist; create it with IDS.CREATE %s [STEP n] [START n] or INSERT INTO leaf_alloc(biz_tag, max_id, step) VALUES('%s', 1, 1000)", tag, tag, tag)
+		return "NOTAG", fmt.Sprintf("tag '%s' does not exist; create it with IDS.CREATE %s [STEP n] [START n] or INSERT INTO leaf_alloc(biz_tag, max_id, step) VALUES('%s', 1, 1000)", tag, tag, tag)
 	case errors.Is(err, segment.ErrTagExists):
-		return fmt.Sprintf("TAGEXISTS tag '%s' already exists", tag)
+		return "TAGEXISTS", fmt.Sprintf("tag '%s' already exists", tag)
 	case errors.Is(err, segment.ErrUnavailable):
 		h.log.Debug("segment unavailable", zap.String("tag", tag), zap.Error(err))
-		return fmt.Sprintf("UNAVAILABLE no segment ready for tag '%s' (store unreachable or slow); retry later", tag)
+		return "UNAVAILABLE", fmt.Sprintf("no segment ready for tag '%s' (store unreachable or slow); retry later", tag)
 	case errors.Is(err, segment.ErrRegression):
-		return fmt.Sprintf("REGRESSION the store handed out a range of tag '%s' below one already used; refusing it (see the server log)", tag)
+		return "REGRESSION", fmt.Sprintf("the store handed out a range of tag '%s' below one already used; refusing it (see the server log)", tag)
 	case errors.Is(err, segment.ErrLimit):
 		if detail == "" {
 			detail = "limit exceeded"
 		}
-		return "LIMIT " + detail
+		return "LIMIT", detail
 	case errors.Is(err, snowflake.ErrClockBack):
-		return "CLOCKBACK " + strings.TrimPrefix(err.Error(), "snowflake: ")
+		return "CLOCKBACK", strings.TrimPrefix(err.Error(), "snowflake: ")
 	case errors.Is(err, snowflake.ErrNoWorker):
 		h.log.Debug("no worker id", zap.Error(err))
-		return "NOWORKER no usable worker id (coordination unavailable or time bound not extended); retry later"
+		return "NOWORKER", "no usable worker id (coordination unavailable or time bound not extended); retry later"
 	case errors.Is(err, snowflake.ErrOverflow):
-		return "OVERFLOW the timestamp no longer fits the snowflake layout; check the epoch and the clock"
+		return "OVERFLOW", "the timestamp no longer fits the snowflake layout; check the epoch and the clock"
 	case errors.Is(err, snowflake.ErrLimit):
-		return "LIMIT " + strings.TrimPrefix(err.Error(), "snowflake: ")
+		return "LIMIT", strings.TrimPrefix(err.Error(), "snowflake: ")
 	}
 	h.log.Error("command failed", zap.Error(err))
-	return "ERR internal error"
+	return "ERR", msgInternal
 }
 
 // str views b as a string without copying. The string is valid only while b is, that is,
