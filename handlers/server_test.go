@@ -23,6 +23,7 @@ func TestMain(m *testing.M) {
 // an embedded store in a temp dir, and a snowflake generator on a file worker source.
 type testServer struct {
 	addr string
+	h    *Handler
 	srv  *resp.Server
 	seg  *segment.Generator
 	snow *snowflake.Generator
@@ -93,7 +94,7 @@ func startServer(t testing.TB, o serverOpts) *testServer {
 		_ = src.Close()
 		_ = store.Close()
 	})
-	return &testServer{addr: addr.String(), srv: srv, seg: seg, snow: snow}
+	return &testServer{addr: addr.String(), h: h, srv: srv, seg: seg, snow: snow}
 }
 
 func (s *testServer) client(t testing.TB, proto int, pass string) *redis.Client {

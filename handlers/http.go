@@ -1,0 +1,313 @@
+package handlers
+
+// The HTTP admin side (SPEC §5): probes, Prometheus metrics, a status page and Leaf's HTTP
+// API. It has no authentication: it is meant for a loopback or otherwise private address.
+
+import (
+	"encoding/json"
+	"html/template"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/leafd/leafd/segment"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.uber.org/zap"
+)
+
+// HTTPHandler returns the admin and Leaf-compatible HTTP API:
+//
+//	/healthz                     200 "ok" while the process is alive
+//	/readyz[?tag=t]              200 when it can serve, 503 otherwise (JSON)
+//	/metrics                     Prometheus text format
+//	/status                      HTML: each held tag's buffer, the snowflake worker
+//	/api/segment/get/{key}       Leaf: the next segment ID of key, plain text
+//	/api/snowflake/get/{key}     Leaf: a snowflake ID, plain text (key ignored, as in Leaf)
+//	/decodeSnowflakeId?snowflakeId=N   Leaf: the fields of a snowflake ID (JSON)
+//
+// Errors are HTTP error statuses with a JSON body {"code": "...", "error": "..."}, the code
+// being the one RESP would send. Call it after SetServer so /metrics includes the server's
+// counters. Each call builds its own Prometheus registry.
+func (h *Handler) HTTPHandler() http.Handler {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(
+		&collector{h: h},
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = w.Write([]byte("ok"))
+	})
+	mux.HandleFunc("GET /readyz", h.serveReady)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{
+		ErrorLog: zap.NewStdLog(h.log), ErrorHandling: promhttp.ContinueOnError,
+	}))
+	mux.HandleFunc("GET /status", h.serveStatus)
+	// Leaf maps these without a method restriction; so do we.
+	mux.HandleFunc("/api/segment/get/{key}", h.serveSegmentGet)
+	mux.HandleFunc("/api/snowflake/get/{key}", h.serveSnowflakeGet)
+	mux.HandleFunc("/decodeSnowflakeId", h.serveDecode)
+	return mux
+}
+
+// httpStatus is the HTTP status of an error code from errorCode.
+func httpStatus(code, msg string) int {
+	switch code {
+	case "NOTAG":
+		return http.StatusNotFound
+	case "BADTAG", "LIMIT":
+		return http.StatusBadRequest
+	case "UNAVAILABLE", "NOWORKER", "CLOCKBACK":
+		return http.StatusServiceUnavailable
+	case "REGRESSION", "TAGEXISTS":
+		return http.StatusConflict
+	case "ERR":
+		if msg == msgInternal {
+			return http.StatusInternalServerError
+		}
+		return http.StatusBadRequest // Redis's ERR for bad input: not an integer, syntax
+	}
+	return http.StatusInternalServerError // OVERFLOW and anything new
+}
+
+// writeHTTPError sends err as {"code": ..., "error": ...} with the status of its code.
+func (h *Handler) writeHTTPError(w http.ResponseWriter, err error) {
+	code, msg := h.errorCode(err)
+	status := httpStatus(code, msg)
+	if status == http.StatusServiceUnavailable {
+		w.Header().Set("Retry-After", "1")
+	}
+	h.writeJSON(w, status, struct {
+		Code  string `json:"code"`
+		Error string `json:"error"`
+	}{code, msg})
+}
+
+func (h *Handler) writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil { // our own types: cannot happen
+		h.log.Error("http: encoding JSON", zap.Error(err))
+		http.Error(w, `{"code":"ERR","error":"internal error"}`, http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+func writeText(w http.ResponseWriter, s string) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	_, _ = w.Write([]byte(s))
+}
+
+// errNoSnowflake is the answer of the snowflake endpoints when the mode is off.
+var errNoSnowflake = replyError("NOWORKER snowflake mode is not enabled on this server")
+
+// serveSegmentGet is Leaf's /api/segment/get/{key}: the ID as plain text, never a negative
+// number; an unknown tag is created as INCR would.
+func (h *Handler) serveSegmentGet(w http.ResponseWriter, r *http.Request) {
+	id, err := h.seg.Next(r.PathValue("key"))
+	if err != nil {
+		h.writeHTTPError(w, err)
+		return
+	}
+	writeText(w, strconv.FormatInt(id, 10))
+}
+
+// serveSnowflakeGet is Leaf's /api/snowflake/get/{key}; like Leaf it ignores the key.
+func (h *Handler) serveSnowflakeGet(w http.ResponseWriter, _ *http.Request) {
+	if h.snow == nil {
+		h.writeHTTPError(w, errNoSnowflake)
+		return
+	}
+	id, err := h.snow.Next()
+	if err != nil {
+		h.writeHTTPError(w, err)
+		return
+	}
+	writeText(w, strconv.FormatInt(id, 10))
+}
+
+// leafTimeLayout is Leaf's "yyyy-MM-dd HH:mm:ss.SSS".
+const leafTimeLayout = "2006-01-02 15:04:05.000"
+
+// serveDecode is Leaf's /decodeSnowflakeId?snowflakeId=N with Leaf's field names and string
+// values, decoded with this server's epoch and layout. The time is UTC (Leaf uses the
+// server's zone). A bad number is a 400, where Leaf answers 200 with an errorMsg field.
+func (h *Handler) serveDecode(w http.ResponseWriter, r *http.Request) {
+	if h.snow == nil {
+		h.writeHTTPError(w, errNoSnowflake)
+		return
+	}
+	id, err := parseInt([]byte(r.URL.Query().Get("snowflakeId")))
+	if err != nil {
+		h.writeHTTPError(w, replyError("ERR snowflakeId: value is not an integer or out of range"))
+		return
+	}
+	if id < 0 {
+		h.writeHTTPError(w, replyError("ERR snowflake IDs are not negative"))
+		return
+	}
+	p := h.snow.Decode(id)
+	h.writeJSON(w, http.StatusOK, struct {
+		Timestamp  string `json:"timestamp"`
+		WorkerID   string `json:"workerId"`
+		SequenceID string `json:"sequenceId"`
+	}{
+		Timestamp:  strconv.FormatInt(p.TimestampMs, 10) + "(" + p.Time.UTC().Format(leafTimeLayout) + ")",
+		WorkerID:   strconv.FormatInt(p.WorkerID, 10),
+		SequenceID: strconv.FormatInt(p.Sequence, 10),
+	})
+}
+
+// tagReadiness is one tag in /readyz.
+type tagReadiness struct {
+	Tag string `json:"tag"`
+	// CanServe: the current segment has IDs left or the next one is ready.
+	CanServe bool `json:"can_serve"`
+	// CanRefill: the latest load did not fail.
+	CanRefill bool `json:"can_refill"`
+}
+
+func readiness(in segment.Info) tagReadiness {
+	return tagReadiness{
+		Tag:       in.Tag,
+		CanServe:  in.Current.Remaining > 0 || in.NextReady,
+		CanRefill: in.LastError == "",
+	}
+}
+
+// snowflakeReadiness is the snowflake part of /readyz.
+type snowflakeReadiness struct {
+	Enabled   bool   `json:"enabled"`
+	HasWorker bool   `json:"has_worker"`
+	WorkerID  int64  `json:"worker_id"`
+	HasLease  bool   `json:"has_lease"`
+	Status    string `json:"status,omitempty"`
+}
+
+// readyReport is the body of /readyz.
+type readyReport struct {
+	Ready     bool                `json:"ready"`
+	Alive     bool                `json:"alive"`
+	Segment   []tagReadiness      `json:"segment"`
+	Snowflake *snowflakeReadiness `json:"snowflake,omitempty"`
+}
+
+// serveReady answers 200 when the instance is ready, 503 otherwise. Ready means: snowflake
+// (when enabled) has a worker id, and no held tag is unable to serve. can_refill is reported
+// but does not decide: a tag whose store is down keeps serving what it holds. With ?tag=t
+// only that tag counts (snowflake is left out); a tag this instance does not hold is a 404
+// NOTAG (it would be loaded on first use).
+func (h *Handler) serveReady(w http.ResponseWriter, r *http.Request) {
+	rep := readyReport{Ready: true, Alive: true, Segment: []tagReadiness{}}
+	if r.URL.Query().Has("tag") {
+		in, err := h.seg.Info(r.URL.Query().Get("tag"))
+		if err != nil {
+			h.writeHTTPError(w, err)
+			return
+		}
+		t := readiness(in)
+		rep.Segment = append(rep.Segment, t)
+		rep.Ready = t.CanServe
+	} else {
+		for _, tag := range h.seg.Tags() {
+			in, err := h.seg.Info(tag)
+			if err != nil {
+				continue // dropped since Tags
+			}
+			t := readiness(in)
+			rep.Segment = append(rep.Segment, t)
+			rep.Ready = rep.Ready && t.CanServe
+		}
+		sf := &snowflakeReadiness{WorkerID: -1}
+		if h.snow != nil {
+			in := h.snow.Info()
+			sf = &snowflakeReadiness{Enabled: true, HasWorker: in.HasWorker, WorkerID: in.WorkerID,
+				HasLease: !in.ReservedUntil.IsZero(), Status: in.Status}
+			rep.Ready = rep.Ready && in.HasWorker
+		}
+		rep.Snowflake = sf
+	}
+	status := http.StatusOK
+	if !rep.Ready {
+		status = http.StatusServiceUnavailable
+	}
+	h.writeJSON(w, status, rep)
+}
+
+// statusPage is the data of /status.
+type statusPage struct {
+	Version   string
+	Store     string
+	Now       time.Time
+	Tags      []segment.Info
+	Snowflake any // snowflake.Info, or nil when the mode is off
+}
+
+var statusTemplate = template.Must(template.New("status").Funcs(template.FuncMap{
+	"ts": func(t time.Time) string {
+		if t.IsZero() {
+			return "-"
+		}
+		return t.UTC().Format("2006-01-02 15:04:05.000Z")
+	},
+}).Parse(`<!DOCTYPE html>
+<html><head><meta charset="utf-8"><title>leafd status</title>
+<style>body{font-family:sans-serif}table{border-collapse:collapse}td,th{border:1px solid #999;padding:2px 6px;text-align:right}</style>
+</head><body>
+<h1>leafd {{.Version}}</h1>
+<p>store: {{.Store}}; at {{ts .Now}}</p>
+<h2>Segment buffers</h2>
+<table>
+<tr><th>tag</th><th>init ok</th><th>current [start, end)</th><th>current next</th><th>current remaining</th><th>next [start, end)</th><th>next ready</th><th>loading</th><th>step</th><th>min step</th><th>mark (max_id)</th><th>last refill</th><th>last error</th></tr>
+{{range .Tags}}<tr><td>{{.Tag}}</td><td>{{.InitOK}}</td>
+<td>{{if .Current.Loaded}}[{{.Current.Start}}, {{.Current.End}}){{else}}-{{end}}</td><td>{{.Current.Next}}</td><td>{{.Current.Remaining}}</td>
+<td>{{if .Next.Loaded}}[{{.Next.Start}}, {{.Next.End}}){{else}}-{{end}}</td><td>{{.NextReady}}</td><td>{{.Loading}}</td>
+<td>{{.Step}}</td><td>{{.MinStep}}</td><td>{{.Mark}}</td><td>{{ts .LastRefill}}</td><td>{{.LastError}}</td></tr>
+{{else}}<tr><td colspan="13">no tag held yet</td></tr>
+{{end}}</table>
+<h2>Snowflake</h2>
+{{with .Snowflake}}<table>
+<tr><th>worker id</th><td>{{.WorkerID}}</td></tr>
+<tr><th>has worker</th><td>{{.HasWorker}}</td></tr>
+<tr><th>source</th><td>{{.Source}}</td></tr>
+<tr><th>reserved until</th><td>{{ts .ReservedUntil}}</td></tr>
+<tr><th>start bound</th><td>{{ts .StartBound}}</td></tr>
+<tr><th>status</th><td>{{.Status}}</td></tr>
+<tr><th>layout</th><td>{{.Layout.TimeBits}}/{{.Layout.WorkerBits}}/{{.Layout.SeqBits}}, epoch {{ts .Layout.Epoch}}</td></tr>
+<tr><th>IDs issued</th><td>{{.Issued}}</td></tr>
+<tr><th>clock back events / errors</th><td>{{.ClockBackEvents}} / {{.ClockBackErrors}}</td></tr>
+<tr><th>last clock back</th><td>{{ts .LastClockBack}} ({{.LastClockBackOffset}})</td></tr>
+<tr><th>lease extensions / failures</th><td>{{.Extensions}} / {{.ExtendFailures}}</td></tr>
+</table>{{else}}<p>snowflake mode is off</p>{{end}}
+</body></html>
+`))
+
+// serveStatus renders what Leaf's /cache and /db pages show, from memory: the mark stands
+// for the row's max_id as this instance last saw it (the page never queries the store).
+func (h *Handler) serveStatus(w http.ResponseWriter, _ *http.Request) {
+	p := statusPage{Version: h.cfg.Version, Store: h.cfg.StoreName, Now: h.now()}
+	for _, tag := range h.seg.Tags() {
+		if in, err := h.seg.Info(tag); err == nil {
+			p.Tags = append(p.Tags, in)
+		}
+	}
+	if h.snow != nil {
+		p.Snowflake = h.snow.Info()
+	}
+	var b strings.Builder
+	if err := statusTemplate.Execute(&b, p); err != nil {
+		h.log.Error("http: rendering /status", zap.Error(err))
+		http.Error(w, "internal error", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	_, _ = w.Write([]byte(b.String()))
+}

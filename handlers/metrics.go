@@ -1,0 +1,122 @@
+package handlers
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// collector exposes the cores' and the server's own counters to Prometheus. It reads them at
+// scrape time (segment.Stats, Info per held tag, snowflake.Info, resp.Server.Stats), so the
+// ID paths carry no metrics work of their own.
+type collector struct {
+	h *Handler
+}
+
+var _ prometheus.Collector = (*collector)(nil)
+
+func desc(name, help string, labels ...string) *prometheus.Desc {
+	return prometheus.NewDesc("leafd_"+name, help, labels, nil)
+}
+
+var (
+	descSegIDs         = desc("segment_ids_total", "Segment IDs handed out (an estimate: unused INCRBY remainders are subtracted).")
+	descSegLoads       = desc("segment_loads_total", "Segment range loads from the store, by result (ok, failed, rejected).", "result")
+	descSegRegressions = desc("segment_regressions_total", "Ranges refused by the regression guard.")
+	descSegUnavailable = desc("segment_unavailable_total", "Requests failed with UNAVAILABLE.")
+	descSegUnknown     = desc("segment_unknown_tag_total", "Requests failed with NOTAG.")
+	descSegTags        = desc("segment_tags", "Tags held by this instance.")
+	descTagRemaining   = desc("segment_tag_remaining", "IDs left in the tag's current and next segments.", "tag")
+	descTagStep        = desc("segment_tag_step", "The tag's current dynamic step.", "tag")
+	descTagCanServe    = desc("segment_tag_can_serve", "1 when the tag's current segment has IDs left or the next one is ready.", "tag")
+	descTagCanRefill   = desc("segment_tag_can_refill", "1 when the tag's latest load did not fail.", "tag")
+
+	descSnowEnabled    = desc("snowflake_enabled", "1 when snowflake mode is on.")
+	descSnowHasWorker  = desc("snowflake_has_worker", "1 when the instance holds a worker id.")
+	descSnowWorkerID   = desc("snowflake_worker_id", "The worker id (-1 without one).")
+	descSnowReserved   = desc("snowflake_reserved_until_seconds", "The persisted time bound, Unix seconds (0 without a lease).")
+	descSnowIssued     = desc("snowflake_ids_total", "Snowflake IDs issued.")
+	descSnowCBEvents   = desc("snowflake_clock_back_events_total", "Times the clock was seen moving back.")
+	descSnowCBErrors   = desc("snowflake_clock_back_errors_total", "Requests refused with CLOCKBACK.")
+	descSnowSeqWaits   = desc("snowflake_sequence_waits_total", "Waits for the next millisecond after the sequence ran out.")
+	descSnowExtensions = desc("snowflake_lease_extensions_total", "Successful time-lease extensions.")
+	descSnowExtFails   = desc("snowflake_lease_extend_failures_total", "Failed time-lease extensions.")
+
+	descConnected   = desc("connected_clients", "RESP connections open.")
+	descConnections = desc("connections_total", "RESP connections accepted.")
+	descRejected    = desc("rejected_connections_total", "RESP connections refused by --maxclients.")
+	descCommands    = desc("commands_total", "RESP commands processed.")
+	descProtoErrors = desc("protocol_errors_total", "RESP connections closed for a protocol error.")
+)
+
+// Describe sends every descriptor.
+func (c *collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{
+		descSegIDs, descSegLoads, descSegRegressions, descSegUnavailable, descSegUnknown, descSegTags,
+		descTagRemaining, descTagStep, descTagCanServe, descTagCanRefill,
+		descSnowEnabled, descSnowHasWorker, descSnowWorkerID, descSnowReserved, descSnowIssued,
+		descSnowCBEvents, descSnowCBErrors, descSnowSeqWaits, descSnowExtensions, descSnowExtFails,
+		descConnected, descConnections, descRejected, descCommands, descProtoErrors,
+	} {
+		ch <- d
+	}
+}
+
+// Collect reads the counters now.
+func (c *collector) Collect(ch chan<- prometheus.Metric) {
+	counter := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, labels...)
+	}
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	h := c.h
+
+	st := h.seg.Stats()
+	counter(descSegIDs, float64(st.IDs))
+	counter(descSegLoads, float64(st.LoadsOK), "ok")
+	counter(descSegLoads, float64(st.LoadsFailed), "failed")
+	counter(descSegLoads, float64(st.LoadsRejected), "rejected")
+	counter(descSegRegressions, float64(st.Regressions))
+	counter(descSegUnavailable, float64(st.Unavailable))
+	counter(descSegUnknown, float64(st.UnknownTag))
+	gauge(descSegTags, float64(st.Tags))
+	for _, tag := range h.seg.Tags() {
+		in, err := h.seg.Info(tag)
+		if err != nil {
+			continue // dropped since Tags
+		}
+		t := readiness(in)
+		gauge(descTagRemaining, float64(in.Current.Remaining+in.Next.Remaining), tag)
+		gauge(descTagStep, float64(in.Step), tag)
+		gauge(descTagCanServe, float64(b2i(t.CanServe)), tag)
+		gauge(descTagCanRefill, float64(b2i(t.CanRefill)), tag)
+	}
+
+	if h.snow == nil {
+		gauge(descSnowEnabled, 0)
+	} else {
+		in := h.snow.Info()
+		gauge(descSnowEnabled, 1)
+		gauge(descSnowHasWorker, float64(b2i(in.HasWorker)))
+		gauge(descSnowWorkerID, float64(in.WorkerID))
+		reserved := 0.0
+		if !in.ReservedUntil.IsZero() {
+			reserved = float64(in.ReservedUntil.UnixMilli()) / 1000
+		}
+		gauge(descSnowReserved, reserved)
+		counter(descSnowIssued, float64(in.Issued))
+		counter(descSnowCBEvents, float64(in.ClockBackEvents))
+		counter(descSnowCBErrors, float64(in.ClockBackErrors))
+		counter(descSnowSeqWaits, float64(in.SequenceWaits))
+		counter(descSnowExtensions, float64(in.Extensions))
+		counter(descSnowExtFails, float64(in.ExtendFailures))
+	}
+
+	if h.srv != nil {
+		rs := h.srv.Stats()
+		gauge(descConnected, float64(rs.ConnectedClients))
+		counter(descConnections, float64(rs.TotalConnections))
+		counter(descRejected, float64(rs.RejectedConnections))
+		counter(descCommands, float64(rs.TotalCommands))
+		counter(descProtoErrors, float64(rs.ProtocolErrors))
+	}
+}
