@@ -116,7 +116,7 @@ start_server() { # name port run
 		;;
 	leafd)
 		taskset -c "$SERVER_CPU" "$LEAFD" --data-dir "$work/leafd-data-$run" \
-			--addr "127.0.0.1:$port" --log-level warn >"$work/leafd-$run.log" 2>&1 &
+			--addr "127.0.0.1:$port" --http-addr "" --log-level warn >"$work/leafd-$run.log" 2>&1 &
 		;;
 	esac
 	server_pid=$!

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"sort"
 	"strconv"
@@ -19,6 +20,7 @@ import (
 // config file, in that order of precedence.
 type Config struct {
 	Addr          string
+	HTTPAddr      string // "" disables the admin side
 	DataDir       string
 	MySQLDSN      string
 	ZKAddrs       string
@@ -65,6 +67,7 @@ type Config struct {
 func flagSet(c *Config) *flag.FlagSet {
 	fs := flag.NewFlagSet("leafd", flag.ContinueOnError)
 	fs.StringVar(&c.Addr, "addr", "127.0.0.1:6380", "RESP listen address")
+	fs.StringVar(&c.HTTPAddr, "http-addr", "127.0.0.1:8080", "admin/HTTP listen address (metrics, probes, status, Leaf's HTTP API; no authentication); empty disables")
 	fs.StringVar(&c.DataDir, "data-dir", "./leafd-data", "embedded store, regression marks and worker-id caches")
 	fs.StringVar(&c.MySQLDSN, "mysql-dsn", "", "go-sql-driver DSN; when set, segments come from MySQL/MariaDB (table leaf_alloc)")
 	fs.StringVar(&c.ZKAddrs, "zk-addrs", "", "comma-separated ZooKeeper servers; when set, worker ids come from ZooKeeper")
@@ -247,6 +250,11 @@ func (c Config) Validate() error {
 	}
 	if _, err := parseBits(c.SnowflakeBits); err != nil {
 		bad("--snowflake-bits %q: %v", c.SnowflakeBits, err)
+	}
+	if c.HTTPAddr != "" {
+		if _, _, err := net.SplitHostPort(c.HTTPAddr); err != nil {
+			bad("--http-addr %q: %v", c.HTTPAddr, err)
+		}
 	}
 	if c.DataDir == "" {
 		bad("--data-dir must not be empty")

@@ -190,7 +190,7 @@ func TestGracefulShutdown(t *testing.T) {
 // TestDataDirLocked: a second process on the same data dir fails with a clear error.
 func TestDataDirLocked(t *testing.T) {
 	l := startLeafd(t)
-	cmd := exec.Command(leafdBin, "--data-dir", l.dataDir, "--addr", freeAddr(t))
+	cmd := exec.Command(leafdBin, "--data-dir", l.dataDir, "--addr", freeAddr(t), "--http-addr", "")
 	out, err := cmd.CombinedOutput()
 	if err == nil {
 		t.Fatalf("second leafd on the same data dir started:\n%s", out)
@@ -273,7 +273,7 @@ func TestTLS(t *testing.T) {
 		t.Errorf("plain PING to a TLS port succeeded")
 	}
 	// A bad certificate path is a start-up error naming the option.
-	out, err := exec.Command(leafdBin, "--data-dir", t.TempDir(), "--addr", freeAddr(t),
+	out, err := exec.Command(leafdBin, "--data-dir", t.TempDir(), "--addr", freeAddr(t), "--http-addr", "",
 		"--tls-cert", filepath.Join(dir, "missing.pem"), "--tls-key", keyFile).CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "--tls-cert") {
 		t.Errorf("missing certificate: got %v\n%s", err, out)

@@ -44,15 +44,16 @@ func TestMain(m *testing.M) {
 
 // leafd is one leafd process under test.
 type leafd struct {
-	t       testing.TB
-	args    []string
-	dataDir string
-	addr    string
-	cmd     *exec.Cmd
-	logMu   sync.Mutex
-	log     bytes.Buffer
-	exited  chan struct{}
-	exitErr error
+	t        testing.TB
+	args     []string
+	dataDir  string
+	addr     string
+	httpAddr string // admin HTTP address; empty when the args disabled it
+	cmd      *exec.Cmd
+	logMu    sync.Mutex
+	log      bytes.Buffer
+	exited   chan struct{}
+	exitErr  error
 }
 
 // freeAddr returns a loopback address with a port that was free a moment ago.
@@ -66,8 +67,9 @@ func freeAddr(t testing.TB) string {
 	return ln.Addr().String()
 }
 
-// startLeafd starts leafd with its own data dir (unless args name one) and a free port, and
-// waits until it answers PING. It is killed at cleanup.
+// startLeafd starts leafd with its own data dir (unless args name one) and free RESP and
+// admin ports (unless args name them), and waits until it answers PING. It is killed at
+// cleanup.
 func startLeafd(t testing.TB, args ...string) *leafd {
 	t.Helper()
 	l := &leafd{t: t, args: args}
@@ -81,12 +83,29 @@ func startLeafd(t testing.TB, args ...string) *leafd {
 	} else {
 		l.addr = flagValue(args, "--addr")
 	}
+	// A free admin port too: the default 127.0.0.1:8080 would collide between instances.
+	if !hasArg(args, "--http-addr") {
+		l.httpAddr = freeAddr(t)
+		l.args = append(l.args, "--http-addr", l.httpAddr)
+	} else {
+		l.httpAddr = flagValue(args, "--http-addr")
+	}
 	l.start()
 	t.Cleanup(func() { l.kill() })
 	return l
 }
 
 func hasFlag(args []string, name string) bool { return flagValue(args, name) != "" }
+
+// hasArg reports whether args name the flag at all, even with an empty value.
+func hasArg(args []string, name string) bool {
+	for _, a := range args {
+		if a == name || strings.HasPrefix(a, name+"=") {
+			return true
+		}
+	}
+	return false
+}
 
 func flagValue(args []string, name string) string {
 	for i, a := range args {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"time"
@@ -95,12 +96,30 @@ func run(ctx context.Context, cfg Config, log *zap.Logger, ready func(net.Addr))
 		return err
 	}
 	h.SetServer(srv)
+	// The admin port is bound first so that it is up once the RESP port answers.
+	var httpSrv *http.Server
+	var httpLn net.Listener
+	if cfg.HTTPAddr != "" {
+		if httpLn, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
+			return fmt.Errorf("--http-addr: %w", err)
+		}
+		httpSrv = newHTTPServer(cfg, h, log)
+	}
 	addr, err := srv.Listen(cfg.Addr)
 	if err != nil {
+		if httpLn != nil {
+			_ = httpLn.Close()
+		}
 		return fmt.Errorf("listen: %w", err)
 	}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve() }()
+	var httpDone chan error // nil (never ready) without the admin side
+	if httpSrv != nil {
+		httpDone = make(chan error, 1)
+		go func() { httpDone <- httpSrv.Serve(httpLn) }()
+		log.Info("admin HTTP ready", zap.String("http_addr", httpLn.Addr().String()))
+	}
 	log.Info("leafd ready", zap.String("addr", addr.String()), zap.String("store", storeName),
 		zap.Bool("auto_create", scfg.AutoCreate), zap.String("version", version))
 	if ready != nil {
@@ -112,11 +131,33 @@ func run(ctx context.Context, cfg Config, log *zap.Logger, ready func(net.Addr))
 		log.Info("shutting down")
 	case err = <-serveErr:
 		log.Error("accept loop failed", zap.Error(err))
+	case herr := <-httpDone:
+		err = fmt.Errorf("admin HTTP: %w", herr)
+		log.Error("admin HTTP accept loop failed", zap.Error(herr))
+		httpDone <- http.ErrServerClosed // consumed: put back an end for the wait below
 	}
+	// Both front ends stop together, before the deferred closers close the cores.
 	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 	defer cancel()
+	httpStopped := make(chan struct{})
+	go func() {
+		defer close(httpStopped)
+		if httpSrv == nil {
+			return
+		}
+		if herr := httpSrv.Shutdown(sctx); herr != nil {
+			log.Warn("admin HTTP shutdown did not finish in time; connections closed", zap.Error(herr))
+			_ = httpSrv.Close()
+		}
+	}()
 	if serr := srv.Shutdown(sctx); serr != nil {
 		log.Warn("shutdown did not finish in time; connections closed", zap.Error(serr))
+	}
+	<-httpStopped
+	if httpSrv != nil {
+		if herr := <-httpDone; err == nil && !errors.Is(herr, http.ErrServerClosed) {
+			err = fmt.Errorf("admin HTTP: %w", herr)
+		}
 	}
 	if err == nil {
 		if serr := <-serveErr; !errors.Is(serr, resp.ErrServerClosed) {
@@ -125,6 +166,20 @@ func run(ctx context.Context, cfg Config, log *zap.Logger, ready func(net.Addr))
 	}
 	log.Info("stopped")
 	return err
+}
+
+// newHTTPServer builds the admin server. Its timeouts bound slow clients; a request may wait
+// up to --wait-timeout for a segment, so the write timeout leaves room for that.
+func newHTTPServer(cfg Config, h *handlers.Handler, log *zap.Logger) *http.Server {
+	return &http.Server{
+		Handler:           h.HTTPHandler(),
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		WriteTimeout:      max(10*time.Second, cfg.WaitTimeout+5*time.Second),
+		IdleTimeout:       time.Minute,
+		MaxHeaderBytes:    16 << 10,
+		ErrorLog:          zap.NewStdLog(log.Named("http")),
+	}
 }
 
 // openStore opens the segment store: MySQL when a DSN is given, else the embedded bbolt file.

@@ -394,7 +394,7 @@ func TestZKExhaustion(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	args := append(zkArgs(t, zkAddr, name, bits...), "--data-dir", t.TempDir())
+	args := append(zkArgs(t, zkAddr, name, bits...), "--data-dir", t.TempDir(), "--http-addr", "")
 	out, err := exec.CommandContext(ctx, leafdBin, args...).CombinedOutput()
 	if err == nil || ctx.Err() != nil {
 		t.Fatalf("third instance: got %v (%v), want a start failure\n%s", err, ctx.Err(), out)
@@ -742,7 +742,7 @@ func TestZKBadEpoch(t *testing.T) {
 	zkAddr := testenv.ZKAddr(t)
 	for _, epoch := range []string{strconv.FormatInt(time.Now().Add(time.Hour).UnixMilli(), 10), "-1"} {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		args := append(zkArgs(t, zkAddr, zkTestName(t), "--snowflake-epoch", epoch), "--data-dir", t.TempDir())
+		args := append(zkArgs(t, zkAddr, zkTestName(t), "--snowflake-epoch", epoch), "--data-dir", t.TempDir(), "--http-addr", "")
 		out, err := exec.CommandContext(ctx, leafdBin, args...).CombinedOutput()
 		cancel()
 		if err == nil || !strings.Contains(string(out), "--snowflake-epoch "+epoch) {
