@@ -14,7 +14,10 @@ import (
 	"go.uber.org/zap"
 )
 
-var _ Store = (*MySQLStore)(nil)
+var (
+	_ Store       = (*MySQLStore)(nil)
+	_ maxIDReader = (*MySQLStore)(nil)
+)
 
 // MySQL server error numbers the store maps to sentinels.
 const (
@@ -386,4 +389,21 @@ func (s *MySQLStore) wrap(op, tag string, err error) error {
 		fmt.Fprintf(&b, " %q", tag)
 	}
 	return fmt.Errorf("%s: %w", b.String(), err)
+}
+
+// MaxID reads the tag's max_id without changing it: the first ID of the range the next
+// Allocate would lease. The generator asks it after a regression instead of allocating, so
+// that its retries do not advance max_id. ErrUnknownTag when there is no row.
+func (s *MySQLStore) MaxID(ctx context.Context, tag string) (int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	var v int64
+	err := s.db.QueryRowContext(ctx, "SELECT max_id FROM leaf_alloc WHERE biz_tag = ?", tag).Scan(&v)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return 0, fmt.Errorf("%w %q", ErrUnknownTag, tag)
+	case err != nil:
+		return 0, fmt.Errorf("segment: mysql max_id %q: %w", tag, err)
+	}
+	return v, nil
 }
