@@ -8,7 +8,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -305,14 +304,4 @@ func (c Config) configValues() map[string]string {
 		"proto-max-bulk-len": strconv.Itoa(c.MaxBulk),
 		"bind":               c.Addr,
 	}
-}
-
-// optionNames lists the option names, for the docs test.
-func optionNames() []string {
-	var c Config
-	fs := flagSet(&c)
-	var names []string
-	fs.VisitAll(func(f *flag.Flag) { names = append(names, f.Name) })
-	sort.Strings(names)
-	return names
 }
