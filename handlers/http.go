@@ -5,11 +5,8 @@ package handlers
 
 import (
 	"encoding/json"
-	"html/template"
 	"net/http"
 	"strconv"
-	"strings"
-	"time"
 
 	"github.com/leafd/leafd/segment"
 	"github.com/prometheus/client_golang/prometheus"
@@ -23,7 +20,8 @@ import (
 //	/healthz                     200 "ok" while the process is alive
 //	/readyz[?tag=t]              200 when it can serve, 503 otherwise (JSON)
 //	/metrics                     Prometheus text format
-//	/status                      HTML: each held tag's buffer, the snowflake worker
+//	/status                      HTML page (status.go) refreshing itself from /status.json
+//	/status.json                 each held tag's buffer and last loads, the snowflake worker
 //	/api/segment/get/{key}       Leaf: the next segment ID of key, plain text
 //	/api/snowflake/get/{key}     Leaf: a snowflake ID, plain text (key ignored, as in Leaf)
 //	/decodeSnowflakeId?snowflakeId=N   Leaf: the fields of a snowflake ID (JSON)
@@ -48,6 +46,7 @@ func (h *Handler) HTTPHandler() http.Handler {
 		ErrorLog: zap.NewStdLog(h.log), ErrorHandling: promhttp.ContinueOnError,
 	}))
 	mux.HandleFunc("GET /status", h.serveStatus)
+	mux.HandleFunc("GET /status.json", h.serveStatusJSON)
 	// Leaf maps these without a method restriction; so do we.
 	mux.HandleFunc("/api/segment/get/{key}", h.serveSegmentGet)
 	mux.HandleFunc("/api/snowflake/get/{key}", h.serveSnowflakeGet)
@@ -217,23 +216,7 @@ func (h *Handler) serveReady(w http.ResponseWriter, r *http.Request) {
 		rep.Segment = append(rep.Segment, t)
 		rep.Ready = t.CanServe
 	} else {
-		for _, tag := range h.seg.Tags() {
-			in, err := h.seg.Info(tag)
-			if err != nil {
-				continue // dropped since Tags
-			}
-			t := readiness(in)
-			rep.Segment = append(rep.Segment, t)
-			rep.Ready = rep.Ready && t.CanServe
-		}
-		sf := &snowflakeReadiness{WorkerID: -1}
-		if h.snow != nil {
-			in := h.snow.Info()
-			sf = &snowflakeReadiness{Enabled: true, HasWorker: in.HasWorker, WorkerID: in.WorkerID,
-				HasLease: !in.ReservedUntil.IsZero(), Status: in.Status}
-			rep.Ready = rep.Ready && in.HasWorker
-		}
-		rep.Snowflake = sf
+		rep = h.readyReport()
 	}
 	status := http.StatusOK
 	if !rep.Ready {
@@ -242,72 +225,26 @@ func (h *Handler) serveReady(w http.ResponseWriter, r *http.Request) {
 	h.writeJSON(w, status, rep)
 }
 
-// statusPage is the data of /status.
-type statusPage struct {
-	Version   string
-	Store     string
-	Now       time.Time
-	Tags      []segment.Info
-	Snowflake any // snowflake.Info, or nil when the mode is off
-}
-
-var statusTemplate = template.Must(template.New("status").Funcs(template.FuncMap{
-	"ts": func(t time.Time) string {
-		if t.IsZero() {
-			return "-"
-		}
-		return t.UTC().Format("2006-01-02 15:04:05.000Z")
-	},
-}).Parse(`<!DOCTYPE html>
-<html><head><meta charset="utf-8"><title>leafd status</title>
-<style>body{font-family:sans-serif}table{border-collapse:collapse}td,th{border:1px solid #999;padding:2px 6px;text-align:right}</style>
-</head><body>
-<h1>leafd {{.Version}}</h1>
-<p>store: {{.Store}}; at {{ts .Now}}</p>
-<h2>Segment buffers</h2>
-<table>
-<tr><th>tag</th><th>init ok</th><th>current [start, end)</th><th>current next</th><th>current remaining</th><th>next [start, end)</th><th>next ready</th><th>loading</th><th>step</th><th>min step</th><th>mark (max_id)</th><th>last refill</th><th>last error</th></tr>
-{{range .Tags}}<tr><td>{{.Tag}}</td><td>{{.InitOK}}</td>
-<td>{{if .Current.Loaded}}[{{.Current.Start}}, {{.Current.End}}){{else}}-{{end}}</td><td>{{.Current.Next}}</td><td>{{.Current.Remaining}}</td>
-<td>{{if .Next.Loaded}}[{{.Next.Start}}, {{.Next.End}}){{else}}-{{end}}</td><td>{{.NextReady}}</td><td>{{.Loading}}</td>
-<td>{{.Step}}</td><td>{{.MinStep}}</td><td>{{.Mark}}</td><td>{{ts .LastRefill}}</td><td>{{.LastError}}</td></tr>
-{{else}}<tr><td colspan="13">no tag held yet</td></tr>
-{{end}}</table>
-<h2>Snowflake</h2>
-{{with .Snowflake}}<table>
-<tr><th>worker id</th><td>{{.WorkerID}}</td></tr>
-<tr><th>has worker</th><td>{{.HasWorker}}</td></tr>
-<tr><th>source</th><td>{{.Source}}</td></tr>
-<tr><th>reserved until</th><td>{{ts .ReservedUntil}}</td></tr>
-<tr><th>start bound</th><td>{{ts .StartBound}}</td></tr>
-<tr><th>status</th><td>{{.Status}}</td></tr>
-<tr><th>layout</th><td>{{.Layout.TimeBits}}/{{.Layout.WorkerBits}}/{{.Layout.SeqBits}}, epoch {{ts .Layout.Epoch}}</td></tr>
-<tr><th>IDs issued</th><td>{{.Issued}}</td></tr>
-<tr><th>clock back events / errors</th><td>{{.ClockBackEvents}} / {{.ClockBackErrors}}</td></tr>
-<tr><th>last clock back</th><td>{{ts .LastClockBack}} ({{.LastClockBackOffset}})</td></tr>
-<tr><th>lease extensions / failures</th><td>{{.Extensions}} / {{.ExtendFailures}}</td></tr>
-</table>{{else}}<p>snowflake mode is off</p>{{end}}
-</body></html>
-`))
-
-// serveStatus renders what Leaf's /cache and /db pages show, from memory: the mark stands
-// for the row's max_id as this instance last saw it (the page never queries the store).
-func (h *Handler) serveStatus(w http.ResponseWriter, _ *http.Request) {
-	p := statusPage{Version: h.cfg.Version, Store: h.cfg.StoreName, Now: h.now()}
+// readyReport is /readyz without ?tag: every held tag, and snowflake when enabled. The
+// leafd_ready metric reads it too, so both always agree.
+func (h *Handler) readyReport() readyReport {
+	rep := readyReport{Ready: true, Alive: true, Segment: []tagReadiness{}}
 	for _, tag := range h.seg.Tags() {
-		if in, err := h.seg.Info(tag); err == nil {
-			p.Tags = append(p.Tags, in)
+		in, err := h.seg.Info(tag)
+		if err != nil {
+			continue // dropped since Tags
 		}
+		t := readiness(in)
+		rep.Segment = append(rep.Segment, t)
+		rep.Ready = rep.Ready && t.CanServe
 	}
+	sf := &snowflakeReadiness{WorkerID: -1}
 	if h.snow != nil {
-		p.Snowflake = h.snow.Info()
+		in := h.snow.Info()
+		sf = &snowflakeReadiness{Enabled: true, HasWorker: in.HasWorker, WorkerID: in.WorkerID,
+			HasLease: !in.ReservedUntil.IsZero(), Status: in.Status}
+		rep.Ready = rep.Ready && in.HasWorker
 	}
-	var b strings.Builder
-	if err := statusTemplate.Execute(&b, p); err != nil {
-		h.log.Error("http: rendering /status", zap.Error(err))
-		http.Error(w, "internal error", http.StatusInternalServerError)
-		return
-	}
-	w.Header().Set("Content-Type", "text/html; charset=utf-8")
-	_, _ = w.Write([]byte(b.String()))
+	rep.Snowflake = sf
+	return rep
 }

@@ -1,6 +1,7 @@
 package handlers
 
 import (
+	"github.com/leafd/leafd/segment"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -28,6 +29,12 @@ var (
 	descTagStep        = desc("segment_tag_step", "The tag's current dynamic step.", "tag")
 	descTagCanServe    = desc("segment_tag_can_serve", "1 when the tag's current segment has IDs left or the next one is ready.", "tag")
 	descTagCanRefill   = desc("segment_tag_can_refill", "1 when the tag's latest load did not fail.", "tag")
+	descTagIDs         = desc("segment_tag_ids_total", "Segment IDs handed out for the tag by this instance (an estimate, as leafd_segment_ids_total).", "tag")
+	descTagCurRemain   = desc("segment_tag_current_remaining", "IDs left in the tag's current segment only.", "tag")
+	descTagNextReady   = desc("segment_tag_next_ready", "1 when the tag's next segment is loaded.", "tag")
+	descTagLoading     = desc("segment_tag_loading", "1 while a load of the tag's next segment is queued or running.", "tag")
+	descSegLoadSeconds = desc("segment_load_duration_seconds", "Time of segment loads from the store (failed ones included), mark checks included.")
+	descReady          = desc("ready", "1 when /readyz answers 200 (the instance can serve), 0 otherwise.")
 
 	descSnowEnabled    = desc("snowflake_enabled", "1 when snowflake mode is on.")
 	descSnowHasWorker  = desc("snowflake_has_worker", "1 when the instance holds a worker id.")
@@ -52,6 +59,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		descSegIDs, descSegLoads, descSegRegressions, descSegUnavailable, descSegUnknown, descSegTags,
 		descTagRemaining, descTagStep, descTagCanServe, descTagCanRefill,
+		descTagIDs, descTagCurRemain, descTagNextReady, descTagLoading, descSegLoadSeconds, descReady,
 		descSnowEnabled, descSnowHasWorker, descSnowWorkerID, descSnowReserved, descSnowIssued,
 		descSnowCBEvents, descSnowCBErrors, descSnowSeqWaits, descSnowExtensions, descSnowExtFails,
 		descConnected, descConnections, descRejected, descCommands, descProtoErrors,
@@ -79,6 +87,12 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	counter(descSegUnavailable, float64(st.Unavailable))
 	counter(descSegUnknown, float64(st.UnknownTag))
 	gauge(descSegTags, float64(st.Tags))
+	buckets := make(map[float64]uint64, len(segment.LoadBuckets))
+	for i, le := range segment.LoadBuckets {
+		buckets[le] = st.LoadSeconds.Counts[i]
+	}
+	ch <- prometheus.MustNewConstHistogram(descSegLoadSeconds, st.LoadSeconds.Count, st.LoadSeconds.Sum, buckets)
+	gauge(descReady, float64(b2i(h.readyReport().Ready)))
 	for _, tag := range h.seg.Tags() {
 		in, err := h.seg.Info(tag)
 		if err != nil {
@@ -89,6 +103,10 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		gauge(descTagStep, float64(in.Step), tag)
 		gauge(descTagCanServe, float64(b2i(t.CanServe)), tag)
 		gauge(descTagCanRefill, float64(b2i(t.CanRefill)), tag)
+		counter(descTagIDs, float64(in.Issued), tag)
+		gauge(descTagCurRemain, float64(in.Current.Remaining), tag)
+		gauge(descTagNextReady, float64(b2i(in.NextReady)), tag)
+		gauge(descTagLoading, float64(b2i(in.Loading)), tag)
 	}
 
 	if h.snow == nil {

@@ -96,6 +96,7 @@ type buffer struct {
 	retired    int64 // values used by segments switched out (issued + abandoned)
 	abandoned  int64 // values skipped by NextN
 	loadsOK    int64
+	loads      loadLog
 }
 
 func newBuffer(tag string) *buffer { return &buffer{tag: tag} }
@@ -115,8 +116,12 @@ func (b *buffer) setFlagsLocked() {
 // issued estimates the IDs handed out from b (stats only).
 func (b *buffer) issued() int64 {
 	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.issuedLocked()
+}
+
+func (b *buffer) issuedLocked() int64 {
 	n := b.retired - b.abandoned
-	b.mu.Unlock()
 	if s := b.cur.Load(); s != nil {
 		n += s.used()
 	}

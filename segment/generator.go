@@ -44,6 +44,7 @@ type Generator struct {
 		regressions, unavailable, unknown   atomic.Int64
 		droppedIDs                          atomic.Int64 // IDs issued by buffers since dropped
 	}
+	loadHist loadHist
 }
 
 var (
@@ -362,12 +363,14 @@ type Info struct {
 	Next       SegmentInfo // the preloaded segment, if any
 	NextReady  bool
 	Loading    bool
-	InitOK     bool      // a load has succeeded
-	Step       int64     // current (dynamic) step: size of the latest segment loaded
-	MinStep    int64     // the tag's stored step
-	Mark       int64     // highest range end granted (the regression guard)
-	LastRefill time.Time // time of the latest successful load (zero if none)
-	LastError  string    // error of the latest failed load, if the latest load failed
+	InitOK     bool         // a load has succeeded
+	Step       int64        // current (dynamic) step: size of the latest segment loaded
+	MinStep    int64        // the tag's stored step
+	Mark       int64        // highest range end granted (the regression guard)
+	LastRefill time.Time    // time of the latest successful load (zero if none)
+	LastError  string       // error of the latest failed load, if the latest load failed
+	Issued     int64        // IDs handed out from this buffer (an estimate, as Stats.IDs)
+	Loads      []LoadRecord // the latest loads, newest first
 }
 
 func segInfo(s *seg) SegmentInfo {
@@ -401,6 +404,8 @@ func (g *Generator) Info(tag string) (Info, error) {
 		MinStep:    b.minStep,
 		Mark:       b.mark,
 		LastRefill: b.lastRefill,
+		Issued:     b.issuedLocked(),
+		Loads:      b.loads.list(),
 	}
 	if b.lastErr != nil {
 		in.LastError = b.lastErr.Error()
@@ -456,6 +461,7 @@ type Stats struct {
 	Unavailable   int64 // requests failed with ErrUnavailable
 	UnknownTag    int64 // requests failed with ErrUnknownTag
 	Tags          int   // tags held
+	LoadSeconds   LoadHistogram
 }
 
 // Stats returns the counters (INFO segment). It costs one pass over the held tags.
@@ -470,6 +476,7 @@ func (g *Generator) Stats() Stats {
 		Unavailable:   g.stats.unavailable.Load(),
 		UnknownTag:    g.stats.unknown.Load(),
 		Tags:          len(m),
+		LoadSeconds:   g.loadHist.snapshot(),
 	}
 	for _, b := range m {
 		st.IDs += b.issued()

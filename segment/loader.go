@@ -73,7 +73,9 @@ func (g *Generator) worker(ctx context.Context) {
 func (g *Generator) load(ctx context.Context, b *buffer) {
 	ctx, cancel := context.WithTimeout(ctx, g.cfg.LoadTimeout)
 	defer cancel()
+	start := g.cfg.Now()
 	s, err := g.fetch(ctx, b)
+	g.recordLoad(b, start, s, err)
 	g.finish(b, s, err)
 }
 

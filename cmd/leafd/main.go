@@ -25,6 +25,9 @@ func main() {
 
 // realMain is main with an exit code, so that deferred calls run before the one exit.
 func realMain() int {
+	if len(os.Args) > 1 && os.Args[1] == "health" {
+		return health(os.Args[2:], os.Getenv, os.Stderr)
+	}
 	cfg, err := loadConfig(os.Args[1:], os.Getenv, os.Stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0

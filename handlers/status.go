@@ -1,0 +1,142 @@
+package handlers
+
+// The status page: a static HTML page (status.html, embedded) that polls /status.json every
+// second and draws it. Everything it needs is in the binary; the page loads nothing else.
+
+import (
+	_ "embed"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/leafd/leafd/segment"
+)
+
+//go:embed status.html
+var statusHTML []byte
+
+// serveStatus sends the page. Its script builds the DOM with textContent only, so tag names
+// and error texts are never interpreted as markup.
+func (h *Handler) serveStatus(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	// The page runs its own inline script and fetches only its own origin.
+	w.Header().Set("Content-Security-Policy",
+		"default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; img-src data:")
+	_, _ = w.Write(statusHTML)
+}
+
+// statusSegment is one segment of a tag's double buffer in /status.json.
+type statusSegment struct {
+	Loaded    bool  `json:"loaded"`
+	Start     int64 `json:"start"`
+	End       int64 `json:"end"`
+	Next      int64 `json:"next"`
+	Remaining int64 `json:"remaining"`
+}
+
+// statusLoad is one of a tag's last loads.
+type statusLoad struct {
+	AtMs       int64   `json:"at_ms"`
+	DurationMs float64 `json:"duration_ms"`
+	Start      int64   `json:"start"`
+	End        int64   `json:"end"`
+	Error      string  `json:"error,omitempty"`
+}
+
+// statusTag is one held tag.
+type statusTag struct {
+	Tag          string        `json:"tag"`
+	Current      statusSegment `json:"current"`
+	Next         statusSegment `json:"next"`
+	NextReady    bool          `json:"next_ready"`
+	Loading      bool          `json:"loading"`
+	InitOK       bool          `json:"init_ok"`
+	Step         int64         `json:"step"`
+	MinStep      int64         `json:"min_step"`
+	Mark         int64         `json:"mark"`
+	Issued       int64         `json:"issued"`
+	LastRefillMs int64         `json:"last_refill_ms"`
+	LastError    string        `json:"last_error,omitempty"`
+	Loads        []statusLoad  `json:"loads"`
+}
+
+// statusSnowflake is the snowflake worker in /status.json.
+type statusSnowflake struct {
+	HasWorker             bool    `json:"has_worker"`
+	WorkerID              int64   `json:"worker_id"`
+	Source                string  `json:"source"`
+	Status                string  `json:"status,omitempty"`
+	StartBoundMs          int64   `json:"start_bound_ms"`
+	ReservedUntilMs       int64   `json:"reserved_until_ms"`
+	Layout                string  `json:"layout"`
+	EpochMs               int64   `json:"epoch_ms"`
+	Issued                uint64  `json:"issued"`
+	SequenceWaits         uint64  `json:"sequence_waits"`
+	ClockBackEvents       uint64  `json:"clock_back_events"`
+	ClockBackErrors       uint64  `json:"clock_back_errors"`
+	LastClockBackMs       int64   `json:"last_clock_back_ms"`
+	LastClockBackOffsetMs float64 `json:"last_clock_back_offset_ms"`
+	Extensions            uint64  `json:"lease_extensions"`
+	ExtendFailures        uint64  `json:"lease_extend_failures"`
+}
+
+// statusReport is the body of /status.json. Times are Unix milliseconds (0: never); now_ms is
+// the server's clock, which the page uses for rates so that the browser's clock does not
+// matter.
+type statusReport struct {
+	Version   string           `json:"version"`
+	Store     string           `json:"store"`
+	NowMs     int64            `json:"now_ms"`
+	Ready     bool             `json:"ready"`
+	Tags      []statusTag      `json:"tags"`
+	Snowflake *statusSnowflake `json:"snowflake"` // null when snowflake mode is off
+}
+
+func unixMs(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMilli()
+}
+
+func statusSeg(s segment.SegmentInfo) statusSegment {
+	return statusSegment{Loaded: s.Loaded, Start: s.Start, End: s.End, Next: s.Next, Remaining: s.Remaining}
+}
+
+// serveStatusJSON reports what the page draws, from memory (the store is never queried; the
+// mark stands for max_id as this instance last saw it).
+func (h *Handler) serveStatusJSON(w http.ResponseWriter, _ *http.Request) {
+	rep := statusReport{Version: h.cfg.Version, Store: h.cfg.StoreName, NowMs: h.now().UnixMilli(),
+		Ready: h.readyReport().Ready, Tags: []statusTag{}}
+	for _, tag := range h.seg.Tags() {
+		in, err := h.seg.Info(tag)
+		if err != nil {
+			continue // dropped since Tags
+		}
+		t := statusTag{Tag: in.Tag, Current: statusSeg(in.Current), Next: statusSeg(in.Next),
+			NextReady: in.NextReady, Loading: in.Loading, InitOK: in.InitOK, Step: in.Step,
+			MinStep: in.MinStep, Mark: in.Mark, Issued: in.Issued, LastRefillMs: unixMs(in.LastRefill),
+			LastError: in.LastError, Loads: make([]statusLoad, 0, len(in.Loads))}
+		for _, l := range in.Loads {
+			t.Loads = append(t.Loads, statusLoad{AtMs: unixMs(l.At),
+				DurationMs: float64(l.Duration.Microseconds()) / 1000, Start: l.Start, End: l.End, Error: l.Error})
+		}
+		rep.Tags = append(rep.Tags, t)
+	}
+	if h.snow != nil {
+		in := h.snow.Info()
+		rep.Snowflake = &statusSnowflake{
+			HasWorker: in.HasWorker, WorkerID: in.WorkerID, Source: in.Source, Status: in.Status,
+			StartBoundMs: unixMs(in.StartBound), ReservedUntilMs: unixMs(in.ReservedUntil),
+			Layout:  fmt.Sprintf("%d/%d/%d", in.Layout.TimeBits, in.Layout.WorkerBits, in.Layout.SeqBits),
+			EpochMs: unixMs(in.Layout.Epoch), Issued: in.Issued, SequenceWaits: in.SequenceWaits,
+			ClockBackEvents: in.ClockBackEvents, ClockBackErrors: in.ClockBackErrors,
+			LastClockBackMs:       unixMs(in.LastClockBack),
+			LastClockBackOffsetMs: float64(in.LastClockBackOffset.Microseconds()) / 1000,
+			Extensions:            in.Extensions, ExtendFailures: in.ExtendFailures,
+		}
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	h.writeJSON(w, http.StatusOK, rep)
+}
