@@ -1,20 +1,20 @@
-# Multi-stage build: a static leafd binary on a distroless-like scratch image, run as non-root.
-FROM golang:1.26-bookworm AS build
-WORKDIR /src
-COPY go.mod go.sum ./
-RUN go mod download
-COPY . .
-ARG VERSION=dev
-RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/leafd ./cmd/leafd \
- && mkdir -p /out/data
-
+# The image tested here (scripts/image.sh, `make image`; deploy/image_test.go builds and runs
+# it): a static leafd built by `go build` outside, on scratch, so no registry is needed. The
+# build context is the directory scripts/image.sh stages: leafd (CGO_ENABLED=0), the host's
+# CA bundle, passwd/group (deploy/image/) naming the non-root user, and an empty data/.
+# Dockerfile.multistage builds the same image with a golang build stage (needs a registry).
 FROM scratch
-COPY --from=build /out/leafd /leafd
-COPY --from=build --chown=65532:65532 /out/data /data
+COPY passwd group /etc/
+COPY ca-certificates.crt /etc/ssl/certs/ca-certificates.crt
+COPY --chown=65532:65532 data /data
+COPY leafd /leafd
 USER 65532:65532
-# In a container the listen addresses must not be loopback; set them explicitly. The admin
-# port (/metrics, /readyz, Leaf's HTTP API) has no authentication: keep it on a private network.
+# In a container the listen addresses must not be loopback. The admin port (/metrics,
+# /readyz, /status, Leaf's HTTP API) has no authentication: keep it on a private network.
 ENV LEAFD_ADDR=0.0.0.0:6380 LEAFD_HTTP_ADDR=0.0.0.0:8080 LEAFD_DATA_DIR=/data
 EXPOSE 6380 8080
 VOLUME /data
+# No shell or curl in the image: the binary probes its own admin port (LEAFD_HTTP_ADDR).
+HEALTHCHECK --interval=10s --timeout=5s --start-period=30s --retries=3 CMD ["/leafd", "health"]
+STOPSIGNAL SIGTERM
 ENTRYPOINT ["/leafd"]

@@ -4,7 +4,7 @@ GO ?= go
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.version=$(VERSION)
 
-.PHONY: build run test unit bench lint fuzz clean
+.PHONY: build run test unit bench lint fuzz image clean
 
 build:
 	CGO_ENABLED=0 $(GO) build -ldflags '$(LDFLAGS)' -o bin/leafd ./cmd/leafd
@@ -29,6 +29,10 @@ lint:
 fuzz:
 	$(GO) test ./resp/ -run '^$$' -fuzz FuzzParser -fuzztime 60s
 	$(GO) test ./handlers/ -run '^$$' -fuzz FuzzServe -fuzztime 60s
+
+# The container image (Dockerfile: static binary on scratch) with docker or podman.
+image:
+	VERSION=$(VERSION) bash scripts/image.sh
 
 clean:
 	rm -rf bin leafd-data

@@ -2,7 +2,7 @@
 # The README's test command: runs every test of leafd with -race.
 #
 # On a fresh Debian machine with Go it installs what the integration tests need (MariaDB,
-# ZooKeeper, redis-tools) with apt-get, starts a MariaDB and a ZooKeeper of its own on free
+# ZooKeeper, redis-tools; podman, runc, prometheus's promtool and chromium for deploy/) with apt-get, starts a MariaDB and a ZooKeeper of its own on free
 # loopback ports with temporary data directories, runs the tests against them, and stops them
 # on the way out. Tests that must crash or pause a service start private instances of the same
 # binaries through internal/testenv. LEAFD_TEST_REQUIRE=1 makes every integration test fail,
@@ -19,11 +19,21 @@ log() { printf '==> %s\n' "$*" >&2; }
 have_mariadb() { command -v mariadbd >/dev/null 2>&1 || [ -x /usr/sbin/mariadbd ]; }
 have_zk() { [ -f /usr/share/java/zookeeper.jar ] && command -v java >/dev/null 2>&1; }
 have_redis_tools() { command -v redis-cli >/dev/null 2>&1 && command -v redis-benchmark >/dev/null 2>&1; }
+# deploy/: the image test (podman with runc, the host's CA bundle), the rules (promtool) and the
+# status page screenshot (headless chromium).
+have_podman() { command -v podman >/dev/null 2>&1 && { command -v runc >/dev/null 2>&1 || [ -x /usr/sbin/runc ]; }; }
+have_ca() { [ -s /etc/ssl/certs/ca-certificates.crt ]; }
+have_promtool() { command -v promtool >/dev/null 2>&1; }
+have_chromium() { command -v chromium >/dev/null 2>&1; }
 
 pkgs=()
 have_mariadb || pkgs+=(mariadb-server mariadb-client)
 have_zk || pkgs+=(zookeeper default-jre-headless)
 have_redis_tools || pkgs+=(redis-tools)
+have_podman || pkgs+=(podman runc)
+have_ca || pkgs+=(ca-certificates)
+have_promtool || pkgs+=(prometheus)
+have_chromium || pkgs+=(chromium)
 if [ ${#pkgs[@]} -gt 0 ]; then
 	sudo=""
 	if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi
@@ -35,6 +45,9 @@ fi
 have_mariadb || { echo "mariadbd still missing after apt-get install mariadb-server" >&2; exit 1; }
 have_zk || { echo "ZooKeeper still missing after apt-get install zookeeper" >&2; exit 1; }
 have_redis_tools || { echo "redis-cli/redis-benchmark still missing after apt-get install redis-tools" >&2; exit 1; }
+have_podman || { echo "podman/runc still missing after apt-get install podman runc" >&2; exit 1; }
+have_promtool || { echo "promtool still missing after apt-get install prometheus" >&2; exit 1; }
+have_chromium || { echo "chromium still missing after apt-get install chromium" >&2; exit 1; }
 
 # --- services ----------------------------------------------------------------------------
 work=$(mktemp -d /tmp/leafd-test.XXXXXX)
