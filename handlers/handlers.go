@@ -65,6 +65,7 @@ type Handler struct {
 	log   *zap.Logger
 	table map[string]*command
 	now   func() time.Time
+	errs  errorCounts // error replies by code (leafd_command_errors_total)
 }
 
 // New returns a handler. snow may be nil (snowflake commands then answer NOWORKER).
@@ -187,6 +188,7 @@ const msgInternal = "internal error"
 // that does: RESP (errorReply) and HTTP (writeHTTPError) both use it. Internal details are
 // logged, not sent.
 func (h *Handler) errorCode(err error) (code, msg string) {
+	defer func() { h.errs.add(code) }()
 	var re replyError
 	if errors.As(err, &re) {
 		code, msg, _ = strings.Cut(string(re), " ")

@@ -34,6 +34,7 @@ var (
 	descTagNextReady   = desc("segment_tag_next_ready", "1 when the tag's next segment is loaded.", "tag")
 	descTagLoading     = desc("segment_tag_loading", "1 while a load of the tag's next segment is queued or running.", "tag")
 	descSegLoadSeconds = desc("segment_load_duration_seconds", "Time of segment loads from the store (failed ones included), mark checks included.")
+	descCmdErrors      = desc("command_errors_total", "Error replies of commands (RESP and HTTP API) by code; unknown-command, arity and NOAUTH replies are not counted.", "code")
 	descReady          = desc("ready", "1 when /readyz answers 200 (the instance can serve), 0 otherwise.")
 
 	descSnowEnabled    = desc("snowflake_enabled", "1 when snowflake mode is on.")
@@ -59,7 +60,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		descSegIDs, descSegLoads, descSegRegressions, descSegUnavailable, descSegUnknown, descSegTags,
 		descTagRemaining, descTagStep, descTagCanServe, descTagCanRefill,
-		descTagIDs, descTagCurRemain, descTagNextReady, descTagLoading, descSegLoadSeconds, descReady,
+		descTagIDs, descTagCurRemain, descTagNextReady, descTagLoading, descSegLoadSeconds, descReady, descCmdErrors,
 		descSnowEnabled, descSnowHasWorker, descSnowWorkerID, descSnowReserved, descSnowIssued,
 		descSnowCBEvents, descSnowCBErrors, descSnowSeqWaits, descSnowExtensions, descSnowExtFails,
 		descConnected, descConnections, descRejected, descCommands, descProtoErrors,
@@ -93,6 +94,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstHistogram(descSegLoadSeconds, st.LoadSeconds.Count, st.LoadSeconds.Sum, buckets)
 	gauge(descReady, float64(b2i(h.readyReport().Ready)))
+	h.errs.each(func(code string, n uint64) { counter(descCmdErrors, float64(n), code) })
 	for _, tag := range h.seg.Tags() {
 		in, err := h.seg.Info(tag)
 		if err != nil {
