@@ -66,6 +66,7 @@ type Handler struct {
 	table map[string]*command
 	now   func() time.Time
 	errs  errorCounts // error replies by code (leafd_command_errors_total)
+	rates rateSampler // IDs/s of /status.json
 }
 
 // New returns a handler. snow may be nil (snowflake commands then answer NOWORKER).

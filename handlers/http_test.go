@@ -287,24 +287,3 @@ func TestHTTPMetrics(t *testing.T) {
 		t.Errorf("metric lint: %v %v", err, problems)
 	}
 }
-
-func TestHTTPStatusPage(t *testing.T) {
-	ts := startServer(t, serverOpts{autoCreate: true})
-	hs := httpServer(t, ts.h)
-	hostile := `<script>alert("x")</script>`
-	if status, _, body := get(t, hs, http.MethodGet, "/api/segment/get/"+url.PathEscape(hostile)); status != 200 || body != "1" {
-		t.Fatalf("hostile tag get: got %d %q, want 200 1", status, body)
-	}
-	status, ctype, body := get(t, hs, http.MethodGet, "/status")
-	if status != http.StatusOK || !strings.HasPrefix(ctype, "text/html") {
-		t.Fatalf("status: got %d %q, want 200 text/html", status, ctype)
-	}
-	if strings.Contains(body, "<script>") {
-		t.Errorf("status page contains the tag unescaped:\n%s", body)
-	}
-	for _, want := range []string{"&lt;script&gt;", "[1, 1001)", "41/10/12", "<th>worker id</th><td>7</td>"} {
-		if !strings.Contains(body, want) {
-			t.Errorf("status page: missing %q:\n%s", want, body)
-		}
-	}
-}

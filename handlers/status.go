@@ -56,6 +56,7 @@ type statusTag struct {
 	MinStep      int64         `json:"min_step"`
 	Mark         int64         `json:"mark"`
 	Issued       int64         `json:"issued"`
+	IDsPerSec    *float64      `json:"ids_per_sec"` // null until a second request has seen the tag
 	LastRefillMs int64         `json:"last_refill_ms"`
 	LastError    string        `json:"last_error,omitempty"`
 	Loads        []statusLoad  `json:"loads"`
@@ -63,22 +64,23 @@ type statusTag struct {
 
 // statusSnowflake is the snowflake worker in /status.json.
 type statusSnowflake struct {
-	HasWorker             bool    `json:"has_worker"`
-	WorkerID              int64   `json:"worker_id"`
-	Source                string  `json:"source"`
-	Status                string  `json:"status,omitempty"`
-	StartBoundMs          int64   `json:"start_bound_ms"`
-	ReservedUntilMs       int64   `json:"reserved_until_ms"`
-	Layout                string  `json:"layout"`
-	EpochMs               int64   `json:"epoch_ms"`
-	Issued                uint64  `json:"issued"`
-	SequenceWaits         uint64  `json:"sequence_waits"`
-	ClockBackEvents       uint64  `json:"clock_back_events"`
-	ClockBackErrors       uint64  `json:"clock_back_errors"`
-	LastClockBackMs       int64   `json:"last_clock_back_ms"`
-	LastClockBackOffsetMs float64 `json:"last_clock_back_offset_ms"`
-	Extensions            uint64  `json:"lease_extensions"`
-	ExtendFailures        uint64  `json:"lease_extend_failures"`
+	HasWorker             bool     `json:"has_worker"`
+	WorkerID              int64    `json:"worker_id"`
+	Source                string   `json:"source"`
+	Status                string   `json:"status,omitempty"`
+	StartBoundMs          int64    `json:"start_bound_ms"`
+	ReservedUntilMs       int64    `json:"reserved_until_ms"`
+	Layout                string   `json:"layout"`
+	EpochMs               int64    `json:"epoch_ms"`
+	Issued                uint64   `json:"issued"`
+	IDsPerSec             *float64 `json:"ids_per_sec"`
+	SequenceWaits         uint64   `json:"sequence_waits"`
+	ClockBackEvents       uint64   `json:"clock_back_events"`
+	ClockBackErrors       uint64   `json:"clock_back_errors"`
+	LastClockBackMs       int64    `json:"last_clock_back_ms"`
+	LastClockBackOffsetMs float64  `json:"last_clock_back_offset_ms"`
+	Extensions            uint64   `json:"lease_extensions"`
+	ExtendFailures        uint64   `json:"lease_extend_failures"`
 }
 
 // statusReport is the body of /status.json. Times are Unix milliseconds (0: never); now_ms is
@@ -107,8 +109,10 @@ func statusSeg(s segment.SegmentInfo) statusSegment {
 // serveStatusJSON reports what the page draws, from memory (the store is never queried; the
 // mark stands for max_id as this instance last saw it).
 func (h *Handler) serveStatusJSON(w http.ResponseWriter, _ *http.Request) {
-	rep := statusReport{Version: h.cfg.Version, Store: h.cfg.StoreName, NowMs: h.now().UnixMilli(),
+	now := h.now()
+	rep := statusReport{Version: h.cfg.Version, Store: h.cfg.StoreName, NowMs: now.UnixMilli(),
 		Ready: h.readyReport().Ready, Tags: []statusTag{}}
+	issued := map[string]int64{}
 	for _, tag := range h.seg.Tags() {
 		in, err := h.seg.Info(tag)
 		if err != nil {
@@ -123,6 +127,7 @@ func (h *Handler) serveStatusJSON(w http.ResponseWriter, _ *http.Request) {
 				DurationMs: float64(l.Duration.Microseconds()) / 1000, Start: l.Start, End: l.End, Error: l.Error})
 		}
 		rep.Tags = append(rep.Tags, t)
+		issued[t.Tag] = t.Issued
 	}
 	if h.snow != nil {
 		in := h.snow.Info()
@@ -135,6 +140,20 @@ func (h *Handler) serveStatusJSON(w http.ResponseWriter, _ *http.Request) {
 			LastClockBackMs:       unixMs(in.LastClockBack),
 			LastClockBackOffsetMs: float64(in.LastClockBackOffset.Microseconds()) / 1000,
 			Extensions:            in.Extensions, ExtendFailures: in.ExtendFailures,
+		}
+	}
+	var snowIssued uint64
+	if rep.Snowflake != nil {
+		snowIssued = rep.Snowflake.Issued
+	}
+	if tagRates, snowRate, ok := h.rates.rates(now, issued, snowIssued); ok {
+		for i := range rep.Tags {
+			if r, seen := tagRates[rep.Tags[i].Tag]; seen {
+				rep.Tags[i].IDsPerSec = &r
+			}
+		}
+		if rep.Snowflake != nil {
+			rep.Snowflake.IDsPerSec = &snowRate
 		}
 	}
 	w.Header().Set("Cache-Control", "no-store")
