@@ -4,8 +4,9 @@
 # On a fresh Debian machine with Go it installs what the integration tests need (MariaDB,
 # ZooKeeper, redis-tools; for deploy/ and the status page: podman, runc, prometheus's promtool,
 # chromium) with apt-get, starts a MariaDB and a ZooKeeper of its own on free loopback ports
-# with temporary data directories, runs the tests against them, and stops them on the way out. Tests that must crash or pause a service start private instances of the same
-# binaries through internal/testenv. LEAFD_TEST_REQUIRE=1 makes every integration test fail,
+# with temporary data directories, runs the tests against them, and stops them on the way out.
+# Tests that must crash or pause a service start private instances of the same binaries
+# through internal/testenv. LEAFD_TEST_REQUIRE=1 makes every integration test fail,
 # never skip, when a service is missing.
 #
 #   scripts/test.sh                 # everything
