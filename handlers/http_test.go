@@ -249,7 +249,9 @@ func TestHTTPNotReady(t *testing.T) {
 		t.Errorf("readyz?tag=down: got %d, want 503", status)
 	}
 	status, _, body = get(t, hs, http.MethodGet, "/metrics")
-	for _, want := range []string{`leafd_segment_tag_can_serve{tag="down"} 0`, `leafd_segment_loads_total{result="failed"} `, "leafd_snowflake_enabled 0"} {
+	for _, want := range []string{`leafd_segment_tag_can_serve{tag="down"} 0`, `leafd_segment_loads_total{result="failed"} `, "leafd_snowflake_enabled 0",
+		"leafd_ready 0\n", `leafd_command_errors_total{code="UNAVAILABLE"} 1`, `leafd_command_errors_total{code="NOWORKER"} 1`,
+		`leafd_segment_tag_next_ready{tag="down"} 0`, `leafd_segment_load_duration_seconds_count `} {
 		if status != 200 || !strings.Contains(body, want) {
 			t.Errorf("metrics: got %d, want a line %q", status, want)
 		}
@@ -277,6 +279,9 @@ func TestHTTPMetrics(t *testing.T) {
 		"leafd_snowflake_has_worker 1\n", "leafd_snowflake_worker_id 7\n", "leafd_snowflake_ids_total 1\n",
 		"# TYPE leafd_connected_clients gauge", "leafd_commands_total ", "leafd_connections_total 1\n",
 		"go_goroutines ", "process_start_time_seconds ",
+		`leafd_segment_tag_ids_total{tag="m"} 1`, `leafd_segment_tag_current_remaining{tag="m"} 999`,
+		"leafd_segment_load_duration_seconds_count 1\n", `leafd_segment_load_duration_seconds_bucket{le="+Inf"} 1`,
+		"leafd_ready 1\n", `leafd_command_errors_total{code="UNAVAILABLE"} 0`,
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("metrics: missing %q", want)
