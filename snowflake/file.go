@@ -78,16 +78,19 @@ func (s *localSource) Acquire(ctx context.Context) (Worker, error) {
 	}
 	w := Worker{ID: s.id, Source: s.name}
 	if ok {
-		if !s.static {
+		// The file source keeps the id of an earlier static or file run; an id written by the
+		// ZooKeeper source belongs to ZooKeeper's domain and is not taken.
+		if !s.static && (st.Source == "file" || st.Source == "static") {
 			w.ID = st.WorkerID
 		}
+		// The bound is the data dir's, whichever source wrote it (see bound.go).
 		if st.ReservedUntilMs > 0 {
 			w.Bound = time.UnixMilli(st.ReservedUntilMs).UTC()
 		}
 	}
 	// Record the id now so that a first start's id survives a crash before the first Extend.
 	if !ok || st.WorkerID != w.ID || st.Source != s.name {
-		st.WorkerID, st.Source = w.ID, s.name
+		st = localState{WorkerID: w.ID, Source: s.name, ReservedUntilMs: st.ReservedUntilMs}
 		if err := s.f.write(st); err != nil {
 			return Worker{}, err
 		}

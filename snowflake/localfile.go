@@ -24,15 +24,28 @@ type localState struct {
 	// Reuse (zookeeper): written by a run with worker reuse on, whose id a successor may take
 	// over once it is gone; such a cache is not used without ZooKeeper.
 	Reuse bool `json:"reuse,omitempty"`
+	// ZKConfirmedMs (zookeeper): the highest reserved_until this data dir has written to
+	// ZooKeeper's state node for WorkerID. Without ZooKeeper the instance never issues beyond
+	// it plus the outage tolerance (see ZKConfig.OutageTolerance).
+	ZKConfirmedMs int64 `json:"zk_confirmed,omitempty"`
+	// ToleranceMs (zookeeper): the outage tolerance the run that wrote ZKConfirmedMs announced
+	// in ZooKeeper; a restart without ZooKeeper uses at most this.
+	ToleranceMs int64 `json:"tolerance_ms,omitempty"`
+	// Instance identifies the data dir: a random value made when the file is first created and
+	// kept by every write, whatever the source. ZooKeeper claims carry it, so that a restart on
+	// the same data dir recognises (and replaces) its own dead predecessor's claim, and nothing
+	// else's.
+	Instance string `json:"instance,omitempty"`
 }
 
 // localFile is a JSON state file guarded by an exclusive flock on "<path>.lock" (a separate file,
 // because the state file itself is replaced by rename on every write). Writes are durable: temp
 // file, fsync, rename, fsync of the directory.
 type localFile struct {
-	path string
-	mu   sync.Mutex
-	lock *os.File
+	path     string
+	mu       sync.Mutex
+	lock     *os.File
+	instance string // the data dir's identity, written into every state (see localState.Instance)
 }
 
 func openLocalFile(path string) (*localFile, error) {
@@ -47,7 +60,12 @@ func openLocalFile(path string) (*localFile, error) {
 		lf.Close()
 		return nil, fmt.Errorf("%w: %s (%v); is another leafd running on this data dir?", ErrLocked, path+".lock", err)
 	}
-	return &localFile{path: path, lock: lf}, nil
+	f := &localFile{path: path, lock: lf}
+	if err := f.init(); err != nil {
+		lf.Close()
+		return nil, err
+	}
+	return f, nil
 }
 
 // read returns the state; ok is false when the file does not exist.
@@ -66,7 +84,9 @@ func (f *localFile) read() (st localState, ok bool, err error) {
 	return st, true, nil
 }
 
+// write durably replaces the state. The data dir's instance id is always kept.
 func (f *localFile) write(st localState) error {
+	st.Instance = f.instance
 	b, err := json.Marshal(st)
 	if err != nil {
 		return err

@@ -393,6 +393,7 @@ type Generator struct {
 	extensions    uint64
 	extendFails   uint64
 	extendPending bool
+	pending       *Worker // acquired by New, waiting for its bound; owned by run
 
 	lease     atomic.Int64          // reserved_until, Unix ms; 0 without a worker
 	status    atomic.Pointer[error] // the ErrNoWorker error to return at the bound; nil when fine
@@ -437,11 +438,16 @@ func New(cfg Config, src WorkerSource, log *zap.Logger) (*Generator, error) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	g.cancel = cancel
+	fail := func(err error) (*Generator, error) {
+		cancel()
+		src.Close()
+		return nil, err
+	}
 	// A source that is unavailable for a moment (a ZooKeeper connection dropped while the
 	// machine is loaded) is retried within ExtendTimeout before New settles for the no-worker
 	// state, so that a healthy start does not answer ErrNoWorker.
 	deadline := time.Now().Add(cfg.ExtendTimeout)
-	err := g.start(ctx, deadline)
+	w, err := g.acquire(ctx, deadline)
 	for try := 1; errors.Is(err, ErrSourceUnavailable); try++ {
 		left := time.Until(deadline)
 		if left <= cfg.RetryInterval {
@@ -451,26 +457,73 @@ func New(cfg Config, src WorkerSource, log *zap.Logger) (*Generator, error) {
 			log.Info("snowflake: worker source unavailable; retrying", zap.Error(err), zap.Duration("for", left))
 		}
 		time.Sleep(cfg.RetryInterval)
-		err = g.start(ctx, deadline)
+		w, err = g.acquire(ctx, deadline)
 	}
 	switch {
 	case err == nil:
-	case errors.Is(err, ErrSourceUnavailable):
+		// The clock must pass the previous run's bound; New does not wait for it (the
+		// server listens meanwhile, and segment IDs do not depend on it): the background
+		// goroutine does, and Next answers ErrNoWorker until then. A bound further than
+		// MaxStartWait refuses the start.
+		boundMs := w.boundMs()
+		if wait := time.Duration(boundMs-g.nowMs()+1) * time.Millisecond; wait > cfg.MaxStartWait {
+			return fail(g.tooFarErr(g.nowMs(), boundMs))
+		}
+		if g.nowMs() > boundMs {
+			if err = g.begin(ctx, w); err != nil && !retryable(err) {
+				return fail(err)
+			}
+			if err != nil {
+				log.Warn("snowflake: first lease extension failed; retrying in the background", zap.Error(err))
+				g.setStatus(err)
+			}
+		} else {
+			g.pending = &w
+			g.setStatus(fmt.Errorf("worker id %d acquired; waiting for the clock to pass the bound %v persisted by an earlier run",
+				w.ID, w.Bound))
+			log.Info("snowflake: waiting for the clock to pass the start bound before issuing", zap.Int64("worker_id", w.ID),
+				zap.Time("start_bound", w.Bound))
+		}
+	case retryable(err):
 		log.Warn("snowflake: no worker id yet; acquiring in the background", zap.Error(err))
 		g.setStatus(err)
 	default:
-		cancel()
-		src.Close()
-		return nil, err
+		return fail(err)
 	}
 	g.wg.Add(1)
 	go g.run(ctx)
 	return g, nil
 }
 
-// start acquires, waits out the start bound and takes the first lease. The Acquire call is
-// bounded by ExtendTimeout and by deadline when it is not zero.
-func (g *Generator) start(ctx context.Context, deadline time.Time) error {
+// retryable reports whether an acquisition error is worth retrying in the background (the
+// instance answers ErrNoWorker meanwhile): the source is unreachable, or the worker id is held
+// by another live process.
+func retryable(err error) bool {
+	return errors.Is(err, ErrSourceUnavailable) || errors.Is(err, ErrWorkerHeld)
+}
+
+func (w Worker) boundMs() int64 {
+	if w.Bound.IsZero() {
+		return 0
+	}
+	return w.Bound.UnixMilli()
+}
+
+// start acquires, waits out the start bound and takes the first lease (the background
+// acquisition).
+func (g *Generator) start(ctx context.Context) error {
+	w, err := g.acquire(ctx, time.Time{})
+	if err != nil {
+		return err
+	}
+	if err := g.waitPast(ctx, w.boundMs()); err != nil {
+		return err
+	}
+	return g.begin(ctx, w)
+}
+
+// acquire calls the source, bounded by ExtendTimeout and by deadline when it is not zero.
+func (g *Generator) acquire(ctx context.Context, deadline time.Time) (Worker, error) {
 	timeout := g.cfg.ExtendTimeout
 	if !deadline.IsZero() {
 		timeout = min(timeout, max(time.Until(deadline), time.Millisecond))
@@ -479,24 +532,24 @@ func (g *Generator) start(ctx context.Context, deadline time.Time) error {
 	w, err := g.src.Acquire(actx)
 	cancel()
 	if err != nil {
-		return fmt.Errorf("snowflake: acquire worker id: %w", err)
+		return Worker{}, fmt.Errorf("snowflake: acquire worker id: %w", err)
 	}
 	if w.ID < 0 || w.ID > g.cfg.Layout.MaxWorkerID() {
-		return fmt.Errorf("snowflake: worker id %d out of range [0, %d] for %d worker bits", w.ID, g.cfg.Layout.MaxWorkerID(), g.cfg.Layout.WorkerBits)
+		return Worker{}, fmt.Errorf("snowflake: worker id %d out of range [0, %d] for %d worker bits", w.ID, g.cfg.Layout.MaxWorkerID(), g.cfg.Layout.WorkerBits)
 	}
-	boundMs := int64(0)
-	if !w.Bound.IsZero() {
-		boundMs = w.Bound.UnixMilli()
-	}
-	// Issue only in milliseconds > boundMs (the previous run used < boundMs; the extra
-	// millisecond costs nothing and tolerates an inclusive reading of the bound).
-	if err := g.waitPast(ctx, boundMs); err != nil {
-		return err
-	}
+	return w, nil
+}
+
+// begin takes the first lease of w, once the clock is past its bound, and starts issuing.
+func (g *Generator) begin(ctx context.Context, w Worker) error {
+	boundMs := w.boundMs()
 	now := g.nowMs()
+	if now <= boundMs {
+		return fmt.Errorf("snowflake: %w: clock %v not past the start bound %v", ErrClockBack, time.UnixMilli(now).UTC(), w.Bound)
+	}
 	until := now + g.cfg.LeaseWindow.Milliseconds()
 	ectx, cancel := context.WithTimeout(ctx, g.cfg.ExtendTimeout)
-	err = g.src.Extend(ectx, time.UnixMilli(until))
+	err := g.src.Extend(ectx, time.UnixMilli(until))
 	cancel()
 	if err != nil {
 		return fmt.Errorf("snowflake: first lease extension: %w", err)
@@ -506,6 +559,8 @@ func (g *Generator) start(ctx context.Context, deadline time.Time) error {
 		g.mu.Unlock()
 		return errors.New("snowflake: closed")
 	}
+	// Issue only in milliseconds > boundMs (the previous run used < boundMs; the extra
+	// millisecond costs nothing and tolerates an inclusive reading of the bound).
 	g.lastMs = max(boundMs, g.epochMs-1)
 	g.seq = g.maxSeq // so a clock still at lastMs waits for the next millisecond
 	g.workerPart = w.ID << g.workerShift
@@ -522,6 +577,11 @@ func (g *Generator) start(ctx context.Context, deadline time.Time) error {
 	return nil
 }
 
+func (g *Generator) tooFarErr(now, boundMs int64) error {
+	return fmt.Errorf("snowflake: %w: clock %v is %v behind the bound %v persisted by the previous run, more than MaxStartWait %v",
+		ErrClockBack, time.UnixMilli(now).UTC(), time.Duration(boundMs-now+1)*time.Millisecond, time.UnixMilli(boundMs).UTC(), g.cfg.MaxStartWait)
+}
+
 // waitPast waits until the clock is past boundMs, or refuses when that is more than MaxStartWait
 // away.
 func (g *Generator) waitPast(ctx context.Context, boundMs int64) error {
@@ -533,8 +593,7 @@ func (g *Generator) waitPast(ctx context.Context, boundMs int64) error {
 		}
 		d := time.Duration(boundMs-now+1) * time.Millisecond
 		if waited+d > g.cfg.MaxStartWait {
-			return fmt.Errorf("snowflake: %w: clock %v is %v behind the bound %v persisted by the previous run, more than MaxStartWait %v",
-				ErrClockBack, time.UnixMilli(now).UTC(), d, time.UnixMilli(boundMs).UTC(), g.cfg.MaxStartWait)
+			return g.tooFarErr(now, boundMs)
 		}
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -740,8 +799,19 @@ func (g *Generator) noWorkerErr() error {
 // ahead of the clock.
 func (g *Generator) run(ctx context.Context) {
 	defer g.wg.Done()
+	if w := g.pending; w != nil {
+		g.pending = nil
+		err := g.waitPast(ctx, w.boundMs())
+		if err == nil {
+			err = g.begin(ctx, *w)
+		}
+		if err != nil && ctx.Err() == nil {
+			g.log.Warn("snowflake: starting after the bound failed; acquiring again", zap.Error(err))
+			g.setStatus(err)
+		}
+	}
 	for !g.hasWorker() {
-		if err := g.start(ctx, time.Time{}); err != nil {
+		if err := g.start(ctx); err != nil {
 			if ctx.Err() != nil {
 				return
 			}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/leafd/leafd/resp"
+	"github.com/leafd/leafd/snowflake"
 )
 
 // Config is everything leafd can be told, from flags, LEAFD_* environment variables and a
@@ -28,6 +29,9 @@ type Config struct {
 	AdvertiseAddr string
 	WorkerReuse   bool
 	ZKSession     time.Duration
+	// ZKOutageTolerance: how long past the bound ZooKeeper confirmed an instance keeps issuing
+	// without ZooKeeper.
+	ZKOutageTolerance time.Duration
 	RequirePass   string
 	AutoCreate    string // "auto", "on", "off"
 	AllowCreate   bool
@@ -69,12 +73,13 @@ func flagSet(c *Config) *flag.FlagSet {
 	fs.StringVar(&c.HTTPAddr, "http-addr", "127.0.0.1:8080", "admin/HTTP listen address (metrics, probes, status, Leaf's HTTP API; no authentication); empty disables")
 	fs.StringVar(&c.DataDir, "data-dir", "./leafd-data", "embedded store, regression marks and worker-id caches")
 	fs.StringVar(&c.MySQLDSN, "mysql-dsn", "", "go-sql-driver DSN; when set, segments come from MySQL/MariaDB (table leaf_alloc)")
-	fs.StringVar(&c.ZKAddrs, "zk-addrs", "", "comma-separated ZooKeeper servers; when set, worker ids come from ZooKeeper")
+	fs.StringVar(&c.ZKAddrs, "zk-addrs", "", "ZooKeeper connection string host:port[,host:port...][/chroot]; when set, worker ids come from ZooKeeper")
 	fs.StringVar(&c.Name, "name", "leafd", "cluster name (Leaf's leaf.name; ZooKeeper path /snowflake/<name>)")
 	fs.Int64Var(&c.WorkerID, "worker-id", -1, "static snowflake worker id (instead of ZooKeeper or the local default); -1: unset")
 	fs.StringVar(&c.AdvertiseAddr, "advertise-addr", "", "identity in ZooKeeper (ip:port); default: first non-loopback IPv4 + listen port")
 	fs.BoolVar(&c.WorkerReuse, "worker-reuse", false, "let a new instance take over the worker id of a dead one (ZooKeeper)")
 	fs.DurationVar(&c.ZKSession, "zk-session-timeout", 10*time.Second, "ZooKeeper session timeout: how long a dead instance's worker id stays live (worker reuse)")
+	fs.DurationVar(&c.ZKOutageTolerance, "zk-outage-tolerance", 0, "how long past the time bound ZooKeeper last confirmed an instance keeps issuing snowflake IDs without ZooKeeper (another instance taking the id waits as long); 0: not beyond the lease")
 	fs.StringVar(&c.RequirePass, "requirepass", "", "password for AUTH / HELLO ... AUTH")
 	fs.StringVar(&c.AutoCreate, "auto-create", "auto", "create unknown tags on first use: on, off, or auto (on with the embedded store, off with MySQL)")
 	fs.BoolVar(&c.AllowCreate, "allow-create", true, "allow IDS.CREATE (false locks tag creation down to the operator)")
@@ -222,6 +227,24 @@ func (c Config) Validate() error {
 	}
 	if c.ZKSession < time.Second {
 		bad("--zk-session-timeout %v: must be at least 1s", c.ZKSession)
+	}
+	if c.ZKOutageTolerance < 0 {
+		bad("--zk-outage-tolerance %v: must not be negative (0: no tolerance)", c.ZKOutageTolerance)
+	}
+	if c.ZKAddrs != "" {
+		if _, _, err := snowflake.ParseZKConnect(c.ZKAddrs); err != nil {
+			bad("--zk-addrs: %v", err)
+		}
+	}
+	// Snowflake durations: zero never silently means a default.
+	if c.ClockBackMax <= 0 {
+		bad("--clock-back-max %v: must be positive (1ms waits out the least)", c.ClockBackMax)
+	}
+	if c.LeaseWindow < 10*time.Millisecond {
+		bad("--lease-window %v: must be at least 10ms", c.LeaseWindow)
+	}
+	if c.StartWaitMax <= 0 {
+		bad("--start-wait-max %v: must be positive (the longest wait for the clock to pass the persisted bound)", c.StartWaitMax)
 	}
 	if (c.TLSCert == "") != (c.TLSKey == "") {
 		bad("--tls-cert and --tls-key go together")

@@ -1,37 +1,42 @@
 package main
 
 import (
-	"strings"
+	"errors"
+	"fmt"
 
 	"github.com/leafd/leafd/snowflake"
 	"go.uber.org/zap"
 )
 
 // openZKSource builds the ZooKeeper worker-id source: Leaf's persistent sequential nodes under
-// /snowflake/<name>/forever, identified by --advertise-addr (default: the first non-loopback
-// IPv4 address and the listen port, like Leaf), with a local cache in the data dir.
+// [chroot]/snowflake/<name>/forever, identified by --advertise-addr (default: the first
+// non-loopback IPv4 address and the listen port, like Leaf), with its state in the data dir.
 func openZKSource(cfg Config, maxWorkerID int64, log *zap.Logger) (snowflake.WorkerSource, error) {
 	addr := cfg.AdvertiseAddr
 	if addr == "" {
 		var err error
 		if addr, err = snowflake.DefaultAdvertiseAddr(cfg.Addr); err != nil {
-			return nil, err
+			if errors.Is(err, snowflake.ErrNoAdvertiseAddr) {
+				return nil, fmt.Errorf("--advertise-addr is needed with --zk-addrs: this host has no non-loopback IPv4 address, "+
+					"and 127.0.0.1:<port> is shared by every such host; set --advertise-addr to this instance's unique ip:port")
+			}
+			return nil, fmt.Errorf("--advertise-addr: %w", err)
 		}
 	}
-	var servers []string
-	for _, s := range strings.Split(cfg.ZKAddrs, ",") {
-		if s = strings.TrimSpace(s); s != "" {
-			servers = append(servers, s)
-		}
+	servers, chroot, err := snowflake.ParseZKConnect(cfg.ZKAddrs)
+	if err != nil {
+		return nil, fmt.Errorf("--zk-addrs: %w", err)
 	}
 	return snowflake.NewZKSource(snowflake.ZKConfig{
-		Servers:        servers,
-		Name:           cfg.Name,
-		Addr:           addr,
-		DataDir:        cfg.DataDir,
-		Reuse:          cfg.WorkerReuse,
-		MaxWorkerID:    maxWorkerID,
-		SessionTimeout: cfg.ZKSession,
-		Logger:         log.Named("zookeeper"),
+		Servers:         servers,
+		Chroot:          chroot,
+		Name:            cfg.Name,
+		Addr:            addr,
+		DataDir:         cfg.DataDir,
+		Reuse:           cfg.WorkerReuse,
+		OutageTolerance: cfg.ZKOutageTolerance,
+		MaxWorkerID:     maxWorkerID,
+		SessionTimeout:  cfg.ZKSession,
+		Logger:          log.Named("zookeeper"),
 	})
 }

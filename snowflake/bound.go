@@ -1,0 +1,91 @@
+package snowflake
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+)
+
+// One time bound per data dir.
+//
+// Every worker-id source (static, file, ZooKeeper) keeps its state in the same file,
+// <data-dir>/snowflake.json (LocalStateFile), under the same lock. Its reserved_until is the
+// data dir's time bound: whichever source wrote it, every later start on this data dir, with any
+// source, issues only in milliseconds above it. So switching a data dir between sources (file →
+// ZooKeeper, ZooKeeper → static, ...) cannot reissue the IDs of an earlier run, and two processes
+// cannot use one data dir at the same time, whatever their sources.
+//
+// Earlier versions kept ZooKeeper's state in a separate file, snowflake-zk.json (ZKCacheFile),
+// locked apart. On open its content is merged into snowflake.json (the higher bound wins) and
+// the old file is removed.
+
+// init runs under the lock when the file is opened: merge the legacy ZooKeeper cache, and give
+// the data dir its instance id.
+func (f *localFile) init() error {
+	st, ok, err := f.read()
+	if err != nil {
+		return err
+	}
+	legacyPath := filepath.Join(filepath.Dir(f.path), ZKCacheFile)
+	legacy, hasLegacy, err := readLegacy(legacyPath)
+	if err != nil {
+		return err
+	}
+	changed := false
+	if hasLegacy {
+		if !ok {
+			st, ok = legacy, true
+		} else {
+			st.ReservedUntilMs = max(st.ReservedUntilMs, legacy.ReservedUntilMs)
+		}
+		changed = true
+	}
+	f.instance = st.Instance
+	if f.instance == "" {
+		var b [8]byte
+		if _, err := rand.Read(b[:]); err != nil {
+			return err
+		}
+		f.instance = hex.EncodeToString(b[:])
+		changed = true
+	}
+	if changed {
+		if !ok {
+			// No earlier run: only the instance id. Source "" makes no source take its id.
+			st = localState{}
+		}
+		if err := f.write(st); err != nil {
+			return err
+		}
+	}
+	if hasLegacy {
+		if err := os.Remove(legacyPath); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("snowflake: remove %s after merging it into %s: %w", legacyPath, f.path, err)
+		}
+	}
+	return nil
+}
+
+// readLegacy reads an old snowflake-zk.json; a corrupt one refuses like a corrupt state file.
+func readLegacy(path string) (localState, bool, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return localState{}, false, nil
+	}
+	if err != nil {
+		return localState{}, false, fmt.Errorf("snowflake: read %s: %w", path, err)
+	}
+	var st localState
+	if err := json.Unmarshal(b, &st); err != nil {
+		return localState{}, false, fmt.Errorf("snowflake: %s is corrupt (fix or remove it by hand): %w", path, err)
+	}
+	if st.Source == "" {
+		st.Source = "zookeeper"
+	}
+	return st, true, nil
+}

@@ -1,0 +1,246 @@
+package snowflake
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/go-zookeeper/zk"
+	"go.uber.org/zap"
+)
+
+// The exclusive claim and leafd's own state in ZooKeeper.
+//
+// Leaf reads only /snowflake/<name>/forever; leafd keeps everything else in two nodes per
+// worker id beside it, which Leaf never reads:
+//
+//	/snowflake/<name>/live/<id>    ephemeral: the claim. {"holder","instance","token"}
+//	/snowflake/<name>/state/<id>   persistent: the fence. {"holder","instance","token",
+//	                                "reserved_until","reuse","tolerance_ms"}
+//
+// An instance issues IDs of a worker id only after it has created the live node (ZooKeeper
+// makes the create atomic: one winner) and then rewritten the state node with a version check
+// (which makes every later write of an earlier holder fail). A live node left by another data
+// dir is never replaced: that process may be alive (two processes with the same --advertise-addr
+// on different data dirs, or a paused one). A live node left by this data dir is replaced: its
+// process is dead, since this one holds the data dir's lock.
+
+// ErrWorkerHeld (wrapped) means the worker id is claimed by another live process. The generator
+// answers NOWORKER and keeps trying, so the instance takes over once the holder is gone.
+var ErrWorkerHeld = errors.New("snowflake: worker id held by another live process")
+
+// zkLive is the data of a live (ephemeral) node.
+type zkLive struct {
+	Holder   string `json:"holder"`   // ip:port
+	Instance string `json:"instance"` // the holder's data dir
+	Token    string `json:"token"`    // the holder's process
+}
+
+// zkState is the data of a state node.
+type zkState struct {
+	Holder   string `json:"holder"`
+	Instance string `json:"instance"`
+	Token    string `json:"token"`
+	// ReservedUntil (Unix ms): the holder issues only below it, plus ToleranceMs when it has
+	// lost ZooKeeper.
+	ReservedUntil int64 `json:"reserved_until"`
+	// Reuse: the holder runs with worker reuse, so another identity may take the id over once
+	// the live node is gone.
+	Reuse bool `json:"reuse"`
+	// ToleranceMs: how far past ReservedUntil the holder may issue without ZooKeeper (its
+	// ZKConfig.OutageTolerance). A successor from another data dir starts above
+	// ReservedUntil+ToleranceMs.
+	ToleranceMs int64 `json:"tolerance_ms"`
+	// Reported: the forever node's timestamp as leafd last wrote it. A larger timestamp there
+	// was written by someone else (Leaf), who may have issued up to 3s past it.
+	Reported int64 `json:"reported"`
+}
+
+func (s *ZKSource) livePath(id int64) string  { return s.root + "/live/" + strconv.FormatInt(id, 10) }
+func (s *ZKSource) statePath(id int64) string { return s.root + "/state/" + strconv.FormatInt(id, 10) }
+
+func (s *ZKSource) readLive(ctx context.Context, id int64) (zkLive, *zk.Stat, error) {
+	type got struct {
+		l  zkLive
+		st *zk.Stat
+	}
+	g, err := call(ctx, func() (got, error) {
+		b, st, err := s.conn.Get(s.livePath(id))
+		if err != nil {
+			return got{}, err
+		}
+		var l zkLive
+		if err := json.Unmarshal(b, &l); err != nil {
+			return got{}, fmt.Errorf("snowflake: live node %s: bad JSON: %w", s.livePath(id), err)
+		}
+		return got{l, st}, nil
+	})
+	return g.l, g.st, err
+}
+
+// claimLive creates the live node of id for this process. It returns an ErrWorkerHeld error
+// naming the holder when another data dir holds it. A node of this data dir's dead predecessor
+// is replaced.
+func (s *ZKSource) claimLive(ctx context.Context, id int64) error {
+	p := s.livePath(id)
+	b, _ := json.Marshal(zkLive{Holder: s.cfg.Addr, Instance: s.instance, Token: s.token})
+	for range 3 {
+		_, err := call(ctx, func() (string, error) {
+			return s.conn.Create(p, b, zk.FlagEphemeral, zk.WorldACL(zk.PermAll))
+		})
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, zk.ErrNodeExists) {
+			return err
+		}
+		l, st, err := s.readLive(ctx, id)
+		if errors.Is(err, zk.ErrNoNode) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if l.Token == s.token {
+			return nil
+		}
+		if l.Instance != s.instance {
+			return fmt.Errorf("%w: worker id %d is held by %s (data dir instance %s); this process (%s, instance %s) will not serve it "+
+				"while that one lives", ErrWorkerHeld, id, l.Holder, l.Instance, s.cfg.Addr, s.instance)
+		}
+		// Our data dir's earlier process: dead (we hold the data dir's lock), its session not
+		// yet expired.
+		_, err = call(ctx, func() (struct{}, error) { return struct{}{}, s.conn.Delete(p, st.Version) })
+		if err != nil && !errors.Is(err, zk.ErrNoNode) && !errors.Is(err, zk.ErrBadVersion) {
+			return err
+		}
+	}
+	return fmt.Errorf("%w: live node %s keeps changing", ErrWorkerHeld, p)
+}
+
+// readState returns the state node of id; ok is false when there is none.
+func (s *ZKSource) readState(ctx context.Context, id int64) (st zkState, ver int32, ok bool, err error) {
+	type got struct {
+		st  zkState
+		ver int32
+	}
+	g, err := call(ctx, func() (got, error) {
+		b, stat, err := s.conn.Get(s.statePath(id))
+		if err != nil {
+			return got{}, err
+		}
+		var st zkState
+		if err := json.Unmarshal(b, &st); err != nil {
+			return got{}, fmt.Errorf("snowflake: state node %s: bad JSON: %w", s.statePath(id), err)
+		}
+		return got{st, stat.Version}, nil
+	})
+	if errors.Is(err, zk.ErrNoNode) {
+		return zkState{}, -1, false, nil
+	}
+	return g.st, g.ver, err == nil, err
+}
+
+// myState is the state node content of this process with the given bound.
+func (s *ZKSource) myState(until int64) zkState {
+	return zkState{Holder: s.cfg.Addr, Instance: s.instance, Token: s.token, ReservedUntil: until,
+		Reuse: s.cfg.Reuse, ToleranceMs: s.tolerance, Reported: s.reported}
+}
+
+// putState writes the state node: a version-checked set of version ver, or a create when ver
+// is -1 (no node). It returns the new version; zk.ErrBadVersion / zk.ErrNodeExists mean someone
+// else wrote first.
+func (s *ZKSource) putState(ctx context.Context, id int64, ver int32, st zkState) (int32, error) {
+	b, _ := json.Marshal(st)
+	if ver < 0 {
+		_, err := call(ctx, func() (string, error) {
+			return s.conn.Create(s.statePath(id), b, 0, zk.WorldACL(zk.PermAll))
+		})
+		return 0, err
+	}
+	stat, err := call(ctx, func() (*zk.Stat, error) { return s.conn.Set(s.statePath(id), b, ver) })
+	if err != nil {
+		return 0, err
+	}
+	return stat.Version, nil
+}
+
+// fence makes this process the state node's holder of id, once it holds the live node: it
+// reads the state, computes the bound this process must start above, and writes the state back
+// with a version check, retrying when another write came in between (its bound then counts).
+// fv is the forever node (zero for a node just created); dirBound the data dir's bound.
+func (s *ZKSource) fence(ctx context.Context, id int64, path string, fv foreverData, dirBound int64) (bound int64, ver int32, prev zkState, err error) {
+	for range 5 {
+		st, v, ok, err := s.readState(ctx, id)
+		if err != nil {
+			return 0, 0, zkState{}, err
+		}
+		bound = max(dirBound, fv.LegacyReservedUntil, fv.Timestamp)
+		if fv.Timestamp > 0 && (!ok || fv.Timestamp > st.Reported) {
+			// Written by Leaf (no state node, or a timestamp leafd did not write): Leaf may
+			// have issued up to a report period past it.
+			bound = max(bound, fv.Timestamp+leafReportMs)
+		}
+		if ok {
+			if st.Reuse && !s.cfg.Reuse && st.Holder != s.cfg.Addr {
+				return 0, 0, zkState{}, fmt.Errorf("snowflake: worker id %d (node %s) was taken over by %s (worker reuse); "+
+					"start this instance with --worker-reuse too, or with a new identity", id, path, st.Holder)
+			}
+			b := st.ReservedUntil
+			if st.Instance != s.instance {
+				// Another data dir held it: it may have issued up to its tolerance past the
+				// bound it wrote, without telling ZooKeeper.
+				b += max(st.ToleranceMs, 0)
+			}
+			bound = max(bound, b)
+		}
+		s.tolerance = s.cfg.OutageTolerance.Milliseconds()
+		s.reported = max(s.reported, st.Reported, fv.Timestamp)
+		nv, err := s.putState(ctx, id, v, s.myState(bound))
+		if errors.Is(err, zk.ErrBadVersion) || errors.Is(err, zk.ErrNodeExists) {
+			continue
+		}
+		if err != nil {
+			return 0, 0, zkState{}, err
+		}
+		return bound, nv, st, nil
+	}
+	return 0, 0, zkState{}, fmt.Errorf("snowflake: state node %s keeps changing", s.statePath(id))
+}
+
+// writeStateLocked writes reserved_until to our state node with a version check. A conflict
+// not explained by a write of ours (a reply we missed) means the id was taken: s.lost is set.
+func (s *ZKSource) writeStateLocked(ctx context.Context, until int64) error {
+	if err := s.lostErr(); err != nil {
+		return err
+	}
+	for range 3 {
+		v, err := s.putState(ctx, s.id, s.version, s.myState(until))
+		if err == nil {
+			s.version, s.zkUntil = v, until
+			return nil
+		}
+		if errors.Is(err, zk.ErrNoNode) {
+			return s.setLost(fmt.Errorf("%w: worker id %d: state node %s was deleted", ErrNoWorker, s.id, s.statePath(s.id)))
+		}
+		if !errors.Is(err, zk.ErrBadVersion) {
+			return fmt.Errorf("%w: %w", ErrSourceUnavailable, err)
+		}
+		cur, ver, ok, err := s.readState(ctx, s.id)
+		if err != nil {
+			return fmt.Errorf("%w: %w", ErrSourceUnavailable, err)
+		}
+		if !ok {
+			return s.setLost(fmt.Errorf("%w: worker id %d: state node %s was deleted", ErrNoWorker, s.id, s.statePath(s.id)))
+		}
+		if cur.Token != s.token {
+			err := s.setLost(fmt.Errorf("%w: worker id %d was taken over by %s (instance %s)", ErrNoWorker, s.id, cur.Holder, cur.Instance))
+			s.log.Error("snowflake: worker id lost", zap.Error(err))
+			return err
+		}
+		s.version = ver // an earlier write of ours whose reply we missed
+	}
+	return fmt.Errorf("%w: state node %s keeps changing", ErrSourceUnavailable, s.statePath(s.id))
+}
