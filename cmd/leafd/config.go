@@ -32,11 +32,11 @@ type Config struct {
 	// ZKOutageTolerance: how long past the bound ZooKeeper confirmed an instance keeps issuing
 	// without ZooKeeper.
 	ZKOutageTolerance time.Duration
-	RequirePass   string
-	AutoCreate    string // "auto", "on", "off"
-	AllowCreate   bool
-	LogLevel      string
-	LogFormat     string
+	RequirePass       string
+	AutoCreate        string // "auto", "on", "off"
+	AllowCreate       bool
+	LogLevel          string
+	LogFormat         string
 
 	MaxClients     int
 	IdleTimeout    time.Duration

@@ -17,7 +17,7 @@ func openZKSource(cfg Config, maxWorkerID int64, log *zap.Logger) (snowflake.Wor
 		var err error
 		if addr, err = snowflake.DefaultAdvertiseAddr(cfg.Addr); err != nil {
 			if errors.Is(err, snowflake.ErrNoAdvertiseAddr) {
-				return nil, fmt.Errorf("--advertise-addr is needed with --zk-addrs: this host has no non-loopback IPv4 address, "+
+				return nil, fmt.Errorf("--advertise-addr is needed with --zk-addrs: this host has no non-loopback IPv4 address, " +
 					"and 127.0.0.1:<port> is shared by every such host; set --advertise-addr to this instance's unique ip:port")
 			}
 			return nil, fmt.Errorf("--advertise-addr: %w", err)
