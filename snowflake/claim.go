@@ -31,6 +31,10 @@ import (
 // answers NOWORKER and keeps trying, so the instance takes over once the holder is gone.
 var ErrWorkerHeld = errors.New("snowflake: worker id held by another live process")
 
+// testHookFence, when set by a test, runs in fence between reading the state node and writing
+// it back.
+var testHookFence func(id int64)
+
 // zkLive is the data of a live (ephemeral) node.
 type zkLive struct {
 	Holder   string `json:"holder"`   // ip:port
@@ -198,6 +202,9 @@ func (s *ZKSource) fence(ctx context.Context, id int64, path string, fv foreverD
 		}
 		s.tolerance = s.cfg.OutageTolerance.Milliseconds()
 		s.reported = max(s.reported, st.Reported, fv.Timestamp)
+		if testHookFence != nil {
+			testHookFence(id)
+		}
 		nv, err := s.putState(ctx, id, v, s.myState(bound))
 		if errors.Is(err, zk.ErrBadVersion) || errors.Is(err, zk.ErrNodeExists) {
 			continue

@@ -562,11 +562,17 @@ func (s *ZKSource) takeOver(ctx context.Context, kids []foreverChild) (int64, st
 }
 
 // reportLocked refreshes the forever node's timestamp with Leaf's data only. Like Leaf, it skips
-// a report when the clock is behind the last one.
+// a report when the clock is behind the last one. The state node records the timestamp first,
+// so that a later timestamp in the forever node can only have been written by someone else
+// (Leaf, see fence).
 func (s *ZKSource) reportLocked(ctx context.Context) error {
 	now := s.cfg.Now().UnixMilli()
 	if now < s.reported {
 		return nil
+	}
+	s.reported = now
+	if err := s.writeStateLocked(ctx, s.zkUntil); err != nil {
+		return err
 	}
 	n := zkNode{IP: s.ip, Port: s.port, Timestamp: now}
 	if ip, port, err := net.SplitHostPort(s.nodeAddr()); err == nil {
@@ -574,11 +580,7 @@ func (s *ZKSource) reportLocked(ctx context.Context) error {
 	}
 	b, _ := json.Marshal(n)
 	_, err := call(ctx, func() (*zk.Stat, error) { return s.conn.Set(s.node, b, -1) })
-	if err != nil {
-		return err
-	}
-	s.reported = now
-	return nil
+	return err
 }
 
 func (s *ZKSource) nodeAddr() string {

@@ -442,6 +442,7 @@ func TestZooKeeper(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer gb.Close()
+		waitReady(t, gb)
 		if gb.Info().WorkerID != ga.Info().WorkerID {
 			t.Fatalf("B got worker %d, want A's %d taken over", gb.Info().WorkerID, ga.Info().WorkerID)
 		}
