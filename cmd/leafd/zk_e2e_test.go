@@ -108,15 +108,14 @@ func sfDecode(t testing.TB, c *redis.Client, id int64) (tsMs, worker, seq int64,
 	return num("timestamp_ms"), num("worker_id"), num("sequence"), tm
 }
 
-// workerOf returns the instance's worker id, checking INFO against IDS.DECODE of a new ID.
+// workerOf returns the instance's worker id, checking INFO against IDS.DECODE of a new ID. It
+// waits (up to 20s) for snowflake to serve: a start leaves the wait for the time bound to the
+// background.
 func workerOf(t testing.TB, l *leafd) int64 {
 	t.Helper()
 	c := l.client(3)
+	id := waitServing(t, c, 20*time.Second)
 	w := sfInfoInt(t, c, "snowflake_worker_id")
-	id, err := c.Do(context.Background(), "IDS.SNOWFLAKE").Int64()
-	if err != nil {
-		t.Fatalf("%s: IDS.SNOWFLAKE: %v\nINFO: %v\n%s", l.addr, err, sfInfo(t, c), l.Log())
-	}
 	if _, dw, _, _ := sfDecode(t, c, id); dw != w {
 		t.Fatalf("%s: IDS.DECODE says worker %d, INFO says %d", l.addr, dw, w)
 	}
@@ -154,13 +153,11 @@ type quietZK struct{}
 
 func (quietZK) Printf(string, ...any) {}
 
-// zkForever is the part of a forever node's JSON the tests read.
+// zkForever is a forever node's JSON: Leaf's Endpoint.
 type zkForever struct {
-	IP            string `json:"ip"`
-	Port          string `json:"port"`
-	Timestamp     int64  `json:"timestamp"`
-	ReservedUntil int64  `json:"reserved_until"`
-	Holder        string `json:"holder"`
+	IP        string `json:"ip"`
+	Port      string `json:"port"`
+	Timestamp int64  `json:"timestamp"`
 }
 
 // foreverNode reads the node of worker id under /snowflake/<name>/forever.
@@ -186,6 +183,35 @@ func foreverNode(t *testing.T, c *zk.Conn, name string, id int64) (string, zkFor
 	}
 	t.Fatalf("no node for worker id %d in %s: %v", id, dir, kids)
 	return "", zkForever{}
+}
+
+// zkStateNode is leafd's state node of a worker id (/snowflake/<name>/state/<id>).
+type zkStateNode struct {
+	Holder        string `json:"holder"`
+	Instance      string `json:"instance"`
+	Token         string `json:"token"`
+	ReservedUntil int64  `json:"reserved_until"`
+	Reuse         bool   `json:"reuse"`
+	ToleranceMs   int64  `json:"tolerance_ms"`
+}
+
+// stateNode reads the state node of worker id; ok is false when it cannot be read.
+func stateNode(c *zk.Conn, name string, id int64) (zkStateNode, bool) {
+	b, _, err := c.Get(fmt.Sprintf("/snowflake/%s/state/%d", name, id))
+	var st zkStateNode
+	if err != nil || json.Unmarshal(b, &st) != nil {
+		return st, false
+	}
+	return st, true
+}
+
+func mustState(t *testing.T, c *zk.Conn, name string, id int64) zkStateNode {
+	t.Helper()
+	st, ok := stateNode(c, name, id)
+	if !ok {
+		t.Fatalf("no readable state node for worker id %d of %s", id, name)
+	}
+	return st
 }
 
 // waitNoLive waits until the ephemeral live node of worker id is gone (its holder's session
@@ -368,16 +394,18 @@ func TestZKDecodeAndInfo(t *testing.T) {
 			t.Errorf("RESP%d: INFO layout %q epoch %q", proto, info["snowflake_bits"], info["snowflake_epoch_ms"])
 		}
 	}
-	// Leaf's node, with the bound persisted in leafd's extra field.
+	// Leaf's node, with the bound persisted in leafd's state node beside it.
 	w := workerOf(t, l)
-	node, n := foreverNode(t, zkAdmin(t, zkAddr), name, w)
+	adm := zkAdmin(t, zkAddr)
+	node, n := foreverNode(t, adm, name, w)
+	st := mustState(t, adm, name, w)
 	host, port, _ := strings.Cut(l.addr, ":")
 	now := time.Now().UnixMilli()
 	if node != fmt.Sprintf("%s-%010d", l.addr, w) || n.IP != host || n.Port != port {
 		t.Errorf("node %s %+v, want %s-%010d with ip %s, port %s", node, n, l.addr, w, host, port)
 	}
-	if n.Timestamp < now-10_000 || n.Timestamp > now || n.ReservedUntil < now-3000 {
-		t.Errorf("node %s: timestamp %d, reserved_until %d; want recent (now %d)", node, n.Timestamp, n.ReservedUntil, now)
+	if n.Timestamp < now-10_000 || n.Timestamp > now || st.ReservedUntil < now-3000 || st.Holder != l.addr {
+		t.Errorf("node %s: timestamp %d, state %+v; want recent and held by %s (now %d)", node, n.Timestamp, st, l.addr, now)
 	}
 }
 
@@ -412,17 +440,18 @@ func TestZKExhaustion(t *testing.T) {
 	}
 }
 
-// TestZKOutage: with a private ZooKeeper killed, running instances keep serving (reuse off),
-// a restarted instance starts from its local cache, and a new instance with no cache answers
-// NOWORKER until ZooKeeper is back, then serves with an id of its own. An instance with worker
-// reuse serves up to the bound it persisted in ZooKeeper, then answers NOWORKER until
-// ZooKeeper is back.
+// TestZKOutage: with a private ZooKeeper killed, instances with an outage tolerance keep serving
+// (within it), a restarted one starts from its data dir's state, and a new instance with no
+// state answers NOWORKER until ZooKeeper is back, then serves with an id of its own. An instance
+// without tolerance (here with worker reuse) serves up to the bound it persisted in ZooKeeper,
+// then answers NOWORKER until ZooKeeper is back.
 func TestZKOutage(t *testing.T) {
 	z := testenv.StartZooKeeper(t)
 	name := zkTestName(t)
 	lw := []string{"--lease-window", "600ms"}
-	a := startLeafd(t, zkArgs(t, z.Addr(), name, lw...)...)
-	b := startLeafd(t, zkArgs(t, z.Addr(), name, lw...)...)
+	tol := append([]string{"--zk-outage-tolerance", "8s"}, lw...)
+	a := startLeafd(t, zkArgs(t, z.Addr(), name, tol...)...)
+	b := startLeafd(t, zkArgs(t, z.Addr(), name, tol...)...)
 	r := startLeafd(t, zkArgs(t, z.Addr(), name, append(lw, "--worker-reuse")...)...)
 	wa, wb, wr := workerOf(t, a), workerOf(t, b), workerOf(t, r)
 	ids := newIDSet()
@@ -462,7 +491,7 @@ func TestZKOutage(t *testing.T) {
 	if ts := snowflake.DefaultLayout().Decode(rLast).TimestampMs; rLast > 0 && ts > killed+650 {
 		t.Errorf("reuse instance issued in ms %d, beyond any bound it persisted before the outage (killed at %d)", ts, killed)
 	}
-	// Restart from the local cache.
+	// Restart from the data dir's state.
 	a.kill()
 	a.start()
 	ca = a.client(3)
@@ -478,7 +507,7 @@ func TestZKOutage(t *testing.T) {
 	}
 	ids.add("a restarted", v...)
 
-	// No cache, no ZooKeeper: NOWORKER.
+	// No state, no ZooKeeper: NOWORKER.
 	c := startLeafd(t, zkArgs(t, z.Addr(), name, lw...)...)
 	cc := c.client(3)
 	for range 3 {
@@ -514,12 +543,12 @@ func TestZKOutage(t *testing.T) {
 	adm := zkAdmin(t, z.Addr())
 	end := time.Now().Add(10 * time.Second)
 	for {
-		_, n := foreverNode(t, adm, name, wa)
-		if n.ReservedUntil >= sfInfoInt(t, ca, "snowflake_start_bound_ms") {
+		st, _ := stateNode(adm, name, wa)
+		if st.ReservedUntil >= sfInfoInt(t, ca, "snowflake_start_bound_ms") {
 			break
 		}
 		if time.Now().After(end) {
-			t.Fatalf("ZooKeeper's bound of worker %d (%d) never caught up with the cache's", wa, n.ReservedUntil)
+			t.Fatalf("ZooKeeper's bound of worker %d (%d) never caught up with the data dir's", wa, st.ReservedUntil)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -546,7 +575,7 @@ func TestZKReuseTakeover(t *testing.T) {
 	a.kill()
 	adm := zkAdmin(t, zkAddr)
 	waitNoLive(t, adm, name, wa, 15*time.Second)
-	_, dead := foreverNode(t, adm, name, wa)
+	dead := mustState(t, adm, name, wa)
 
 	b := startLeafd(t, zkArgs(t, zkAddr, name, reuse...)...)
 	cb := b.client(3)
@@ -566,8 +595,8 @@ func TestZKReuseTakeover(t *testing.T) {
 	if ts, _, _, _ := sfDecode(t, cb, v[0]); ts <= dead.ReservedUntil {
 		t.Errorf("successor's first ID is in ms %d, not past the dead holder's bound %d", ts, dead.ReservedUntil)
 	}
-	if _, n := foreverNode(t, adm, name, wa); n.Holder != b.addr {
-		t.Errorf("node holder %q, want %s", n.Holder, b.addr)
+	if st := mustState(t, adm, name, wa); st.Holder != b.addr {
+		t.Errorf("state node holder %q, want %s", st.Holder, b.addr)
 	}
 }
 
@@ -608,9 +637,7 @@ func TestZKReusePausedHolder(t *testing.T) {
 	go func() {
 		defer close(oldDone)
 		for time.Now().Before(adminDone) {
-			b, _, err := adm.Get("/snowflake/" + name + "/forever/" + fmt.Sprintf("%s-%010d", flagValue(a.args, "--advertise-addr"), wa))
-			var n zkForever
-			if err == nil && json.Unmarshal(b, &n) == nil && n.Holder == addrB {
+			if st, ok := stateNode(adm, name, wa); ok && st.Holder == addrB {
 				break
 			}
 			time.Sleep(5 * time.Millisecond)
