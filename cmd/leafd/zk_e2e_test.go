@@ -663,7 +663,7 @@ func TestZKReusePausedHolder(t *testing.T) {
 	}()
 	b := startLeafd(t, argsB...)
 	cb := b.client(3)
-	first := sfNext(t, cb)
+	first := waitServing(t, cb, 20*time.Second) // the successor waits past the holder's bound
 	more, err := cb.Do(ctx, "IDS.SNOWFLAKE", 100).Int64Slice()
 	if err != nil {
 		t.Fatal(err)
