@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -361,5 +362,26 @@ func TestSnowflakeGracefulRestartFast(t *testing.T) {
 				t.Errorf("start bound %d is %d ms past the stop at %d (last ID's ms %d): the stop did not lower it", sb, sb-stopped, stopped, msOf(last))
 			}
 		})
+	}
+}
+
+// TestSnowflakeZKChroot: --zk-addrs takes ZooKeeper's connection string with a chroot suffix
+// (common with Leaf); every node lives below the chroot.
+func TestSnowflakeZKChroot(t *testing.T) {
+	zkAddr := testenv.ZKAddr(t)
+	name := zkTestName(t)
+	chroot := "/" + name + "-root/leaf"
+	l := startLeafd(t, zkArgs(t, zkAddr+chroot, name)...)
+	w := workerOf(t, l)
+	adm := zkAdmin(t, zkAddr)
+	kids, _, err := adm.Children(chroot + "/snowflake/" + name + "/forever")
+	if err != nil || len(kids) != 1 {
+		t.Fatalf("forever nodes under the chroot: %v %v", kids, err)
+	}
+	if ok, _, _ := adm.Exists("/snowflake/" + name); ok {
+		t.Errorf("/snowflake/%s exists outside the chroot", name)
+	}
+	if ok, _, _ := adm.Exists(chroot + "/snowflake/" + name + "/state/" + strconv.FormatInt(w, 10)); !ok {
+		t.Errorf("no state node for worker %d under the chroot", w)
 	}
 }

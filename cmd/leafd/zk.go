@@ -8,6 +8,10 @@ import (
 	"go.uber.org/zap"
 )
 
+// defaultAdvertiseAddr is snowflake.DefaultAdvertiseAddr; a test replaces it to model a host
+// without a non-loopback address.
+var defaultAdvertiseAddr = snowflake.DefaultAdvertiseAddr
+
 // openZKSource builds the ZooKeeper worker-id source: Leaf's persistent sequential nodes under
 // [chroot]/snowflake/<name>/forever, identified by --advertise-addr (default: the first
 // non-loopback IPv4 address and the listen port, like Leaf), with its state in the data dir.
@@ -15,7 +19,7 @@ func openZKSource(cfg Config, maxWorkerID int64, log *zap.Logger) (snowflake.Wor
 	addr := cfg.AdvertiseAddr
 	if addr == "" {
 		var err error
-		if addr, err = snowflake.DefaultAdvertiseAddr(cfg.Addr); err != nil {
+		if addr, err = defaultAdvertiseAddr(cfg.Addr); err != nil {
 			if errors.Is(err, snowflake.ErrNoAdvertiseAddr) {
 				return nil, fmt.Errorf("--advertise-addr is needed with --zk-addrs: this host has no non-loopback IPv4 address, " +
 					"and 127.0.0.1:<port> is shared by every such host; set --advertise-addr to this instance's unique ip:port")
