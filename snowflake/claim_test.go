@@ -369,3 +369,48 @@ func TestLegacyCacheMerged(t *testing.T) {
 }
 
 func writeFile(path string, b []byte) error { return os.WriteFile(path, b, 0o644) }
+
+// An id taken from the data dir during an outage is confirmed when ZooKeeper returns only if no
+// other data dir claimed it meanwhile (a standby during a partition, since gone): that one may
+// have issued above what this data dir knows.
+func TestZKResolveAfterOutageRefusesForeignState(t *testing.T) {
+	addr := zkServer(t)
+	ctx := context.Background()
+	name := randomName(t)
+	dir := t.TempDir()
+	cfg := zkCfg(addr, name, "10.3.0.1:6380", dir)
+	cfg.OutageTolerance = 5 * time.Second
+	cfg.ReportInterval = time.Hour
+	a := newZK(t, cfg)
+	w := acquire(t, a)
+	until := time.Now().Add(time.Second).Truncate(time.Millisecond)
+	if err := a.Extend(ctx, until); err != nil {
+		t.Fatal(err)
+	}
+	a.Close()
+
+	// Meanwhile (a partition) a standby of the same identity claimed the id, and is gone again.
+	b := newZK(t, zkCfg(addr, name, "10.3.0.1:6380", t.TempDir()))
+	if wb := acquire(t, b); wb.ID != w.ID {
+		t.Fatalf("standby got %d, want %d", wb.ID, w.ID)
+	}
+	b.Close()
+
+	// a2 restarted from the data dir while it could not reach ZooKeeper (as Acquire's
+	// fallback leaves it); now ZooKeeper answers.
+	a2 := newZK(t, cfg)
+	a2.zkMu.Lock()
+	a2.mu.Lock()
+	a2.id, a2.node, a2.acquired, a2.zkUntil, a2.tolerance, a2.cacheHigh = w.ID, "", true, until.UnixMilli(), 5000, until.UnixMilli()
+	a2.mu.Unlock()
+	a2.zkMu.Unlock()
+	for deadline := time.Now().Add(10 * time.Second); a2.conn.State() != zk.StateHasSession; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no ZooKeeper session")
+		}
+	}
+	a2.refresh()
+	if err := a2.Extend(ctx, until.Add(time.Second)); !errors.Is(err, ErrNoWorker) {
+		t.Fatalf("Extend after another data dir claimed the id: got %v, want ErrNoWorker", err)
+	}
+}
