@@ -185,7 +185,9 @@ func TestExtendsAtTwoThirdsOfWindow(t *testing.T) {
 
 	c.Set(ms2024 + 90) // 210 ms left: not yet
 	mustNext(t, g)
-	time.Sleep(100 * time.Millisecond)
+	// Two checks of the background goroutine after the clock moved, instead of a fixed sleep.
+	n0 := g.evals.Load()
+	waitFor(t, 5*time.Second, "two lease checks", func() bool { return g.evals.Load() >= n0+2 })
 	if _, n := src.state(); n != 1 {
 		t.Fatalf("%d extensions with 210 of 300 ms left, want only the first", n)
 	}

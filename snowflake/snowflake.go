@@ -41,10 +41,12 @@
 // # No-worker state
 //
 // When the source cannot give a worker id yet (its Acquire fails with an error matching
-// ErrSourceUnavailable: ZooKeeper unreachable and no local cache), New still returns a generator.
-// It keeps acquiring in the background; meanwhile Next returns an error matching ErrNoWorker.
-// Any other Acquire error (lock held by another process, worker id out of range, ids exhausted,
-// clock too far behind the persisted bound) fails New.
+// ErrSourceUnavailable, ZooKeeper unreachable and no usable local state, or ErrWorkerHeld, the id
+// held by another live process), New still returns a generator. It keeps acquiring in the
+// background; meanwhile Next returns an error matching ErrNoWorker. The same holds while the
+// clock has not yet passed the start bound: New does not wait for it (a server listens and serves
+// segment IDs meanwhile). Any other Acquire error (lock held by another process, worker id out of
+// range, ids exhausted, clock further behind the persisted bound than MaxStartWait) fails New.
 package snowflake
 
 import (
@@ -393,7 +395,8 @@ type Generator struct {
 	extensions    uint64
 	extendFails   uint64
 	extendPending bool
-	pending       *Worker // acquired by New, waiting for its bound; owned by run
+	pending       *Worker       // acquired by New, waiting for its bound; owned by run
+	evals         atomic.Uint64 // lease checks of the background goroutine (lets tests wait for one)
 
 	lease     atomic.Int64          // reserved_until, Unix ms; 0 without a worker
 	status    atomic.Pointer[error] // the ErrNoWorker error to return at the bound; nil when fine
@@ -404,11 +407,13 @@ type Generator struct {
 	closeMu   sync.Mutex
 }
 
-// New acquires a worker id from src, waits until the clock is past the bound persisted by the
-// previous run (at most MaxStartWait, else it refuses), extends the lease and returns a ready
-// generator. If src reports ErrSourceUnavailable, New returns a generator in the no-worker state
-// that keeps acquiring in the background. New takes ownership of src: Close closes it, and so
-// does New when it fails.
+// New acquires a worker id from src. When the clock is already past the bound persisted by the
+// previous run, it extends the lease and returns a ready generator; when the bound is ahead (at
+// most MaxStartWait, else it refuses), it returns at once and the background goroutine waits
+// and then takes the first lease (Next answers ErrNoWorker until then). If src reports
+// ErrSourceUnavailable or ErrWorkerHeld, New returns a generator in the no-worker state that
+// keeps acquiring in the background. New takes ownership of src: Close closes it, and so does New
+// when it fails.
 func New(cfg Config, src WorkerSource, log *zap.Logger) (*Generator, error) {
 	if err := cfg.Validate(); err != nil {
 		src.Close()
@@ -826,6 +831,7 @@ func (g *Generator) run(ctx context.Context) {
 	}
 	window := g.cfg.LeaseWindow.Milliseconds()
 	for {
+		g.evals.Add(1)
 		now := g.nowMs()
 		lease := g.lease.Load()
 		if lease-now <= g.extendAhead {
