@@ -196,6 +196,7 @@ type ZKSource struct {
 	dirty     bool                  // mu; the local bound is ahead of ZooKeeper's
 	cacheHigh int64                 // mu; reserved_until in the local state
 	lost      atomic.Pointer[error] // the id is no longer ours: permanent
+	lastHeld  string                // zkMu; the last ErrWorkerHeld logged
 }
 
 // lostErr returns the error that made the id no longer ours, or nil.
@@ -448,7 +449,10 @@ func (s *ZKSource) acquireZK(ctx context.Context, cache localState, dirBound int
 		case errors.Is(err, ErrWorkerHeld):
 			l, _, lerr := s.readLive(ctx, own.id)
 			if !s.cfg.Reuse || lerr != nil || l.Holder == s.cfg.Addr {
-				s.log.Warn("snowflake: worker id held by another live process; not serving it", zap.Error(err))
+				if msg := err.Error(); msg != s.lastHeld { // once per holder: the retries run every 100ms
+					s.lastHeld = msg
+					s.log.Warn("snowflake: worker id held by another live process; not serving it", zap.Error(err))
+				}
 				return Worker{}, err
 			}
 			// Taken over by another identity (worker reuse): look for another id.
