@@ -53,15 +53,23 @@ func newZK(t *testing.T, cfg ZKConfig) *ZKSource {
 	return s
 }
 
+// acquire acquires, retrying for up to 20s while ZooKeeper is unreachable (a connection
+// dropped on a loaded machine is not what the tests are about).
 func acquire(t *testing.T, s *ZKSource) Worker {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	w, err := s.Acquire(ctx)
-	if err != nil {
-		t.Fatalf("Acquire: %v", err)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		w, err := s.Acquire(ctx)
+		cancel()
+		if err == nil {
+			return w
+		}
+		if !errors.Is(err, ErrSourceUnavailable) || time.Now().After(deadline) {
+			t.Fatalf("Acquire: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
-	return w
 }
 
 // adminConn is a plain client for inspecting and tampering with nodes.
