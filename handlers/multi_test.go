@@ -331,3 +331,39 @@ func TestHelloVersion(t *testing.T) {
 		}
 	})
 }
+
+// TestSnowflakeString: IDS.SNOWFLAKE ... STRING answers bulk strings of the same IDs, for
+// clients that would round an integer reply above 2^53.
+func TestSnowflakeString(t *testing.T) {
+	forEachProto(t, func(t *testing.T, proto int) {
+		s := startServer(t, serverOpts{})
+		c := s.client(t, proto, "")
+		ctx := context.Background()
+		one, err := c.Do(ctx, "IDS.SNOWFLAKE", "string").Result()
+		str, ok := one.(string)
+		if err != nil || !ok {
+			t.Fatalf("IDS.SNOWFLAKE STRING: got %T %v, %v; want a bulk string", one, one, err)
+		}
+		first, err := strconv.ParseInt(str, 10, 64)
+		if err != nil || first < 1<<53 {
+			t.Fatalf("IDS.SNOWFLAKE STRING: got %q, want the decimal of an ID above 2^53", str)
+		}
+		many, err := c.Do(ctx, "IDS.SNOWFLAKE", 5, "STRING").StringSlice()
+		if err != nil || len(many) != 5 {
+			t.Fatalf("IDS.SNOWFLAKE 5 STRING: got %v, %v", many, err)
+		}
+		prev := first
+		for _, m := range many {
+			v, err := strconv.ParseInt(m, 10, 64)
+			if err != nil || v <= prev {
+				t.Errorf("got %q after %d, want a larger ID", m, prev)
+			}
+			prev = v
+		}
+		for _, bad := range [][]any{{"IDS.SNOWFLAKE", 5, "STRING", "x"}, {"IDS.SNOWFLAKE", "STRING", 5}} {
+			if err := c.Do(ctx, bad...).Err(); err == nil {
+				t.Errorf("%v: got no error", bad)
+			}
+		}
+	})
+}
