@@ -57,9 +57,9 @@ out("DECODE", 2, sf, m["timestamp_ms"], m["worker_id"], m["sequence"])
 try:
     r.execute_command("IDS.SEGMENT", "order", 0)
 except redis.ResponseError as e:
-    # str(e) is the reply: "LIMIT count must be between 1 and 1000"
-    check(str(e).startswith("LIMIT "), "error", str(e))
+    message = str(e)  # the reply: "LIMIT count must be between 1 and 1000"
 # README:end
+check(message.startswith("LIMIT "), "error", message)
 
 check(r.execute_command("AUTH", password), "auth")
 

@@ -43,10 +43,10 @@ puts "DECODE 2 #{id} #{m['timestamp_ms']} #{m['worker_id']} #{m['sequence']}"
 begin
   r.call("IDS.SEGMENT", "order", 0)
 rescue Redis::CommandError => e
-  # e.message is the reply: "LIMIT count must be between 1 and 1000"
-  check(e.message.start_with?("LIMIT "), "error", e.message)
+  message = e.message # the reply: "LIMIT count must be between 1 and 1000"
 end
 # README:end
+check(message.start_with?("LIMIT "), "error", message)
 
 check(r.auth(password) == "OK", "auth")
 

@@ -34,14 +34,15 @@ run(async () => {
   decoded(2, id, await resp2.call("IDS.DECODE", id));
   resp2.disconnect();
 
+  let message;
   // README:begin ioredis-errors
   try {
     await redis.call("IDS.SEGMENT", "order", 0);
   } catch (e) {
-    // e is a ReplyError; e.message is the reply: "LIMIT count must be between 1 and 1000"
-    check(e.message.startsWith("LIMIT "), "error", e.message);
+    message = e.message; // a ReplyError; the reply: "LIMIT count must be between 1 and 1000"
   }
   // README:end
+  check(message.startsWith("LIMIT "), "error", message);
 
   check((await redis.auth(password)) === "OK", "auth", "AUTH");
 
