@@ -21,9 +21,9 @@ import "bytes"
 const errUnbalancedQuotes = "unbalanced quotes in request"
 
 // splitInline appends the arguments of line to args. Plain arguments alias line; arguments
-// with quotes are written into scratch, which is grown once to len(line) (unquoting never
-// lengthens an argument) so earlier arguments stay valid. It returns the arguments, the
-// scratch buffer for reuse, and false when the quotes are unbalanced.
+// with quotes are written into scratch, grown at most once per line, to len(line) (unquoting
+// never lengthens an argument), and kept by the parser for the next line. It returns the
+// arguments, the scratch buffer for reuse, and false when the quotes are unbalanced.
 func splitInline(args [][]byte, line, scratch []byte) ([][]byte, []byte, bool) {
 	if i := bytes.IndexByte(line, 0); i >= 0 {
 		line = line[:i]

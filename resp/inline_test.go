@@ -75,9 +75,9 @@ func TestInlineUnbalancedIsProtocolError(t *testing.T) {
 	}
 }
 
-// TestSplitInlineQuotedArgsSurviveScratch: an argument unquoted into the scratch buffer stays
-// intact while later arguments are added (the buffer never moves within one line).
-func TestSplitInlineQuotedArgsSurviveScratch(t *testing.T) {
+// TestSplitInlineScratch: arguments unquoted into the scratch buffer stay intact while later
+// ones are added, and a reused buffer makes splitting allocation-free.
+func TestSplitInlineScratch(t *testing.T) {
 	line := []byte(`"a b" "c d" "e f" g`)
 	args, scratch, ok := splitInline(nil, line, make([]byte, 0, 1))
 	if !ok {
@@ -86,13 +86,15 @@ func TestSplitInlineQuotedArgsSurviveScratch(t *testing.T) {
 	if got := fmt.Sprintf("%q", strs(args)); got != `["a b" "c d" "e f" "g"]` {
 		t.Errorf("got %s", got)
 	}
-	// Reusing the scratch buffer for a plain line does not allocate.
-	plain := []byte("INCR order")
-	allocs := testing.AllocsPerRun(100, func() {
-		args, scratch, _ = splitInline(args[:0], plain, scratch)
-	})
-	if allocs != 0 {
-		t.Errorf("got %v allocations per plain line, want 0", allocs)
+	// Reusing the scratch buffer, plain and quoted lines do not allocate.
+	for _, l := range []string{"INCR order", `ECHO "a b" 'c'`} {
+		line := []byte(l)
+		allocs := testing.AllocsPerRun(100, func() {
+			args, scratch, _ = splitInline(args[:0], line, scratch)
+		})
+		if allocs != 0 {
+			t.Errorf("%s: got %v allocations per line, want 0", l, allocs)
+		}
 	}
 }
 
