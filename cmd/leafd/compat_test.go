@@ -242,6 +242,20 @@ func TestCompatRuby(t *testing.T) {
 	r.finish(2)
 }
 
+func TestCompatHiredis(t *testing.T) {
+	_, err := os.Stat("/usr/include/hiredis/hiredis.h")
+	_, gccErr := exec.LookPath("gcc")
+	needCompatTool(t, err == nil && gccErr == nil, "gcc and libhiredis-dev")
+	bin := filepath.Join(t.TempDir(), "hiredis-client")
+	out, err := exec.Command("gcc", "-O1", "-Wall", "-Werror", "-o", bin, filepath.Join("testdata", "clients", "hiredis.c"), "-lhiredis").CombinedOutput()
+	if err != nil {
+		t.Fatalf("gcc: %v\n%s", err, out)
+	}
+	r := newCompatRun(t)
+	r.runScript(bin)
+	r.finish(2)
+}
+
 // nodeDir holds the Node clients; scripts/test.sh runs npm ci there.
 var nodeDir = filepath.Join("testdata", "clients", "node")
 
