@@ -275,6 +275,11 @@ func TestCompatNode(t *testing.T) {
 			r := newCompatRun(t)
 			r.runScript("node", filepath.Join(nodeDir, tt.script))
 			r.finish(tt.protos...)
+			// Each script also shows that its default integer reply is past 2^53 (the
+			// README's warning), before reading IDs exactly.
+			if !r.checks["default-rounds"] {
+				t.Error("check default-rounds not passed")
+			}
 		})
 	}
 }

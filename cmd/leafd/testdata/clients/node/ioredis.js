@@ -19,6 +19,10 @@ run(async () => {
   ids("order", await redis.call("IDS.SEGMENT", "order", 10));
   pass("segment");
 
+  // The hazard the README warns about: the default client gets a number past 2^53.
+  const rounded = await redis.call("IDS.SNOWFLAKE");
+  check(typeof rounded === "number" && !Number.isSafeInteger(rounded), "default-rounds", rounded);
+
   // README:begin ioredis
   // Integer replies are JavaScript numbers: a snowflake ID (above 2^53) would be rounded.
   // stringNumbers: true returns every integer reply as a string.

@@ -22,6 +22,10 @@ run(async () => {
   ids("order", await client.sendCommand(["IDS.SEGMENT", "order", "10"]));
   pass("segment");
 
+  // The hazard the README warns about: the default mapping gives a number past 2^53.
+  const rounded = await client.sendCommand(["IDS.SNOWFLAKE"]);
+  check(typeof rounded === "number" && !Number.isSafeInteger(rounded), "default-rounds", rounded);
+
   // README:begin node-redis
   // Integer replies are JavaScript numbers unless the type mapping says otherwise.
   const exact = client.withTypeMapping({ [RESP_TYPES.NUMBER]: String });

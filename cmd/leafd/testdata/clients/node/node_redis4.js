@@ -20,6 +20,10 @@ run(async () => {
   ids("order", await client.sendCommand(["IDS.SEGMENT", "order", "10"]));
   pass("segment");
 
+  // The hazard the README warns about: the plain reply is a number past 2^53.
+  const rounded = await client.sendCommand(["IDS.SNOWFLAKE"]);
+  check(typeof rounded === "number" && !Number.isSafeInteger(rounded), "default-rounds", rounded);
+
   // README:begin node-redis4
   // node-redis 4 turns every integer reply into a JavaScript number and has no option to
   // change that: ask leafd for strings.
