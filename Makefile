@@ -28,6 +28,8 @@ lint:
 
 fuzz:
 	$(GO) test ./resp/ -run '^$$' -fuzz FuzzParser -fuzztime 60s
+	$(GO) test ./resp/ -run '^$$' -fuzz FuzzSplitInline -fuzztime 30s
+	$(GO) test ./resp/ -run '^$$' -fuzz FuzzInlineMatchesRESP -fuzztime 30s
 	$(GO) test ./handlers/ -run '^$$' -fuzz FuzzServe -fuzztime 60s
 
 # The container image (Dockerfile: static binary on scratch) with docker or podman.

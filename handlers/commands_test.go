@@ -260,7 +260,7 @@ func TestConnectionCommands(t *testing.T) {
 			{"client setname", []any{"CLIENT", "SETNAME", "app1"}, "OK"},
 			{"client getname", []any{"CLIENT", "GETNAME"}, "app1"},
 			{"client setinfo", []any{"CLIENT", "SETINFO", "LIB-NAME", "mylib"}, "OK"},
-			{"command count", []any{"COMMAND", "COUNT"}, int64(20)},
+			{"command count", []any{"COMMAND", "COUNT"}, int64(25)},
 		}
 		conn := c.Conn() // one connection, so CLIENT state carries over
 
@@ -466,10 +466,10 @@ func TestHello3(t *testing.T) {
 	fmt.Fprint(conn, "HELLO 3 SETNAME me\r\nCLIENT GETNAME\r\nIDS.SNOWFLAKE 1\r\nCLIENT GETNAME\r\n")
 	r := bufio.NewReader(conn)
 	line, _ := r.ReadString('\n')
-	if line != "%7\r\n" {
-		t.Fatalf("HELLO 3: got %q, want a RESP3 map of 7", line)
+	if line != "%8\r\n" {
+		t.Fatalf("HELLO 3: got %q, want a RESP3 map of 8", line)
 	}
-	for i := 0; i < 14; i++ { // the map's keys and values (modules is an empty array)
+	for i := 0; i < 16; i++ { // the map's keys and values (modules is an empty array)
 		l, _ := r.ReadString('\n')
 		if strings.HasPrefix(l, "$") {
 			_, _ = r.ReadString('\n')
@@ -566,7 +566,7 @@ func TestRedisWording(t *testing.T) {
 		{"AUTH other user without a password configured", "", "AUTH bob x\r\n",
 			[]string{"-WRONGPASS invalid username-password pair or user is disabled.\r\n"}},
 		{"HELLO AUTH without a password configured", "", "HELLO 2 AUTH default x\r\nPING\r\n",
-			[]string{"*14\r\n", "+PONG\r\n"}},
+			[]string{"*16\r\n", "+PONG\r\n"}},
 		{"arity is checked before AUTH", "pw", "INCR\r\n",
 			[]string{"-ERR wrong number of arguments for 'incr' command\r\n"}},
 		{"HELLO unauthenticated", "pw", "HELLO 3\r\n",

@@ -122,10 +122,12 @@ func cmdHello(h *Handler, c *resp.Conn, args [][]byte) error {
 		c.SetName(string(name[0]))
 	}
 	c.SetProto(proto)
-	c.WriteMap(7)
+	c.WriteMap(8)
 	c.WriteBulkString("server")
 	c.WriteBulkString("leafd")
 	c.WriteBulkString("version")
+	c.WriteBulkString(RedisVersion)
+	c.WriteBulkString("leafd_version")
 	c.WriteBulkString(h.cfg.Version)
 	c.WriteBulkString("proto")
 	c.WriteInt(int64(proto))
@@ -142,6 +144,7 @@ func cmdHello(h *Handler, c *resp.Conn, args [][]byte) error {
 
 func cmdReset(h *Handler, c *resp.Conn, args [][]byte) error {
 	c.ResetState()
+	c.SetState(nil) // leaves MULTI, turns tracking, NO-EVICT and NO-TOUCH off
 	c.WriteSimple("RESET")
 	return nil
 }
@@ -155,7 +158,15 @@ func validName(name []byte) error {
 	return nil
 }
 
-// cmdClient: CLIENT ID | SETNAME | GETNAME | SETINFO | INFO | HELP.
+// clientSubcommands are the CLIENT subcommands leafd knows, for the arity error.
+var clientSubcommands = map[string]bool{
+	"id": true, "getname": true, "setname": true, "setinfo": true, "info": true, "help": true,
+	"tracking": true, "caching": true, "getredir": true, "trackinginfo": true,
+	"no-evict": true, "no-touch": true,
+}
+
+// cmdClient: CLIENT ID | SETNAME | GETNAME | SETINFO | INFO | HELP | TRACKING | CACHING |
+// GETREDIR | TRACKINGINFO | NO-EVICT | NO-TOUCH (tracking.go).
 func cmdClient(h *Handler, c *resp.Conn, args [][]byte) error {
 	sub := strings.ToLower(string(args[1]))
 	switch {
@@ -197,12 +208,39 @@ func cmdClient(h *Handler, c *resp.Conn, args [][]byte) error {
 			"SETNAME <name>", "    Assign the name <name> to the current connection.",
 			"SETINFO <LIB-NAME|LIB-VER> <value>", "    Set client library name or version.",
 			"INFO", "    Return information about the current client connection.",
+			"TRACKING (ON|OFF) [REDIRECT <id>] [BCAST] [PREFIX <prefix> [...]] [OPTIN] [OPTOUT] [NOLOOP]",
+			"    Accepted and remembered; leafd has no readable keys, so nothing is ever invalidated.",
+			"CACHING (YES|NO)", "    Accepted in OPTIN / OPTOUT tracking mode (no effect: see TRACKING).",
+			"GETREDIR", "    Return the tracking redirect: -1 when tracking is off, 0 when none.",
+			"TRACKINGINFO", "    Return the tracking flags, redirect and prefixes.",
+			"NO-EVICT (ON|OFF)", "    Accepted (leafd evicts no clients for memory).",
+			"NO-TOUCH (ON|OFF)", "    Accepted (leafd has no keys to touch).",
 		}
 		c.WriteArray(len(help))
 		for _, l := range help {
 			c.WriteSimple(l)
 		}
-	case sub == "id" || sub == "getname" || sub == "setname" || sub == "setinfo" || sub == "info" || sub == "help":
+	case sub == "tracking" && len(args) >= 3:
+		return h.clientTracking(c, args)
+	case sub == "caching" && len(args) == 3:
+		return clientCaching(c, args[2])
+	case sub == "getredir" && len(args) == 2:
+		c.WriteInt(clientRedirect(c))
+	case sub == "trackinginfo" && len(args) == 2:
+		clientTrackingInfo(c)
+	case sub == "no-evict" && len(args) == 3:
+		st := state(c, true)
+		if err := clientOnOff(args[2], &st.track.noEvict); err != nil {
+			return err
+		}
+		c.WriteSimple("OK")
+	case sub == "no-touch" && len(args) == 3:
+		st := state(c, true)
+		if err := clientOnOff(args[2], &st.track.noTouch); err != nil {
+			return err
+		}
+		c.WriteSimple("OK")
+	case clientSubcommands[sub]:
 		return replyError("ERR wrong number of arguments for 'client|" + sub + "' command")
 	default:
 		return replyError(fmt.Sprintf("ERR unknown subcommand '%s'. Try CLIENT HELP.", clip(args[1], 128)))

@@ -32,6 +32,10 @@ func FuzzServe(f *testing.F) {
 		"COMMAND DOCS\r\nCOMMAND\r\nCONFIG GET *\r\nTIME\r\nRESET\r\n",
 		"INCRBY a 99999999999999999999\r\nIDS.SEGMENT a 0\r\nIDS.CREATE\r\nQUIT\r\nPING\r\n",
 		"CLIENT SETNAME x\r\nCLIENT GETNAME\r\nSELECT 1\r\nAUTH a b c\r\n",
+		"MULTI\r\nINCR a\r\nIDS.SEGMENT a 2\r\nMULTI\r\nFOO\r\nEXEC\r\nEXEC\r\nDISCARD\r\nWATCH a\r\nUNWATCH\r\n",
+		"MULTI\r\nHELLO 3\r\nIDS.DECODE 1\r\nQUIT\r\nEXEC\r\n",
+		"CLIENT TRACKING on BCAST PREFIX a PREFIX ab\r\nCLIENT TRACKING on OPTIN\r\nCLIENT CACHING yes\r\nCLIENT TRACKINGINFO\r\nCLIENT GETREDIR\r\nCLIENT NO-EVICT on\r\nRESET\r\n",
+		"ECHO \"a\\x41 b\"\r\nECHO 'it\\'s'\r\nINCR \"foo\r\nPING\r\n",
 	}
 	for _, s := range seeds {
 		f.Add([]byte(s))

@@ -37,6 +37,13 @@ type Snowflakes interface {
 	Info() snowflake.Info
 }
 
+// RedisVersion is the Redis version leafd claims in HELLO's "version" and INFO's
+// redis_version: the release whose connection commands it answers (CLIENT SETINFO and
+// CLIENT NO-TOUCH are 7.2's). Clients read it to pick features (rueidis takes the major
+// version from HELLO). leafd's own version is HELLO's "leafd_version" and INFO's
+// leafd_version.
+const RedisVersion = "7.2.0"
+
 // Config configures the command layer. A zero field takes its default.
 type Config struct {
 	// MaxBatch bounds the count of IDS.SEGMENT and IDS.SNOWFLAKE (default 1000).
@@ -45,7 +52,7 @@ type Config struct {
 	DisableCreate bool
 	// CreateTimeout bounds the store call of IDS.CREATE (default 5s).
 	CreateTimeout time.Duration
-	// Version is reported by INFO and HELLO.
+	// Version is leafd's own version, reported as leafd_version by INFO and HELLO.
 	Version string
 	// StoreName and WorkerSource describe the configuration in INFO.
 	StoreName string
@@ -99,32 +106,67 @@ type command struct {
 	name  string // lower case
 	arity int    // Redis convention: n exact, -n at least n (the name counts)
 	// noAuth commands run before AUTH (AUTH, HELLO, QUIT, RESET).
-	noAuth  bool
-	summary string
-	group   string
-	run     func(h *Handler, c *resp.Conn, args [][]byte) error
+	noAuth bool
+	// immediate commands run at once inside MULTI instead of being queued (MULTI, EXEC,
+	// DISCARD, WATCH, QUIT, RESET: Redis's list).
+	immediate bool
+	summary   string
+	group     string
+	run       func(h *Handler, c *resp.Conn, args [][]byte) error
 }
 
-// ServeRESP runs one command: look-up, arity and auth checks, then the command; an error
-// it returns becomes the reply here and nowhere else.
+// ServeRESP runs one command: look-up, arity and auth checks, then the command (or, inside
+// MULTI, its queueing); an error it returns becomes the reply in run and nowhere else.
 func (h *Handler) ServeRESP(c *resp.Conn, args [][]byte) {
+	st, _ := c.State().(*connState)
 	cmd := h.lookup(args[0])
 	if cmd == nil {
-		c.WriteError(unknownCommand(args))
+		st.refuse(c, unknownCommand(args))
 		return
 	}
 	// Redis checks the arity before the authentication.
 	if (cmd.arity > 0 && len(args) != cmd.arity) || (cmd.arity < 0 && len(args) < -cmd.arity) {
-		c.WriteError("ERR wrong number of arguments for '" + cmd.name + "' command")
+		st.refuse(c, "ERR wrong number of arguments for '"+cmd.name+"' command")
 		return
 	}
 	if !c.Authed() && !cmd.noAuth {
-		c.WriteError("NOAUTH Authentication required.")
+		st.refuse(c, "NOAUTH Authentication required.")
 		return
 	}
+	if st == nil {
+		h.run(c, cmd, args)
+		return
+	}
+	if st.multi && !cmd.immediate {
+		if err := st.enqueue(cmd, args); err != nil {
+			st.refuse(c, h.errorReply(err))
+			return
+		}
+		c.WriteSimple("QUEUED")
+		return
+	}
+	h.run(c, cmd, args)
+	// CLIENT CACHING yes|no applies to the next command only (Redis keeps it across the
+	// CLIENT commands themselves, so TRACKINGINFO shows it).
+	if st.track.caching && cmd.name != "client" && !st.multi {
+		st.track.caching = false
+	}
+}
+
+// run runs a command whose checks passed and turns its error into the reply.
+func (h *Handler) run(c *resp.Conn, cmd *command, args [][]byte) {
 	if err := cmd.run(h, c, args); err != nil {
 		c.WriteError(h.errorReply(err))
 	}
+}
+
+// refuse replies with a refusal before the command ran; inside MULTI it also makes EXEC
+// abort, as in Redis. st may be nil.
+func (st *connState) refuse(c *resp.Conn, msg string) {
+	if st != nil && st.multi {
+		st.dirty = true
+	}
+	c.WriteError(msg)
 }
 
 // lookup finds a command by name, case-insensitively, without allocating.

@@ -1,6 +1,7 @@
 package handlers
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"strconv"
@@ -78,8 +79,15 @@ func cmdIDsSegment(h *Handler, c *resp.Conn, args [][]byte) error {
 	return nil
 }
 
-// cmdIDsSnowflake: IDS.SNOWFLAKE [count] — one ID as an integer, or an array of count.
+// cmdIDsSnowflake: IDS.SNOWFLAKE [count] [STRING] — one ID as an integer, or an array of
+// count. With STRING the IDs are bulk strings of their decimal digits: for clients that turn
+// integer replies into floating-point numbers (JavaScript, Lua 5.1) and would round an ID
+// above 2^53 (README "Client notes").
 func cmdIDsSnowflake(h *Handler, c *resp.Conn, args [][]byte) error {
+	asString := len(args) > 1 && bytes.EqualFold(args[len(args)-1], []byte("string"))
+	if asString {
+		args = args[:len(args)-1]
+	}
 	if len(args) > 2 {
 		return errSyntax
 	}
@@ -91,7 +99,7 @@ func cmdIDsSnowflake(h *Handler, c *resp.Conn, args [][]byte) error {
 		if err != nil {
 			return err
 		}
-		c.WriteInt(id)
+		writeID(c, id, asString)
 		return nil
 	}
 	n, err := h.batchCount(args[1])
@@ -105,8 +113,25 @@ func cmdIDsSnowflake(h *Handler, c *resp.Conn, args [][]byte) error {
 	if err != nil {
 		return err
 	}
-	c.WriteInts(ids)
+	if !asString {
+		c.WriteInts(ids)
+		return nil
+	}
+	c.WriteArray(len(ids))
+	for _, id := range ids {
+		writeID(c, id, true)
+	}
 	return nil
+}
+
+// writeID writes an ID as an integer reply, or as a bulk string of its digits.
+func writeID(c *resp.Conn, id int64, asString bool) {
+	if !asString {
+		c.WriteInt(id)
+		return
+	}
+	var b [20]byte
+	c.WriteBulk(strconv.AppendInt(b[:0], id, 10))
 }
 
 // cmdIDsDecode: IDS.DECODE id — the fields of a snowflake ID under this server's layout.

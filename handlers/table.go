@@ -19,19 +19,24 @@ func commands() []*command {
 		{name: "ids.info", arity: 2, group: "segment", summary: "Show a tag's double buffer.", run: cmdIDsInfo},
 		{name: "ids.tags", arity: 1, group: "segment", summary: "List the tags this server knows.", run: cmdIDsTags},
 		{name: "ids.create", arity: -2, group: "segment", summary: "Create a tag in the store.", run: cmdIDsCreate},
-		{name: "ids.snowflake", arity: -1, group: "snowflake", summary: "Return one snowflake ID, or an array of count.", run: cmdIDsSnowflake},
+		{name: "ids.snowflake", arity: -1, group: "snowflake", summary: "Return one snowflake ID, or an array of count; STRING: as bulk strings.", run: cmdIDsSnowflake},
 		{name: "ids.decode", arity: 2, group: "snowflake", summary: "Decode a snowflake ID with this server's layout.", run: cmdIDsDecode},
 		{name: "info", arity: -1, group: "server", summary: "Server information and statistics.", run: cmdInfo},
 		{name: "ping", arity: -1, group: "connection", summary: "Ping the server.", run: cmdPing},
 		{name: "echo", arity: 2, group: "connection", summary: "Return the given string.", run: cmdEcho},
-		{name: "quit", arity: -1, noAuth: true, group: "connection", summary: "Close the connection.", run: cmdQuit},
+		{name: "quit", arity: -1, noAuth: true, immediate: true, group: "connection", summary: "Close the connection.", run: cmdQuit},
 		{name: "hello", arity: -1, noAuth: true, group: "connection", summary: "Handshake: protocol version, AUTH, SETNAME.", run: cmdHello},
 		{name: "auth", arity: -2, noAuth: true, group: "connection", summary: "Authenticate the connection.", run: cmdAuth},
-		{name: "reset", arity: 1, noAuth: true, group: "connection", summary: "Reset the connection.", run: cmdReset},
+		{name: "reset", arity: 1, noAuth: true, immediate: true, group: "connection", summary: "Reset the connection.", run: cmdReset},
 		{name: "select", arity: 2, group: "connection", summary: "Select database 0 (the only one).", run: cmdSelect},
-		{name: "client", arity: -2, group: "connection", summary: "Connection commands: ID, SETNAME, GETNAME, SETINFO, INFO.", run: cmdClient},
+		{name: "client", arity: -2, group: "connection", summary: "Connection commands: ID, SETNAME, GETNAME, SETINFO, INFO, TRACKING, CACHING, GETREDIR, TRACKINGINFO, NO-EVICT, NO-TOUCH.", run: cmdClient},
 		{name: "command", arity: -1, group: "server", summary: "Describe the commands (COUNT, INFO, DOCS).", run: cmdCommand},
 		{name: "config", arity: -2, group: "server", summary: "CONFIG GET parameter values.", run: cmdConfig},
+		{name: "multi", arity: 1, immediate: true, group: "transactions", summary: "Start a transaction: queue the next commands until EXEC.", run: cmdMulti},
+		{name: "exec", arity: 1, immediate: true, group: "transactions", summary: "Run the queued commands back to back; reply with their replies.", run: cmdExec},
+		{name: "discard", arity: 1, immediate: true, group: "transactions", summary: "Drop the queued commands.", run: cmdDiscard},
+		{name: "watch", arity: -2, immediate: true, group: "transactions", summary: "Accepted for compatibility: leafd has no keys another client could change.", run: cmdWatch},
+		{name: "unwatch", arity: 1, group: "transactions", summary: "Accepted for compatibility (see WATCH).", run: cmdUnwatch},
 		{name: "time", arity: 1, group: "server", summary: "Return the server time.", run: cmdTime},
 	}
 }
@@ -57,7 +62,7 @@ func cmdInfo(h *Handler, c *resp.Conn, args [][]byte) error {
 	}
 	now := h.now()
 	section("server", func(w func(string, any)) {
-		w("redis_version", "7.0.0")
+		w("redis_version", RedisVersion)
 		w("leafd_version", h.cfg.Version)
 		w("redis_mode", "standalone")
 		w("os", runtime.GOOS+" "+runtime.GOARCH)

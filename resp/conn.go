@@ -26,6 +26,7 @@ type Conn struct {
 	name      string
 	libName   string
 	libVer    string
+	state     any          // the handler's per-connection state (SetState)
 	lastCmd   atomic.Int64 // unix ms of the last command, for CLIENT INFO idle
 	nextFlush int          // flush when out grows past this mid-batch
 
@@ -92,6 +93,12 @@ func (c *Conn) SetLib(name, ver string) {
 		c.libVer = ver
 	}
 }
+
+// State returns what the handler attached to the connection with SetState (nil at first).
+func (c *Conn) State() any { return c.state }
+
+// SetState attaches the handler's per-connection state (transactions, tracking flags).
+func (c *Conn) SetState(v any) { c.state = v }
 
 // Server is the server the connection belongs to.
 func (c *Conn) Server() *Server { return c.srv }

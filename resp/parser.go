@@ -83,6 +83,7 @@ type Parser struct {
 	scanned int   // inline: how far the search for '\n' got
 	offs    []int // start, end pairs of the arguments parsed so far
 	args    [][]byte
+	scratch []byte // inline: unquoted arguments (inline.go)
 
 	// Need is, after an incomplete parse, the number of bytes (from the command start) that
 	// the next step needs; the connection grows its buffer to hold them.
@@ -217,9 +218,10 @@ func (p *Parser) inline(b []byte, authed bool) ([][]byte, int, error) {
 	if len(line) > 0 && line[len(line)-1] == '\r' {
 		line = line[:len(line)-1]
 	}
-	p.args = p.args[:0]
-	for _, f := range bytes.Fields(line) {
-		p.args = append(p.args, f[:len(f):len(f)])
+	var ok bool
+	p.args, p.scratch, ok = splitInline(p.args[:0], line, p.scratch)
+	if !ok {
+		return nil, 0, protoErr(errUnbalancedQuotes)
 	}
 	if !authed && len(p.args) > p.lim.UnauthMultibulk {
 		return nil, 0, protoErr("unauthenticated multibulk length")

@@ -344,5 +344,18 @@ func (s *Server) Stats() Stats {
 // Started is when the server was created (INFO uptime).
 func (s *Server) Started() time.Time { return s.started }
 
+// HasClient reports whether a connection with this CLIENT ID is open (CLIENT TRACKING
+// REDIRECT checks its target exists, as Redis does).
+func (s *Server) HasClient(id int64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for c := range s.conns {
+		if c.id == id {
+			return true
+		}
+	}
+	return false
+}
+
 // Config returns the effective configuration.
 func (s *Server) Config() Config { return s.cfg }

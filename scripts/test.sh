@@ -3,7 +3,8 @@
 #
 # On a fresh Debian machine with Go it installs what the integration tests need (MariaDB,
 # ZooKeeper, redis-tools; for deploy/ and the status page: podman, runc, prometheus's promtool,
-# chromium) with apt-get, starts a MariaDB and a ZooKeeper of its own on free loopback ports
+# chromium; for the client compatibility suite: python3-redis, ruby-redis, libhiredis-dev,
+# nodejs and npm, then npm ci) with apt-get, starts a MariaDB and a ZooKeeper of its own on free loopback ports
 # with temporary data directories, runs the tests against them, and stops them on the way out.
 # Tests that must crash or pause a service start private instances of the same binaries
 # through internal/testenv. LEAFD_TEST_REQUIRE=1 makes every integration test fail,
@@ -26,6 +27,12 @@ have_podman() { command -v podman >/dev/null 2>&1 && { command -v runc >/dev/nul
 have_ca() { [ -s /etc/ssl/certs/ca-certificates.crt ]; }
 have_promtool() { command -v promtool >/dev/null 2>&1; }
 have_chromium() { command -v chromium >/dev/null 2>&1; }
+# The client compatibility suite (cmd/leafd/compat_test.go): Debian's redis-py for
+# /usr/bin/python3 (not a pyenv python on PATH), ruby-redis, Node.js and npm, gcc and hiredis.
+have_py_redis() { [ -x /usr/bin/python3 ] && /usr/bin/python3 -c 'import redis' >/dev/null 2>&1; }
+have_ruby_redis() { command -v ruby >/dev/null 2>&1 && ruby -e 'require "redis"' >/dev/null 2>&1; }
+have_node() { command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; }
+have_hiredis() { [ -f /usr/include/hiredis/hiredis.h ] && command -v gcc >/dev/null 2>&1; }
 
 pkgs=()
 have_mariadb || pkgs+=(mariadb-server mariadb-client)
@@ -35,6 +42,10 @@ have_podman || pkgs+=(podman runc)
 have_ca || pkgs+=(ca-certificates)
 have_promtool || pkgs+=(prometheus)
 have_chromium || pkgs+=(chromium)
+have_py_redis || pkgs+=(python3 python3-redis)
+have_ruby_redis || pkgs+=(ruby ruby-redis)
+have_node || pkgs+=(nodejs npm)
+have_hiredis || pkgs+=(gcc libc6-dev libhiredis-dev)
 if [ ${#pkgs[@]} -gt 0 ]; then
 	sudo=""
 	if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi
@@ -49,6 +60,17 @@ have_redis_tools || { echo "redis-cli/redis-benchmark still missing after apt-ge
 have_podman || { echo "podman/runc still missing after apt-get install podman runc" >&2; exit 1; }
 have_promtool || { echo "promtool still missing after apt-get install prometheus" >&2; exit 1; }
 have_chromium || { echo "chromium still missing after apt-get install chromium" >&2; exit 1; }
+have_py_redis || { echo "redis-py still missing for /usr/bin/python3 after apt-get install python3-redis" >&2; exit 1; }
+have_ruby_redis || { echo "redis-rb still missing after apt-get install ruby-redis" >&2; exit 1; }
+have_node || { echo "node/npm still missing after apt-get install nodejs npm" >&2; exit 1; }
+have_hiredis || { echo "gcc/hiredis still missing after apt-get install gcc libhiredis-dev" >&2; exit 1; }
+
+# The Node clients, pinned by the committed package-lock.json (node_modules is git-ignored).
+node_dir=cmd/leafd/testdata/clients/node
+if [ ! -f "$node_dir/node_modules/.package-lock.json" ] || [ "$node_dir/package-lock.json" -nt "$node_dir/node_modules/.package-lock.json" ]; then
+	log "npm ci in $node_dir"
+	(cd "$node_dir" && npm ci --no-audit --no-fund --loglevel=error) || { echo "npm ci failed in $node_dir" >&2; exit 1; }
+fi
 
 # --- services ----------------------------------------------------------------------------
 work=$(mktemp -d /tmp/leafd-test.XXXXXX)
