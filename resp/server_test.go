@@ -257,7 +257,7 @@ func TestSplitPipelineCompaction(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	_ = conn.SetDeadline(time.Now().Add(60 * time.Second))
 	var req, want strings.Builder
 	for i := 0; i < 2000; i++ {
 		arg := strings.Repeat(string(rune('a'+i%26)), (i*7919)%40000)
