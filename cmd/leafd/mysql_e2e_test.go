@@ -448,7 +448,7 @@ func TestMySQLManyInstances(t *testing.T) {
 	for i := range 50 {
 		cl := &connLoad{inst: i % 3, codes: map[string]int{}}
 		loads = append(loads, cl)
-		spec := loadSpec{tag: "orders", ok: &ok, stop: until(&ok, want, t0.Add(45*time.Second))}
+		spec := loadSpec{tag: "orders", ok: &ok, stop: until(&ok, want, t0.Add(120*time.Second))}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -463,7 +463,7 @@ func TestMySQLManyInstances(t *testing.T) {
 	benchOut(t, "mysql_3_instances_step100_ids_per_s", rate, "IDs/s")
 
 	if tt.ids < want {
-		t.Errorf("got %d IDs within 45s, want at least %d", tt.ids, want)
+		t.Errorf("got %d IDs within 120s, want at least %d", tt.ids, want)
 	}
 	checkCodes(t, "3 instances", tt)
 	checkOrder(t, loads)
@@ -942,11 +942,11 @@ func TestMySQLDisjointRanges(t *testing.T) {
 
 	var ok atomic.Int64
 	t0 := time.Now()
-	loads := runLoad(loadSpec{tag: "orders", conns: 6, ok: &ok, addrs: addrsOf(ls), stop: until(&ok, want, t0.Add(50*time.Second))})
+	loads := runLoad(loadSpec{tag: "orders", conns: 6, ok: &ok, addrs: addrsOf(ls), stop: until(&ok, want, t0.Add(120*time.Second))})
 	tt := totals(loads)
 	t.Logf("%d IDs from 4 instances in %v", tt.ids, time.Since(t0).Round(time.Millisecond))
 	if tt.ids < want {
-		t.Errorf("got %d IDs within 50s, want %d", tt.ids, want)
+		t.Errorf("got %d IDs within 120s, want %d", tt.ids, want)
 	}
 	checkCodes(t, "4 instances, step 10", tt)
 	checkOrder(t, loads)
