@@ -126,7 +126,7 @@ func (g *Generator) fetch(ctx context.Context, b *buffer) (*seg, error) {
 		req = nextStep(step, minStep, g.cfg.MaxStep, now.Sub(last), g.cfg.SegmentDuration)
 	}
 	started := now
-	a, err := g.store.Allocate(ctx, b.tag, req)
+	a, err := allocate(ctx, g.store, b.tag, req, mark)
 	if errors.Is(err, ErrUnknownTag) && g.cfg.AutoCreate {
 		t := Tag{Name: b.tag, MaxID: 1, Step: g.cfg.DefaultStep}
 		if cerr := g.store.Create(ctx, t); cerr != nil && !errors.Is(cerr, ErrTagExists) {
@@ -134,7 +134,7 @@ func (g *Generator) fetch(ctx context.Context, b *buffer) (*seg, error) {
 		} else if cerr == nil {
 			g.log.Info("segment: tag auto-created", zap.String("tag", b.tag), zap.Int64("step", t.Step))
 		}
-		a, err = g.store.Allocate(ctx, b.tag, req)
+		a, err = allocate(ctx, g.store, b.tag, req, mark)
 	}
 	if err != nil {
 		return nil, err

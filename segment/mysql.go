@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -15,8 +16,9 @@ import (
 )
 
 var (
-	_ Store       = (*MySQLStore)(nil)
-	_ maxIDReader = (*MySQLStore)(nil)
+	_ Store          = (*MySQLStore)(nil)
+	_ maxIDReader    = (*MySQLStore)(nil)
+	_ floorAllocator = (*MySQLStore)(nil)
 )
 
 // MySQL server error numbers the store maps to sentinels.
@@ -38,7 +40,8 @@ const mysqlCreateTable = "CREATE TABLE IF NOT EXISTS `leaf_alloc` (\n" +
 	") ENGINE=InnoDB"
 
 // MySQLConfig configures OpenMySQL. Start from DefaultMySQLConfig: a zero count or duration
-// means its default, but the zero CreateTable is false.
+// means its default, but the zero CreateTable and RequireSemiSync are false and the zero
+// FailoverAllocs turns the failover fence off.
 type MySQLConfig struct {
 	// DSN is a go-sql-driver/mysql DSN, e.g. leaf:pw@tcp(db:3306)/leaf. The driver timeouts
 	// timeout (dial), readTimeout and writeTimeout are set to QueryTimeout when the DSN does not
@@ -54,8 +57,22 @@ type MySQLConfig struct {
 	// QueryTimeout bounds every store call (a whole allocation transaction included). Default 3s.
 	QueryTimeout time.Duration
 	// CreateTable creates leaf_alloc with Leaf's DDL when it is missing (CREATE TABLE IF NOT
-	// EXISTS, at open and, until it succeeds, before each call). Default true.
+	// EXISTS, at open and, until it succeeds, before each call). Default true. It also creates
+	// leafd's table leafd_fence when FailoverAllocs is set.
 	CreateTable bool
+	// FailoverAllocs is the most allocations per tag a database failover may lose (a replica
+	// promoted before it received them). When an allocation finds that the database is not the
+	// one that granted the tag's last range (the failover fence, docs/MYSQL.md), it first moves
+	// max_id forward by FailoverAllocs × max(MaxStep, the tag's stored step). Default 20; 0
+	// turns the fence off (Leaf's behaviour: a lagging replica hands out ranges again).
+	FailoverAllocs int64
+	// MaxStep is the largest step any instance may use for an allocation (the generator's
+	// MaxStep; Leaf's is 1,000,000). Default 1,000,000.
+	MaxStep int64
+	// RequireSemiSync refuses to lease (ErrUnavailable) unless the primary replicates
+	// semi-synchronously (Rpl_semi_sync_master_status or _source_status ON) before the
+	// allocation and no commit went unacknowledged while it ran. Default false.
+	RequireSemiSync bool
 }
 
 // DefaultMySQLConfig returns the defaults; set DSN before use.
@@ -66,6 +83,8 @@ func DefaultMySQLConfig() MySQLConfig {
 		ConnMaxLifetime: 3 * time.Minute,
 		QueryTimeout:    3 * time.Second,
 		CreateTable:     true,
+		FailoverAllocs:  20,
+		MaxStep:         1_000_000,
 	}
 }
 
@@ -86,6 +105,12 @@ func (c MySQLConfig) Validate() error {
 		return fmt.Errorf("segment: mysql ConnMaxLifetime %v is negative", c.ConnMaxLifetime)
 	case c.QueryTimeout < 0:
 		return fmt.Errorf("segment: mysql QueryTimeout %v is negative", c.QueryTimeout)
+	case c.FailoverAllocs < 0:
+		return fmt.Errorf("segment: mysql FailoverAllocs %d is negative", c.FailoverAllocs)
+	case c.MaxStep < 0:
+		return fmt.Errorf("segment: mysql MaxStep %d is negative", c.MaxStep)
+	case c.FailoverAllocs > 0 && max(c.MaxStep, 1) > maxRangeEnd/4/c.FailoverAllocs:
+		return fmt.Errorf("segment: mysql FailoverAllocs %d × MaxStep %d is too large a gap", c.FailoverAllocs, c.MaxStep)
 	}
 	return nil
 }
@@ -103,6 +128,9 @@ func (c MySQLConfig) withDefaults() MySQLConfig {
 	}
 	if c.QueryTimeout == 0 {
 		c.QueryTimeout = d.QueryTimeout
+	}
+	if c.MaxStep == 0 {
+		c.MaxStep = d.MaxStep
 	}
 	return c
 }
@@ -122,6 +150,15 @@ type MySQLStore struct {
 	createTable bool
 	tableReady  atomic.Bool   // CREATE TABLE done, or refused by the server: stop trying
 	tableSem    chan struct{} // one CREATE TABLE attempt at a time, abandoned on ctx expiry
+
+	failoverAllocs  int64 // 0: no fence
+	maxStep         int64
+	requireSemiSync bool
+	ident           atomic.Pointer[string] // SQL of the server identity, once known
+
+	epochMu sync.Mutex
+	epochs  map[string]int64 // per tag: highest fence epoch seen committed
+	pending map[string]int64 // per tag: epoch of a takeover not yet committed
 }
 
 // OpenMySQL prepares the connection pool and tries once, within QueryTimeout, to create the
@@ -166,6 +203,12 @@ func OpenMySQL(ctx context.Context, cfg MySQLConfig, log *zap.Logger) (*MySQLSto
 		log:         log,
 		createTable: cfg.CreateTable,
 		tableSem:    make(chan struct{}, 1),
+
+		failoverAllocs:  cfg.FailoverAllocs,
+		maxStep:         cfg.MaxStep,
+		requireSemiSync: cfg.RequireSemiSync,
+		epochs:          map[string]int64{},
+		pending:         map[string]int64{},
 	}
 	if s.createTable {
 		ctx, cancel := context.WithTimeout(ctx, s.timeout)
@@ -197,6 +240,9 @@ func (s *MySQLStore) ensureTable(ctx context.Context) error {
 		return nil
 	}
 	_, err := s.db.ExecContext(ctx, mysqlCreateTable)
+	if err == nil && s.failoverAllocs > 0 {
+		_, err = s.db.ExecContext(ctx, mysqlCreateFence)
+	}
 	var me *mysql.MySQLError
 	switch {
 	case err == nil:
@@ -204,7 +250,7 @@ func (s *MySQLStore) ensureTable(ctx context.Context) error {
 		return nil
 	case errors.As(err, &me):
 		s.tableReady.Store(true)
-		s.log.Warn("cannot create table leaf_alloc; using it as it is", zap.Error(err))
+		s.log.Warn("cannot create table leaf_alloc or leafd_fence; using them as they are", zap.Error(err))
 		return nil
 	default:
 		return err
@@ -212,8 +258,16 @@ func (s *MySQLStore) ensureTable(ctx context.Context) error {
 }
 
 // Allocate adds step (the stored step when step <= 0) to the tag's max_id and reads the row
-// back in the same transaction, then commits; all within QueryTimeout.
+// back in the same transaction, then commits; all within QueryTimeout. With the failover
+// fence on, the same transaction first checks the fence (see failover.go).
 func (s *MySQLStore) Allocate(ctx context.Context, tag string, step int64) (Alloc, error) {
+	return s.AllocateAbove(ctx, tag, step, 0)
+}
+
+// AllocateAbove is Allocate that refuses a range starting below floor (the caller's
+// regression mark; 0: none) inside the transaction: it rolls back, so that a refused lease
+// never moves max_id, and returns an error matching ErrRegression.
+func (s *MySQLStore) AllocateAbove(ctx context.Context, tag string, step, floor int64) (Alloc, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	_ = s.ensureTable(ctx) // a failure here shows again, as the real error, below
@@ -221,13 +275,61 @@ func (s *MySQLStore) Allocate(ctx context.Context, tag string, step int64) (Allo
 	if err != nil {
 		return Alloc{}, s.wrap("allocate", tag, err)
 	}
+	var before semiSync
+	if s.requireSemiSync {
+		if before, err = readSemiSync(ctx, tx); err != nil {
+			_ = tx.Rollback()
+			return Alloc{}, s.wrap("allocate: semi-sync status", tag, err)
+		}
+		if !before.known || !before.on {
+			_ = tx.Rollback()
+			what := "the primary has fallen back to asynchronous replication (Rpl_semi_sync_master_status OFF)"
+			if !before.known {
+				what = "semi-sync is not available on the server"
+			}
+			return Alloc{}, errSemiSyncOff(tag, what)
+		}
+	}
+	if s.failoverAllocs > 0 {
+		if err := s.fence(ctx, tx, tag, step); err != nil {
+			_ = tx.Rollback()
+			s.dropPending(tag)
+			return Alloc{}, s.wrap("allocate: fence", tag, err)
+		}
+	}
 	a, err := s.allocateTx(ctx, tx, tag, step)
+	if err == nil && floor > 0 {
+		size := step
+		if size <= 0 {
+			size = a.Step
+		}
+		if start := a.MaxID - size; start < floor {
+			err = &belowFloorError{tag: tag, alloc: a, start: start, floor: floor}
+		}
+	}
 	if err != nil {
 		_ = tx.Rollback()
+		s.dropPending(tag)
+		var below *belowFloorError
+		if errors.As(err, &below) {
+			return Alloc{}, err
+		}
 		return Alloc{}, s.wrap("allocate", tag, err)
 	}
 	if err := tx.Commit(); err != nil {
+		s.dropPending(tag)
 		return Alloc{}, s.wrap("allocate: commit", tag, err)
+	}
+	s.commitEpoch(tag)
+	if s.requireSemiSync {
+		after, err := readSemiSync(ctx, s.db)
+		switch {
+		case err != nil:
+			return Alloc{}, s.wrap("allocate: semi-sync status after commit", tag, err)
+		case !after.on || after.noTx != before.noTx:
+			// Committed but perhaps not on any replica: the range is dropped (a gap).
+			return Alloc{}, errSemiSyncOff(tag, "a commit was not acknowledged by a replica while this allocation ran")
+		}
 	}
 	return a, nil
 }
@@ -342,11 +444,22 @@ func (s *MySQLStore) Create(ctx context.Context, t Tag) error {
 	defer cancel()
 	_ = s.ensureTable(ctx)
 	desc := sql.NullString{String: t.Description, Valid: t.Description != ""}
-	_, err = s.db.ExecContext(ctx,
-		"INSERT INTO leaf_alloc (biz_tag, max_id, step, description, update_time) VALUES (?, ?, ?, ?, now())",
-		t.Name, t.MaxID, t.Step, desc)
+	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return s.wrap("create", t.Name, err)
+	}
+	_, err = tx.ExecContext(ctx,
+		"INSERT INTO leaf_alloc (biz_tag, max_id, step, description, update_time) VALUES (?, ?, ?, ?, now())",
+		t.Name, t.MaxID, t.Step, desc)
+	if err == nil && s.failoverAllocs > 0 {
+		err = s.createFenceRow(ctx, tx, t.Name)
+	}
+	if err != nil {
+		_ = tx.Rollback()
+		return s.wrap("create", t.Name, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return s.wrap("create: commit", t.Name, err)
 	}
 	return nil
 }

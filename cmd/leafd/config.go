@@ -56,6 +56,8 @@ type Config struct {
 	MySQLMaxConns   int
 	MySQLLifetime   time.Duration
 	MySQLCreate     bool
+	MySQLFailover   int64
+	MySQLSemiSync   bool
 	SnowflakeEpoch  int64
 	SnowflakeBits   string
 	SnowflakeSeq0   bool
@@ -103,7 +105,9 @@ func flagSet(c *Config) *flag.FlagSet {
 	fs.DurationVar(&c.LoadTimeout, "load-timeout", 3*time.Second, "timeout of one segment allocation in the store")
 	fs.IntVar(&c.MySQLMaxConns, "mysql-max-conns", 8, "MySQL connection pool size")
 	fs.DurationVar(&c.MySQLLifetime, "mysql-conn-max-lifetime", 3*time.Minute, "recycle MySQL connections older than this (keep it below proxy and server idle limits)")
-	fs.BoolVar(&c.MySQLCreate, "mysql-create-table", true, "create leaf_alloc when it is missing")
+	fs.BoolVar(&c.MySQLCreate, "mysql-create-table", true, "create leaf_alloc (and leafd_fence) when missing")
+	fs.Int64Var(&c.MySQLFailover, "mysql-failover-allocs", 20, "most allocations per tag a database failover may lose: after a failover max_id first moves by this many × max(--max-step, stored step); 0 turns the fence off")
+	fs.BoolVar(&c.MySQLSemiSync, "mysql-require-semisync", false, "refuse to lease (UNAVAILABLE) unless the primary replicates semi-synchronously")
 	fs.Int64Var(&c.SnowflakeEpoch, "snowflake-epoch", 1288834974657, "snowflake epoch, Unix ms (Leaf's default)")
 	fs.StringVar(&c.SnowflakeBits, "snowflake-bits", "41/10/12", "snowflake layout: time/worker/sequence bits, summing to 63")
 	fs.BoolVar(&c.SnowflakeSeq0, "snowflake-seq-zero", false, "start each millisecond's sequence at 0 instead of a random value in [0,100)")
@@ -263,6 +267,9 @@ func (c Config) Validate() error {
 	}
 	if c.PreloadRatio <= 0 || c.PreloadRatio >= 1 {
 		bad("--preload-ratio %v: must be in (0, 1)", c.PreloadRatio)
+	}
+	if c.MySQLFailover < 0 || c.MySQLFailover > 1_000_000 {
+		bad("--mysql-failover-allocs %d: must be in [0, 1000000]", c.MySQLFailover)
 	}
 	if c.MySQLMaxConns < 1 || c.MySQLLifetime <= 0 {
 		bad("--mysql-max-conns and --mysql-conn-max-lifetime must be positive")

@@ -24,6 +24,9 @@ func openMySQL(ctx context.Context, cfg Config, log *zap.Logger) (segment.Store,
 	mcfg.ConnMaxLifetime = cfg.MySQLLifetime
 	mcfg.QueryTimeout = cfg.LoadTimeout
 	mcfg.CreateTable = cfg.MySQLCreate
+	mcfg.FailoverAllocs = cfg.MySQLFailover
+	mcfg.MaxStep = cfg.MaxStep
+	mcfg.RequireSemiSync = cfg.MySQLSemiSync
 	st, err := segment.OpenMySQL(ctx, mcfg, log.Named("mysql"))
 	if err != nil {
 		_ = marks.Close()

@@ -93,9 +93,10 @@ var mariadbOpts = []string{
 }
 
 // StartMariaDB installs a data directory with mariadb-install-db (or mysql_install_db) and
-// starts mariadbd (or mysqld) on it, waiting until it answers. Missing binaries skip the
-// test, or fail it under CI or LEAFD_TEST_REQUIRE.
-func StartMariaDB(t testing.TB) *MariaDB {
+// starts mariadbd (or mysqld) on it, waiting until it answers. extra are more mariadbd
+// options (e.g. --server-id=2 --log-bin). Missing binaries skip the test, or fail it under CI
+// or LEAFD_TEST_REQUIRE.
+func StartMariaDB(t testing.TB, extra ...string) *MariaDB {
 	t.Helper()
 	sbin := []string{"/usr/sbin", "/usr/libexec", "/usr/local/sbin", "/usr/local/mysql/bin"}
 	server, ok := lookBin([]string{"mariadbd", "mysqld"}, sbin...)
@@ -140,6 +141,7 @@ func StartMariaDB(t testing.TB) *MariaDB {
 			"--bind-address=127.0.0.1",
 		}, user...)
 		argv = append(argv, mariadbOpts...)
+		argv = append(argv, extra...)
 		m.proc = &proc{t: t, name: "mariadbd", argv: argv, logPath: filepath.Join(dir, "mariadbd.log")}
 		err := m.start()
 		if err == nil {

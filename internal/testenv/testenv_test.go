@@ -140,3 +140,41 @@ func TestZooKeeper(t *testing.T) {
 	}
 	z.Stop()
 }
+
+// TestReplication: lag on demand, promotion that loses exactly the unapplied transactions,
+// and the old primary rejoining as a replica of the new one.
+func TestReplication(t *testing.T) {
+	r := StartReplication(t)
+	r.Primary.Exec("CREATE DATABASE d", "CREATE TABLE d.t (n INT PRIMARY KEY) ENGINE=InnoDB", "INSERT INTO d.t VALUES (1)")
+	r.WaitCaughtUp(30 * time.Second)
+	r.StopApplier()
+	r.Primary.Exec("INSERT INTO d.t VALUES (2)", "INSERT INTO d.t VALUES (3)", "INSERT INTO d.t VALUES (4)")
+	if lag := r.Written() - r.Applied(); lag != 3 {
+		t.Fatalf("lag: got %d transactions, want 3", lag)
+	}
+	old := r.Primary
+	if lost := r.Promote(); lost != 3 {
+		t.Fatalf("Promote: lost %d transactions, want 3", lost)
+	}
+	if r.Replica != old {
+		t.Fatal("Promote did not swap the roles")
+	}
+	if got := r.Primary.QueryString("SELECT COUNT(*) FROM d.t"); got != "1" {
+		t.Fatalf("promoted replica: got %s rows, want 1 (the 3 unapplied ones lost)", got)
+	}
+	r.Primary.Exec("INSERT INTO d.t VALUES (10)")
+	r.Rejoin("d")
+	r.WaitCaughtUp(30 * time.Second)
+	if got := r.Replica.QueryString("SELECT GROUP_CONCAT(n ORDER BY n) FROM d.t"); got != "1,10" {
+		t.Fatalf("rejoined old primary: got rows %s, want 1,10 (the new primary's data)", got)
+	}
+	// And back: the rejoined server can be promoted in turn.
+	r.Primary.Exec("INSERT INTO d.t VALUES (11)")
+	r.WaitCaughtUp(30 * time.Second)
+	if lost := r.Promote(); lost != 0 {
+		t.Fatalf("second Promote: lost %d, want 0", lost)
+	}
+	if got := r.Primary.QueryString("SELECT GROUP_CONCAT(n ORDER BY n) FROM d.t"); got != "1,10,11" {
+		t.Fatalf("second promotion: got rows %s, want 1,10,11", got)
+	}
+}

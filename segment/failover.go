@@ -1,0 +1,306 @@
+package segment
+
+// The failover fence of MySQLStore: how a database that failed over to a replica that had
+// not received the last allocations is made safe without an operator (docs/MYSQL.md,
+// "Failover").
+//
+// Each tag has a row in leafd's own table leafd_fence (Leaf's leaf_alloc is unchanged). The
+// row names the primary that granted the tag's last ranges (@@server_id, and @@server_uuid on
+// MySQL) and an epoch that grows by one at each takeover. Every allocation transaction locks
+// the leaf_alloc row and then reads the fence row. When the row was written by another
+// server, is missing, or carries an epoch below one this process has already seen, the
+// database is not the one that granted the last ranges — a failover (or a restored backup)
+// that may have lost the last allocations. The transaction then moves max_id forward by the
+// safety gap (FailoverAllocs × the largest step any allocation may have used) and writes the
+// fence row with this server and the next epoch, in the same transaction as the allocation
+// that follows. So the first instance to allocate a tag on the new primary covers every
+// instance, including those without marks, and the jump happens exactly once per tag and
+// failover: the fence row now names the new primary.
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/go-sql-driver/mysql"
+	"go.uber.org/zap"
+)
+
+// mysqlCreateFence is leafd's own table; leaf_alloc stays exactly Leaf's.
+const mysqlCreateFence = "CREATE TABLE IF NOT EXISTS `leafd_fence` (\n" +
+	"  `biz_tag` varchar(128) NOT NULL,\n" +
+	"  `server_id` bigint NOT NULL COMMENT '@@server_id of the primary that granted the last range',\n" +
+	"  `server_uuid` varchar(64) NOT NULL DEFAULT '' COMMENT '@@server_uuid (MySQL; empty on MariaDB)',\n" +
+	"  `epoch` bigint NOT NULL COMMENT 'grows by one at each takeover',\n" +
+	"  `token` bigint NOT NULL COMMENT 'random, new at each takeover',\n" +
+	"  `gap` bigint NOT NULL DEFAULT 0 COMMENT 'how far max_id was moved at the last takeover',\n" +
+	"  `update_time` timestamp NOT NULL DEFAULT CURRENT_TIMESTAMP ON UPDATE CURRENT_TIMESTAMP,\n" +
+	"  PRIMARY KEY (`biz_tag`)\n" +
+	") ENGINE=InnoDB"
+
+const mysqlErrUnknownSysVar = 1193 // ER_UNKNOWN_SYSTEM_VARIABLE: @@server_uuid on MariaDB
+
+// serverIdent identifies the database server a transaction runs on.
+type serverIdent struct {
+	id   int64
+	uuid string
+}
+
+func (s serverIdent) String() string {
+	if s.uuid == "" {
+		return fmt.Sprintf("server_id %d", s.id)
+	}
+	return fmt.Sprintf("server_id %d (%s)", s.id, s.uuid)
+}
+
+// fenceRow is the tag's leaf_alloc row locked for the allocation, with its fence row.
+type fenceRow struct {
+	step, maxID int64
+	self        serverIdent // the server this transaction runs on
+	found       bool        // a fence row exists
+	owner       serverIdent
+	epoch       int64
+}
+
+// identExpr is the SQL of the server identity: MySQL has @@server_uuid, MariaDB does not.
+func (s *MySQLStore) identExpr(ctx context.Context) (string, error) {
+	if p := s.ident.Load(); p != nil {
+		return *p, nil
+	}
+	var uuid string
+	err := s.db.QueryRowContext(ctx, "SELECT @@server_uuid").Scan(&uuid)
+	expr := "@@server_id, @@server_uuid"
+	var me *mysql.MySQLError
+	switch {
+	case errors.As(err, &me) && me.Number == mysqlErrUnknownSysVar:
+		expr = "@@server_id, ''"
+	case err != nil:
+		return "", err
+	}
+	s.ident.Store(&expr)
+	return expr, nil
+}
+
+// fence runs at the start of an allocation transaction: it locks the tag's rows and, when the
+// fence shows that the database changed since the last range was granted, moves max_id
+// forward by the safety gap and takes the fence over. step is the step of the allocation that
+// follows (<= 0: the stored one).
+func (s *MySQLStore) fence(ctx context.Context, tx *sql.Tx, tag string, step int64) error {
+	expr, err := s.identExpr(ctx)
+	if err != nil {
+		return err
+	}
+	// Lock order: leaf_alloc, then leafd_fence, in every transaction, so fenced allocations of
+	// one tag are serialized by the leaf_alloc row lock and cannot deadlock on a missing fence
+	// row.
+	var r fenceRow
+	var ownerID sql.NullInt64
+	var ownerUUID sql.NullString
+	var epoch sql.NullInt64
+	err = tx.QueryRowContext(ctx, "SELECT a.step, a.max_id, "+expr+", f.server_id, f.server_uuid, f.epoch"+
+		" FROM leaf_alloc a LEFT JOIN leafd_fence f ON f.biz_tag = a.biz_tag WHERE a.biz_tag = ? FOR UPDATE", tag).
+		Scan(&r.step, &r.maxID, &r.self.id, &r.self.uuid, &ownerID, &ownerUUID, &epoch)
+	if errors.Is(err, sql.ErrNoRows) {
+		return ErrUnknownTag
+	}
+	if err != nil {
+		return err
+	}
+	r.found = ownerID.Valid
+	r.owner = serverIdent{ownerID.Int64, ownerUUID.String}
+	r.epoch = epoch.Int64
+
+	seen := s.seenEpoch(tag)
+	reason := ""
+	switch {
+	case !r.found:
+		reason = "no fence row (a tag created outside leafd, or a replica that missed its first allocations)"
+	case r.owner != r.self:
+		reason = "the last range was granted by " + r.owner.String()
+	case r.epoch < seen:
+		reason = fmt.Sprintf("fence epoch %d is below epoch %d seen before (the database lost transactions: a failback or a restored backup)", r.epoch, seen)
+	default:
+		s.noteEpoch(tag, r.epoch)
+		return nil
+	}
+
+	gap := s.gap(r.step, step)
+	next := max(r.epoch, seen) + 1
+	if _, err := tx.ExecContext(ctx, "UPDATE leaf_alloc SET max_id = max_id + ? WHERE biz_tag = ?", gap, tag); err != nil {
+		return err
+	}
+	_, err = tx.ExecContext(ctx, "INSERT INTO leafd_fence (biz_tag, server_id, server_uuid, epoch, token, gap) VALUES (?, ?, ?, ?, ?, ?)"+
+		" ON DUPLICATE KEY UPDATE server_id = VALUES(server_id), server_uuid = VALUES(server_uuid), epoch = VALUES(epoch), token = VALUES(token), gap = VALUES(gap)",
+		tag, r.self.id, r.self.uuid, next, randToken(), gap)
+	if err != nil {
+		return err
+	}
+	// Logged before the commit: if it fails, the next allocation finds the same and retries.
+	s.log.Warn("segment: failover fence: database changed since the last range of the tag was granted; moving max_id forward by the safety gap",
+		zap.String("tag", tag), zap.String("reason", reason), zap.String("server", r.self.String()),
+		zap.Int64("max_id", r.maxID), zap.Int64("gap", gap), zap.Int64("new_max_id", r.maxID+gap), zap.Int64("epoch", next))
+	s.pendingEpoch(tag, next)
+	return nil
+}
+
+// gap is how far max_id moves at a takeover: FailoverAllocs allocations of the largest step
+// any instance may have used (the dynamic step is at most MaxStep or the stored step; a
+// caller may have asked for more).
+func (s *MySQLStore) gap(stored, step int64) int64 {
+	return s.failoverAllocs * max(s.maxStep, stored, step, 1)
+}
+
+// seenEpoch is the highest fence epoch of tag this process has seen committed.
+func (s *MySQLStore) seenEpoch(tag string) int64 {
+	s.epochMu.Lock()
+	defer s.epochMu.Unlock()
+	return s.epochs[tag]
+}
+
+func (s *MySQLStore) noteEpoch(tag string, e int64) {
+	s.epochMu.Lock()
+	defer s.epochMu.Unlock()
+	if e > s.epochs[tag] {
+		s.epochs[tag] = e
+	}
+}
+
+// pendingEpoch remembers the epoch a takeover is about to commit; the caller notes it once
+// the commit succeeded (a rolled back takeover must not raise what we believe was seen).
+func (s *MySQLStore) pendingEpoch(tag string, e int64) {
+	s.epochMu.Lock()
+	defer s.epochMu.Unlock()
+	s.pending[tag] = e
+}
+
+// commitEpoch moves tag's pending epoch, if any, to the seen ones (after COMMIT), and
+// dropPending forgets it (after a rollback).
+func (s *MySQLStore) commitEpoch(tag string) {
+	s.epochMu.Lock()
+	defer s.epochMu.Unlock()
+	if e, ok := s.pending[tag]; ok {
+		delete(s.pending, tag)
+		if e > s.epochs[tag] {
+			s.epochs[tag] = e
+		}
+	}
+}
+
+func (s *MySQLStore) dropPending(tag string) {
+	s.epochMu.Lock()
+	defer s.epochMu.Unlock()
+	delete(s.pending, tag)
+}
+
+func randToken() int64 {
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand panics instead)
+	return int64(binary.LittleEndian.Uint64(b[:]) >> 1)
+}
+
+// createFenceRow writes the fence row of a tag created by leafd, in the transaction that
+// inserts its leaf_alloc row, so that a new tag does not take the gap on its first
+// allocation. A replica that lacks this row lacks the tag too.
+func (s *MySQLStore) createFenceRow(ctx context.Context, tx *sql.Tx, tag string) error {
+	expr, err := s.identExpr(ctx)
+	if err != nil {
+		return err
+	}
+	var self serverIdent
+	if err := tx.QueryRowContext(ctx, "SELECT "+expr).Scan(&self.id, &self.uuid); err != nil {
+		return err
+	}
+	_, err = tx.ExecContext(ctx, "INSERT INTO leafd_fence (biz_tag, server_id, server_uuid, epoch, token, gap) VALUES (?, ?, ?, 1, ?, 0)"+
+		" ON DUPLICATE KEY UPDATE server_id = VALUES(server_id), server_uuid = VALUES(server_uuid), epoch = epoch + 1, token = VALUES(token), gap = 0",
+		tag, self.id, self.uuid, randToken())
+	return err
+}
+
+// --- semi-synchronous replication --------------------------------------------------------
+
+// semiSync is the primary's semi-sync state: whether it is on, and how many commits it has
+// made without a replica's acknowledgement.
+type semiSync struct {
+	known bool // the status variables exist (semi-sync available)
+	on    bool
+	noTx  int64
+}
+
+// readSemiSync reads Rpl_semi_sync_master_* (MariaDB, MySQL before 8.0.26) or
+// Rpl_semi_sync_source_* (MySQL 8.0.26+).
+func readSemiSync(ctx context.Context, q interface {
+	QueryContext(context.Context, string, ...any) (*sql.Rows, error)
+}) (semiSync, error) {
+	rows, err := q.QueryContext(ctx, "SHOW GLOBAL STATUS LIKE 'Rpl\\_semi\\_sync\\_%'")
+	if err != nil {
+		return semiSync{}, err
+	}
+	defer rows.Close()
+	var st semiSync
+	for rows.Next() {
+		var name, val string
+		if err := rows.Scan(&name, &val); err != nil {
+			return semiSync{}, err
+		}
+		switch strings.ToLower(name) {
+		case "rpl_semi_sync_master_status", "rpl_semi_sync_source_status":
+			st.known = true
+			st.on = strings.EqualFold(val, "ON")
+		case "rpl_semi_sync_master_no_tx", "rpl_semi_sync_source_no_tx":
+			_, _ = fmt.Sscan(val, &st.noTx)
+		}
+	}
+	return st, rows.Err()
+}
+
+// errSemiSyncOff is the refusal when RequireSemiSync is set and the primary is not (or no
+// longer) replicating semi-synchronously.
+func errSemiSyncOff(tag, what string) error {
+	return &TagError{Tag: tag, Err: ErrUnavailable,
+		Detail: "semi-synchronous replication required (--mysql-require-semisync) but " + what + "; refusing to lease"}
+}
+
+// --- the regression floor ----------------------------------------------------------------
+
+// floorAllocator is a store that can refuse, inside the allocation transaction, a range that
+// starts below floor, rolling the transaction back so that a refused lease never moves
+// max_id: *MySQLStore.
+type floorAllocator interface {
+	AllocateAbove(ctx context.Context, tag string, step, floor int64) (Alloc, error)
+}
+
+// allocate leases the next range of tag, through AllocateAbove when the store has it. A
+// range below floor is then returned uncommitted and without error, so that the caller's own
+// regression check (fetch) refuses, counts and logs it as for any other store; nothing of it
+// was committed.
+func allocate(ctx context.Context, st Store, tag string, step, floor int64) (Alloc, error) {
+	fa, ok := st.(floorAllocator)
+	if !ok || floor <= 0 {
+		return st.Allocate(ctx, tag, step)
+	}
+	a, err := fa.AllocateAbove(ctx, tag, step, floor)
+	var below *belowFloorError
+	if errors.As(err, &below) {
+		return below.alloc, nil
+	}
+	return a, err
+}
+
+// belowFloorError is AllocateAbove's refusal: the range the store would have leased (rolled
+// back) starts below the floor.
+type belowFloorError struct {
+	tag   string
+	alloc Alloc
+	start int64
+	floor int64
+}
+
+func (e *belowFloorError) Error() string {
+	return fmt.Sprintf("segment: range [%d, %d) of tag %q starts below the floor %d; rolled back", e.start, e.alloc.MaxID, e.tag, e.floor)
+}
+
+func (e *belowFloorError) Unwrap() error { return ErrRegression }
