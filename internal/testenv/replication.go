@@ -18,7 +18,8 @@ import (
 //
 // Call its methods from the test goroutine (they call t.Fatal).
 type Replication struct {
-	t       testing.TB
+	t        testing.TB
+	serverID int // last server id handed out
 	Primary *MariaDB
 	Replica *MariaDB
 }
@@ -36,7 +37,7 @@ var replOpts = []string{
 // databases on the primary after it returns: the replica receives everything.
 func StartReplication(t testing.TB) *Replication {
 	t.Helper()
-	r := &Replication{t: t}
+	r := &Replication{t: t, serverID: 2}
 	r.Primary = StartMariaDB(t, append([]string{"--server-id=1"}, replOpts...)...)
 	r.Replica = StartMariaDB(t, append([]string{"--server-id=2"}, replOpts...)...)
 	r.attach(r.Replica, r.Primary)
@@ -135,8 +136,7 @@ func (r *Replication) WaitCaughtUp(timeout time.Duration) {
 			return
 		}
 		if time.Now().After(deadline) {
-			r.t.Fatalf("testenv: replica applied %d of %d transactions after %v\n%s", a, w, timeout,
-				r.Replica.QueryString("SELECT CONCAT_WS(' ', @@gtid_slave_pos, @@gtid_current_pos)"))
+			r.t.Fatalf("testenv: replica applied %d of %d transactions after %v: %s", a, w, timeout, r.slaveStatus())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -165,13 +165,50 @@ func (r *Replication) Promote() (lost int64) {
 // Rejoin turns the detached old primary into a replica of the current primary: its
 // databases dbs are dropped and its binlog reset without replicating that, and it replays
 // the primary's binlog from the start (the primary logs what it applied as a replica too).
+// It gets a new server id, as a rebuilt server would: with its old one it would skip the
+// events it once wrote itself.
 func (r *Replication) Rejoin(dbs ...string) {
 	r.t.Helper()
-	stmts := []string{"STOP SLAVE", "RESET SLAVE ALL", "SET sql_log_bin = 0"}
+	r.serverID++
+	stmts := []string{"STOP SLAVE", "RESET SLAVE ALL", "SET sql_log_bin = 0",
+		fmt.Sprintf("SET GLOBAL server_id = %d", r.serverID)}
 	for _, d := range dbs {
 		stmts = append(stmts, "DROP DATABASE IF EXISTS `"+d+"`")
 	}
 	stmts = append(stmts, "RESET MASTER")
 	r.Replica.Exec(stmts...)
 	r.attach(r.Replica, r.Primary)
+}
+
+// slaveStatus summarizes SHOW SLAVE STATUS of the replica, for failure messages.
+func (r *Replication) slaveStatus() string {
+	db := r.Replica.db()
+	defer db.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	rows, err := db.QueryContext(ctx, "SHOW SLAVE STATUS")
+	if err != nil {
+		return err.Error()
+	}
+	defer rows.Close()
+	cols, _ := rows.Columns()
+	if !rows.Next() {
+		return "not a replica"
+	}
+	vals := make([]sql.NullString, len(cols))
+	ptrs := make([]any, len(cols))
+	for i := range vals {
+		ptrs[i] = &vals[i]
+	}
+	if err := rows.Scan(ptrs...); err != nil {
+		return err.Error()
+	}
+	var b strings.Builder
+	for i, c := range cols {
+		switch c {
+		case "Slave_IO_Running", "Slave_SQL_Running", "Last_IO_Error", "Last_SQL_Error", "Gtid_IO_Pos", "Master_Port":
+			fmt.Fprintf(&b, "%s=%q ", c, vals[i].String)
+		}
+	}
+	return b.String()
 }
