@@ -20,8 +20,8 @@ import (
 type Replication struct {
 	t        testing.TB
 	serverID int // last server id handed out
-	Primary *MariaDB
-	Replica *MariaDB
+	Primary  *MariaDB
+	Replica  *MariaDB
 }
 
 // replOpts are the mariadbd options of both servers (plus --server-id).
