@@ -1,7 +1,8 @@
 package main
 
 // A loopback TCP proxy for fault injection between leafd and its database: it forwards,
-// delays every chunk, blackholes (accepts and forwards nothing) or resets connections.
+// delays every chunk, blackholes (accepts and forwards nothing) or resets connections, and
+// moves to another target like a virtual IP on failover.
 
 import (
 	"io"
@@ -29,7 +30,7 @@ func (m proxyMode) String() string {
 // tcpProxy listens on 127.0.0.1 and forwards to target according to its mode, which can be
 // changed at any time. It is closed at test cleanup, waiting for its goroutines.
 type tcpProxy struct {
-	target string
+	target atomic.Pointer[string]
 	ln     net.Listener
 	mode   atomic.Int32
 	delay  atomic.Int64 // ns, for proxyDelay
@@ -47,7 +48,8 @@ func startProxy(t testing.TB, target string) *tcpProxy {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &tcpProxy{target: target, ln: ln, conns: map[net.Conn]struct{}{}}
+	p := &tcpProxy{ln: ln, conns: map[net.Conn]struct{}{}}
+	p.target.Store(&target)
 	p.wg.Add(1)
 	go p.accept()
 	t.Cleanup(p.close)
@@ -65,6 +67,13 @@ func (p *tcpProxy) SetMode(m proxyMode, delay time.Duration) {
 	if m == proxyReset || (old == proxyBlackhole && m != proxyBlackhole) {
 		p.closeConns()
 	}
+}
+
+// SetTarget points new connections at target and closes every open one, as a virtual IP
+// that moves to another server does.
+func (p *tcpProxy) SetTarget(target string) {
+	p.target.Store(&target)
+	p.closeConns()
 }
 
 func (p *tcpProxy) current() proxyMode { return proxyMode(p.mode.Load()) }
@@ -130,12 +139,19 @@ func (p *tcpProxy) accept() {
 			}
 			continue
 		}
-		up, err := net.DialTimeout("tcp", p.target, 2*time.Second)
+		tgt := p.target.Load()
+		up, err := net.DialTimeout("tcp", *tgt, 2*time.Second)
 		if err != nil {
 			c.Close()
 			continue
 		}
 		if !p.track(c, up) {
+			continue
+		}
+		// SetTarget or SetMode(reset) may have run while we dialed: they closed what was
+		// tracked then, so close this one ourselves.
+		if p.target.Load() != tgt || p.current() == proxyReset {
+			p.untrack(c, up)
 			continue
 		}
 		p.wg.Add(2)

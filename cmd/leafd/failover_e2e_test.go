@@ -1,0 +1,208 @@
+package main
+
+// The database failover test (issue #12): real MariaDB replication, a proxy that moves like a
+// virtual IP, three leafd processes under load, and failovers to a replica that lost the
+// last allocations.
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/leafd/leafd/internal/testenv"
+)
+
+// failoverRound is one failover of TestMySQLFailover.
+type failoverRound struct {
+	lag      int64   // transactions the replica misses when the proxy moves (at least)
+	kill     int     // instance killed -9 at the switch and restarted after it (-1: none)
+	wipe     bool    // the killed instance restarts with an empty data dir (no marks)
+	lost     int64   // measured: transactions of the old primary the new one lacks
+	lostIDs  []int64 // measured, per tag: old primary's max_id - new primary's
+	switched time.Time
+	newMax   []int64 // per tag: the new primary's max_id at promotion
+}
+
+// TestMySQLFailover runs three leafd instances through a proxy on a primary replicating
+// asynchronously to a replica, under paced INCR load on two tags (step 10 and 100,
+// --max-step 100), and fails the database over six times to the replica after stopping its
+// applier until it misses 0 to 10 transactions (each an allocation): the proxy drops every
+// connection, the replica is promoted (what it had not applied is lost), the proxy moves to
+// it, and the old primary is rebuilt as the new replica. At two switches an instance is
+// killed -9 and restarted, once with a wiped data dir (no marks). Every ID handed out is
+// unique, each connection's IDs increase, refusals are UNAVAILABLE only, and the time until
+// every instance serves from ranges of the new primary is reported.
+//
+// LEAFD_TEST_FAILOVER_ALLOCS sets --mysql-failover-allocs (default 10); 0 turns the fence
+// off, and the test then finds duplicates (the check that the fence is what makes it pass).
+func TestMySQLFailover(t *testing.T) {
+	allocs := "10"
+	if v := os.Getenv("LEAFD_TEST_FAILOVER_ALLOCS"); v != "" {
+		allocs = v
+	}
+	r := testenv.StartReplication(t)
+	r.Primary.Exec("CREATE DATABASE leafd")
+	r.WaitCaughtUp(30 * time.Second)
+	px := startProxy(t, r.Primary.Addr())
+	cfg := mysql.NewConfig()
+	cfg.User, cfg.Net, cfg.Addr, cfg.DBName = "root", "tcp", px.Addr(), "leafd"
+	dsn := cfg.FormatDSN()
+
+	tags := []string{"ten", "hundred"}
+	args := []string{"--max-step", "100", "--mysql-failover-allocs", allocs, "--load-timeout", "2s"}
+	wipeDir := filepath.Join(t.TempDir(), "wiped")
+	ls := []*leafd{
+		mysqlLeafd(t, dsn, args...),
+		mysqlLeafd(t, dsn, args...),
+		mysqlLeafd(t, dsn, append(slices.Clone(args), "--data-dir", wipeDir)...),
+	}
+	db := openSQL(t, r.Primary.DSN("leafd"))
+	createTag(t, ls[0], db, tags[0], 10)
+	createTag(t, ls[0], db, tags[1], 100)
+	_ = db.Close()
+
+	var stop atomic.Bool
+	var pause atomic.Int64
+	pause.Store(int64(2 * time.Millisecond))
+	loads := make([][]*connLoad, len(tags))
+	var wg sync.WaitGroup
+	for i, tag := range tags {
+		wg.Go(func() {
+			loads[i] = runLoad(loadSpec{tag: tag, conns: 2, keep: true, pause: &pause, addrs: addrsOf(ls), stop: stop.Load})
+		})
+	}
+	defer func() { stop.Store(true); wg.Wait() }()
+
+	rounds := []failoverRound{
+		{lag: 3, kill: -1}, {lag: 10, kill: 1}, {lag: 0, kill: -1},
+		{lag: 7, kill: 2, wipe: true}, {lag: 1, kill: -1}, {lag: 10, kill: -1},
+	}
+	maxIDs := func(m *testenv.MariaDB) []int64 {
+		out := make([]int64, len(tags))
+		for i, tag := range tags {
+			out[i], _ = strconv.ParseInt(m.QueryString("SELECT max_id FROM leafd.leaf_alloc WHERE biz_tag = ?", tag), 10, 64)
+		}
+		return out
+	}
+	for i := range rounds {
+		rd := &rounds[i]
+		time.Sleep(1500 * time.Millisecond) // load on the current primary
+		r.StopApplier()
+		base := r.Applied()
+		for deadline := time.Now().Add(20 * time.Second); r.Written()-base < rd.lag; {
+			if time.Now().After(deadline) {
+				t.Fatalf("round %d: the primary wrote %d transactions in 20s, want %d", i, r.Written()-base, rd.lag)
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+		// The primary is gone: every connection to it drops, new ones are refused.
+		px.SetMode(proxyReset, 0)
+		if rd.kill >= 0 {
+			ls[rd.kill].kill()
+			if rd.wipe {
+				if err := os.RemoveAll(wipeDir); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		rd.lost = r.Promote()
+		rd.oldMax = maxIDs(r.Replica)
+		newMax := maxIDs(r.Primary)
+		for j := range tags {
+			rd.lostIDs = append(rd.lostIDs, rd.oldMax[j]-newMax[j])
+		}
+		px.SetTarget(r.Primary.Addr())
+		px.SetMode(proxyPass, 0)
+		rd.switched = time.Now()
+		if rd.kill >= 0 {
+			ls[rd.kill].start()
+		}
+		t.Logf("round %d: failover with %d transactions lost (max_id behind by %v); killed %d wiped %v",
+			i, rd.lost, rd.lostIDs, rd.kill, rd.wipe)
+		r.Rejoin("leafd")
+		r.WaitCaughtUp(60 * time.Second)
+	}
+	time.Sleep(1500 * time.Millisecond)
+	stop.Store(true)
+	wg.Wait()
+
+	// Uniqueness (per tag) and order first.
+	for _, l := range loads {
+		checkUnique(t, l)
+		checkOrder(t, l)
+	}
+	var all []*connLoad
+	for _, l := range loads {
+		all = append(all, l...)
+	}
+	tt := totals(all)
+	t.Logf("%d IDs, refusals %v, transport errors %d (killed instances)", tt.ids, tt.codes, tt.netErrs)
+	for code, n := range tt.codes {
+		if code != "UNAVAILABLE" {
+			t.Errorf("got %d %s replies, want only UNAVAILABLE around the switches", n, code)
+		}
+	}
+	maxLost := int64(0)
+	for _, rd := range rounds {
+		maxLost = max(maxLost, rd.lost)
+	}
+	if maxLost < 10 {
+		t.Errorf("the largest failover lost %d transactions, want rounds with 10", maxLost)
+	}
+
+	// Recovery: per round and instance, the time from the switch until the instance served
+	// an ID from a range of the new primary (at or above the old primary's max_id), on every
+	// tag.
+	var report strings.Builder
+	for i, rd := range rounds {
+		end := time.Now()
+		if i+1 < len(rounds) {
+			end = rounds[i+1].switched
+		}
+		fmt.Fprintf(&report, "round %d (lost %d tx, max_id behind %v, kill %d wipe %v):", i, rd.lost, rd.lostIDs, rd.kill, rd.wipe)
+		for inst := range ls {
+			worst := time.Duration(0)
+			for j := range tags {
+				d, ok := firstFrom(loads[j], inst, rd.oldMax[j], rd.switched, end)
+				if !ok {
+					t.Errorf("round %d: instance %d served no ID of %s from the new primary before the next round", i, inst, tags[j])
+					continue
+				}
+				worst = max(worst, d)
+			}
+			fmt.Fprintf(&report, " inst%d %v", inst, worst.Round(time.Millisecond))
+			benchOut(t, fmt.Sprintf("failover_recovery_round%d_inst%d", i, inst), float64(worst.Microseconds())/1000, "ms")
+		}
+		report.WriteString("\n")
+	}
+	t.Logf("recovery (switch → first ID from a range of the new primary, slowest tag):\n%s", report.String())
+}
+
+// firstFrom is how long after from the instance first served an ID >= floor on any of the
+// connections, before end.
+func firstFrom(loads []*connLoad, inst int, floor int64, from, end time.Time) (time.Duration, bool) {
+	best, ok := time.Duration(0), false
+	for _, cl := range loads {
+		if cl.inst != inst {
+			continue
+		}
+		for _, rp := range cl.replies {
+			if rp.err == nil && rp.id >= floor && rp.at.After(from) && rp.at.Before(end) {
+				if d := rp.at.Sub(from); !ok || d < best {
+					best, ok = d, true
+				}
+				break
+			}
+		}
+	}
+	return best, ok
+}
