@@ -29,7 +29,7 @@ type failoverRound struct {
 	lost     int64   // measured: transactions of the old primary the new one lacks
 	lostIDs  []int64 // measured, per tag: old primary's max_id - new primary's
 	switched time.Time
-	newMax   []int64 // per tag: the new primary's max_id at promotion
+	oldMax   []int64 // per tag: the old primary's max_id: IDs at or above come from the new one
 }
 
 // TestMySQLFailover runs three leafd instances through a proxy on a primary replicating
