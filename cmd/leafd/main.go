@@ -28,6 +28,11 @@ func realMain() int {
 	if len(os.Args) > 1 && os.Args[1] == "health" {
 		return health(os.Args[2:], os.Getenv, os.Stderr)
 	}
+	if len(os.Args) > 1 && os.Args[1] == "raise-max-id" { // the operator's failover command
+		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+		defer stop()
+		return runRaise(ctx, os.Args[2:], os.Stdout, os.Stderr)
+	}
 	cfg, err := loadConfig(os.Args[1:], os.Getenv, os.Stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0

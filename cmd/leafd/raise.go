@@ -1,0 +1,205 @@
+package main
+
+// leafd raise-max-id: the operator's command after a database failover (docs/MYSQL.md,
+// "Failover runbook"). It asks each leafd instance, over RESP, for the highest range end it
+// was ever granted per tag (IDS.TAGS, IDS.INFO high_water_mark) and raises leaf_alloc.max_id
+// of each tag to at least the highest of them plus a margin, in one transaction per tag that
+// only ever moves max_id up.
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/redis/go-redis/v9"
+)
+
+// quietRedisLog drops go-redis's own pool log (a refused dial is reported by the command).
+type quietRedisLog struct{}
+
+func (quietRedisLog) Printf(context.Context, string, ...any) {}
+
+// raiseUsage is the subcommand's help header.
+const raiseUsage = `usage: leafd raise-max-id --mysql-dsn DSN --instances host:port[,host:port...] [options]
+
+Reads the highest range end each leafd instance was granted per tag (IDS.INFO
+high_water_mark) and raises leaf_alloc.max_id of each tag above all of them plus
+--margin, only upward, one transaction per tag. Instances that do not answer are
+reported and make the exit status 1; the tags of those that answer are raised anyway.
+
+`
+
+// raiseMark is what one instance reported for one tag.
+type raiseMark struct {
+	inst string
+	mark int64
+}
+
+// runRaise runs `leafd raise-max-id args...` and returns the exit status.
+func runRaise(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("leafd raise-max-id", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, raiseUsage); fs.PrintDefaults() }
+	dsn := fs.String("mysql-dsn", "", "go-sql-driver DSN of the (new) primary")
+	instances := fs.String("instances", "", "comma-separated RESP addresses of every leafd instance")
+	pass := fs.String("requirepass", "", "the instances' --requirepass")
+	margin := fs.Int64("margin", 0, "IDs to add above the highest range end (for instances that cannot be reached)")
+	dryRun := fs.Bool("dry-run", false, "show what would change; change nothing")
+	timeout := fs.Duration("timeout", 5*time.Second, "timeout of each instance query and each transaction")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if *dsn == "" || *instances == "" || *margin < 0 || fs.NArg() > 0 {
+		fs.Usage()
+		return 2
+	}
+	if _, err := mysql.ParseDSN(*dsn); err != nil {
+		fmt.Fprintln(stderr, "leafd raise-max-id: --mysql-dsn:", err)
+		return 2
+	}
+
+	redis.SetLogger(quietRedisLog{})
+	status := 0
+	marks := map[string][]raiseMark{}
+	for _, addr := range strings.Split(*instances, ",") {
+		addr = strings.TrimSpace(addr)
+		if addr == "" {
+			continue
+		}
+		got, err := instanceMarks(ctx, addr, *pass, *timeout)
+		if err != nil {
+			fmt.Fprintf(stderr, "leafd raise-max-id: instance %s: %v (its ranges are not taken into account; use --margin)\n", addr, err)
+			status = 1
+			continue
+		}
+		for tag, m := range got {
+			marks[tag] = append(marks[tag], raiseMark{addr, m})
+		}
+	}
+
+	db, err := sql.Open("mysql", *dsn)
+	if err != nil {
+		fmt.Fprintln(stderr, "leafd raise-max-id:", err)
+		return 2
+	}
+	defer db.Close()
+	tags := make([]string, 0, len(marks))
+	for tag := range marks {
+		tags = append(tags, tag)
+	}
+	slices.Sort(tags)
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "TAG\tHIGHEST RANGE END (instance)\tMAX_ID BEFORE\tMAX_ID AFTER")
+	for _, tag := range tags {
+		ms := marks[tag]
+		best := slices.MaxFunc(ms, func(a, b raiseMark) int { return cmpInt64(a.mark, b.mark) })
+		target := best.mark + *margin
+		before, after, err := raiseTag(ctx, db, tag, target, *dryRun, *timeout)
+		if err != nil {
+			fmt.Fprintf(stderr, "leafd raise-max-id: tag %q: %v\n", tag, err)
+			status = 1
+			continue
+		}
+		fmt.Fprintf(tw, "%s\t%d (%s)\t%d\t%d\n", tag, best.mark, best.inst, before, after)
+	}
+	_ = tw.Flush()
+	if *dryRun {
+		fmt.Fprintln(stdout, "dry run: nothing changed")
+	}
+	return status
+}
+
+func cmpInt64(a, b int64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// instanceMarks asks one instance for the high-water mark of every tag it knows.
+func instanceMarks(ctx context.Context, addr, pass string, timeout time.Duration) (map[string]int64, error) {
+	c := redis.NewClient(&redis.Options{
+		Addr: addr, Password: pass, Protocol: 2, PoolSize: 1, MaxRetries: -1,
+		DialTimeout: timeout, ReadTimeout: timeout, WriteTimeout: timeout,
+		DisableIdentity: true,
+	})
+	defer c.Close()
+	tags, err := c.Do(ctx, "IDS.TAGS").StringSlice()
+	if err != nil {
+		return nil, fmt.Errorf("IDS.TAGS: %w", err)
+	}
+	out := make(map[string]int64, len(tags))
+	for _, tag := range tags {
+		v, err := c.Do(ctx, "IDS.INFO", tag).Result()
+		if err != nil {
+			return nil, fmt.Errorf("IDS.INFO %s: %w", tag, err)
+		}
+		m, ok := infoField(v, "high_water_mark")
+		if !ok {
+			return nil, fmt.Errorf("IDS.INFO %s: no high_water_mark in %v", tag, v)
+		}
+		out[tag] = m
+	}
+	return out, nil
+}
+
+// infoField finds an integer field of an IDS.INFO reply (a flat array in RESP2, a map in
+// RESP3).
+func infoField(v any, name string) (int64, bool) {
+	switch r := v.(type) {
+	case []any:
+		for i := 0; i+1 < len(r); i += 2 {
+			if k, _ := r[i].(string); k == name {
+				n, ok := r[i+1].(int64)
+				return n, ok
+			}
+		}
+	case map[any]any:
+		n, ok := r[name].(int64)
+		return n, ok
+	}
+	return 0, false
+}
+
+// raiseTag sets the tag's max_id to target when it is below, in one transaction with the
+// row locked, and returns max_id before and after.
+func raiseTag(ctx context.Context, db *sql.DB, tag string, target int64, dryRun bool, timeout time.Duration) (before, after int64, err error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer func() { _ = tx.Rollback() }() // after Commit, a no-op
+	err = tx.QueryRowContext(ctx, "SELECT max_id FROM leaf_alloc WHERE biz_tag = ? FOR UPDATE", tag).Scan(&before)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, 0, errors.New("no row in leaf_alloc (create it with at least this max_id)")
+	}
+	if err != nil {
+		return 0, 0, err
+	}
+	if before >= target || dryRun {
+		return before, max(before, target), nil
+	}
+	if _, err := tx.ExecContext(ctx, "UPDATE leaf_alloc SET max_id = ? WHERE biz_tag = ? AND max_id < ?", target, tag, target); err != nil {
+		return 0, 0, err
+	}
+	if err := tx.Commit(); err != nil {
+		return 0, 0, err
+	}
+	return before, target, nil
+}
