@@ -229,9 +229,12 @@ func TestMySQLSemiSync(t *testing.T) {
 	if err := s.Create(ctx, Tag{Name: "t", Step: 10}); err != nil {
 		t.Fatalf("Create: %v", err)
 	}
-	// Semi-sync off (the default): refused.
+	// Semi-sync off (the default): refused before anything is committed.
 	if a, err := s.Allocate(ctx, "t", 0); !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("semi-sync off: got %+v, %v, want ErrUnavailable", a, err)
+	}
+	if got := maxIDOf(t, dsn, "t"); got != 1 {
+		t.Fatalf("semi-sync off: max_id %d after the refusal, want 1 (nothing leased)", got)
 	}
 	r.Primary.Exec("SET GLOBAL rpl_semi_sync_master_timeout = 500", "SET GLOBAL rpl_semi_sync_master_enabled = ON")
 	r.Replica.Exec("SET GLOBAL rpl_semi_sync_slave_enabled = ON", "STOP SLAVE IO_THREAD", "START SLAVE IO_THREAD")
