@@ -941,7 +941,10 @@ func TestMySQLDisjointRanges(t *testing.T) {
 		ls = append(ls, mysqlLeafd(t, dsn, "--max-step", strconv.Itoa(step)))
 	}
 	db := openSQL(t, dsn)
-	sqlExec(t, db, "INSERT INTO leaf_alloc(biz_tag, max_id, step, description) VALUES ('orders', ?, ?, 'disjoint')", start, step)
+	// Created by leafd, so with its fence row: no failover gap, every allocation is one step.
+	if _, err := do(ls[0], "IDS.CREATE", "orders", "STEP", step, "START", start, "DESC", "disjoint"); err != nil {
+		t.Fatalf("IDS.CREATE: %v", err)
+	}
 
 	var ok atomic.Int64
 	t0 := time.Now()
