@@ -74,11 +74,37 @@ func TestMySQLFailover(t *testing.T) {
 	var pause atomic.Int64
 	pause.Store(int64(2 * time.Millisecond))
 	loads := make([][]*connLoad, len(tags))
+	highest := make([][]atomic.Int64, len(tags)) // per tag and instance: the highest ID served
 	var wg sync.WaitGroup
 	for i, tag := range tags {
+		highest[i] = make([]atomic.Int64, len(ls))
+		seen := func(inst int, id int64) {
+			h := &highest[i][inst]
+			for cur := h.Load(); id > cur && !h.CompareAndSwap(cur, id); cur = h.Load() {
+			}
+		}
 		wg.Go(func() {
-			loads[i] = runLoad(loadSpec{tag: tag, conns: 2, keep: true, pause: &pause, addrs: addrsOf(ls), stop: stop.Load})
+			loads[i] = runLoad(loadSpec{tag: tag, conns: 2, keep: true, pause: &pause, addrs: addrsOf(ls), stop: stop.Load, seen: seen})
 		})
+	}
+	// recovered waits until every instance has served, on every tag, an ID at or above floor
+	// (from a range of the current primary).
+	recovered := func(what string, floor []int64) {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for j := range tags {
+			for inst := range ls {
+				for highest[j][inst].Load() < floor[j] {
+					if time.Now().After(deadline) {
+						// Not fatal: the uniqueness check at the end says more (fence off).
+						t.Errorf("%s: instance %d served nothing of %s at or above %d within 30s (highest %d)\n%s",
+							what, inst, tags[j], floor[j], highest[j][inst].Load(), tail(ls[inst].Log(), 10))
+						return
+					}
+					time.Sleep(10 * time.Millisecond)
+				}
+			}
+		}
 	}
 	defer func() { stop.Store(true); wg.Wait() }()
 
@@ -95,7 +121,10 @@ func TestMySQLFailover(t *testing.T) {
 	}
 	for i := range rounds {
 		rd := &rounds[i]
-		time.Sleep(1500 * time.Millisecond) // load on the current primary
+		if i > 0 {
+			recovered(fmt.Sprintf("after round %d", i-1), rounds[i-1].oldMax)
+		}
+		time.Sleep(time.Second) // load on the current primary
 		r.StopApplier()
 		base := r.Applied()
 		for deadline := time.Now().Add(10 * time.Second); r.Written()-base < rd.lag; {
@@ -133,7 +162,7 @@ func TestMySQLFailover(t *testing.T) {
 		r.Rejoin("leafd")
 		r.WaitCaughtUp(60 * time.Second)
 	}
-	time.Sleep(1500 * time.Millisecond)
+	recovered("after the last round", rounds[len(rounds)-1].oldMax)
 	stop.Store(true)
 	wg.Wait()
 

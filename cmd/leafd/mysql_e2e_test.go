@@ -119,11 +119,12 @@ type connLoad struct {
 type loadSpec struct {
 	tag   string
 	conns int
-	keep  bool            // record every reply (latency, timing)
-	stop  func() bool     // checked before each INCR
-	pause *atomic.Int64   // optional: per-request sleep, ns
-	ok    *atomic.Int64   // optional: counts successful replies across connections
-	addrs func() []string // the instances' addresses
+	keep  bool                     // record every reply (latency, timing)
+	stop  func() bool              // checked before each INCR
+	pause *atomic.Int64            // optional: per-request sleep, ns
+	ok    *atomic.Int64            // optional: counts successful replies across connections
+	addrs func() []string          // the instances' addresses
+	seen  func(inst int, id int64) // optional: called with every ID served
 }
 
 // runLoad runs the load and returns each connection's record once stop holds everywhere.
@@ -166,6 +167,9 @@ func incrLoop(addr string, spec loadSpec, cl *connLoad) {
 			}
 			last = v
 			cl.ids = append(cl.ids, v)
+			if spec.seen != nil {
+				spec.seen(cl.inst, v)
+			}
 			if spec.ok != nil {
 				spec.ok.Add(1)
 			}
