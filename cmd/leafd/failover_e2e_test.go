@@ -23,29 +23,32 @@ import (
 
 // failoverRound is one failover of TestMySQLFailover.
 type failoverRound struct {
-	lag      int64   // transactions the replica misses when the proxy moves (at least)
+	lag      int64   // allocations of each tag the replica misses when the proxy moves (at least)
 	kill     int     // instance killed -9 at the switch and restarted after it (-1: none)
 	wipe     bool    // the killed instance restarts with an empty data dir (no marks)
 	lost     int64   // measured: transactions of the old primary the new one lacks
 	lostIDs  []int64 // measured, per tag: old primary's max_id - new primary's
+	lostN    []int64 // measured, per tag: allocations lost (lostIDs / step)
 	switched time.Time
 	oldMax   []int64 // per tag: the old primary's max_id: IDs at or above come from the new one
 }
 
 // TestMySQLFailover runs three leafd instances through a proxy on a primary replicating
-// asynchronously to a replica, under paced INCR load on two tags (step 10 and 100,
-// --max-step 100), and fails the database over six times to the replica after stopping its
-// applier until it misses 0 to 10 transactions (each an allocation): the proxy drops every
-// connection, the replica is promoted (what it had not applied is lost), the proxy moves to
-// it, and the old primary is rebuilt as the new replica. At two switches an instance is
-// killed -9 and restarted, once with a wiped data dir (no marks). Every ID handed out is
-// unique, each connection's IDs increase, refusals are UNAVAILABLE only, and the time until
-// every instance serves from ranges of the new primary is reported.
+// asynchronously to a replica, under paced INCR load on two tags with fixed steps (10 and
+// 100: --max-step 10 keeps every step at the tag's stored one), and fails the database over
+// six times to the replica after stopping its applier until it misses 0 to 10 allocations
+// of each tag: the proxy drops every connection, the replica is promoted (what it had not
+// applied is lost), the proxy moves to it, and the old primary is rebuilt as the new
+// replica. At two switches an instance is killed -9 and restarted, once with a wiped data
+// dir (no marks). Every ID handed out is unique, each connection's IDs increase, refusals
+// are UNAVAILABLE only, and the time until every instance serves from ranges of the new
+// primary is reported.
 //
-// LEAFD_TEST_FAILOVER_ALLOCS sets --mysql-failover-allocs (default 10); 0 turns the fence
-// off, and the test then finds duplicates (the check that the fence is what makes it pass).
+// LEAFD_TEST_FAILOVER_ALLOCS sets --mysql-failover-allocs (default 16: 10 lost allocations
+// and a margin for the loads already under way when a tag's clients are held); 0 turns the fence off, and the test then finds
+// duplicates (the check that the fence is what makes it pass).
 func TestMySQLFailover(t *testing.T) {
-	allocs := "10"
+	allocs := "16"
 	if v := os.Getenv("LEAFD_TEST_FAILOVER_ALLOCS"); v != "" {
 		allocs = v
 	}
@@ -58,7 +61,8 @@ func TestMySQLFailover(t *testing.T) {
 	dsn := cfg.FormatDSN()
 
 	tags := []string{"ten", "hundred"}
-	args := []string{"--max-step", "100", "--mysql-failover-allocs", allocs, "--load-timeout", "2s"}
+	steps := []int64{10, 100}
+	args := []string{"--max-step", "10", "--mysql-failover-allocs", allocs, "--load-timeout", "2s"}
 	wipeDir := filepath.Join(t.TempDir(), "wiped")
 	ls := []*leafd{
 		mysqlLeafd(t, dsn, args...),
@@ -71,8 +75,12 @@ func TestMySQLFailover(t *testing.T) {
 	_ = db.Close()
 
 	var stop atomic.Bool
-	var pause atomic.Int64
-	pause.Store(int64(2 * time.Millisecond))
+	// Paced so that both tags allocate at similar rates (a few dozen per second): tag ten
+	// needs ten times fewer IDs per allocation.
+	pauses := make([]atomic.Int64, len(tags))
+	holds := make([]atomic.Bool, len(tags)) // a tag that lost enough waits for the others
+	pauses[0].Store(int64(25 * time.Millisecond))
+	pauses[1].Store(int64(2 * time.Millisecond))
 	loads := make([][]*connLoad, len(tags))
 	highest := make([][]atomic.Int64, len(tags)) // per tag and instance: the highest ID served
 	var wg sync.WaitGroup
@@ -84,7 +92,7 @@ func TestMySQLFailover(t *testing.T) {
 			}
 		}
 		wg.Go(func() {
-			loads[i] = runLoad(loadSpec{tag: tag, conns: 2, keep: true, pause: &pause, addrs: addrsOf(ls), stop: stop.Load, seen: seen})
+			loads[i] = runLoad(loadSpec{tag: tag, conns: 2, keep: true, pause: &pauses[i], hold: &holds[i], addrs: addrsOf(ls), stop: stop.Load, seen: seen})
 		})
 	}
 	// recovered waits until every instance has served, on every tag, an ID at or above floor
@@ -126,14 +134,34 @@ func TestMySQLFailover(t *testing.T) {
 		}
 		time.Sleep(time.Second) // load on the current primary
 		r.StopApplier()
-		base := r.Applied()
-		for deadline := time.Now().Add(10 * time.Second); r.Written()-base < rd.lag; {
-			if time.Now().After(deadline) {
-				// Instances that refuse (REGRESSION) allocate nothing; the checks below say why.
-				t.Logf("round %d: the primary wrote %d transactions in 10s, want %d; failing over anyway", i, r.Written()-base, rd.lag)
+		base := maxIDs(r.Replica) // frozen: the replica applies nothing more
+		behind := func() (least int64, per []int64) {
+			least = -1
+			for j, m := range maxIDs(r.Primary) {
+				n := (m - base[j]) / steps[j]
+				per = append(per, n)
+				if least < 0 || n < least {
+					least = n
+				}
+			}
+			return least, per
+		}
+		for deadline := time.Now().Add(10 * time.Second); ; {
+			n, per := behind()
+			for j := range tags {
+				if per[j] >= rd.lag {
+					holds[j].Store(true)
+				}
+			}
+			if n >= rd.lag {
 				break
 			}
-			time.Sleep(2 * time.Millisecond)
+			if time.Now().After(deadline) {
+				// Instances that refuse (REGRESSION) allocate nothing; the checks below say why.
+				t.Logf("round %d: the replica is %v allocations behind after 10s, want %d of each tag; failing over anyway", i, per, rd.lag)
+				break
+			}
+			time.Sleep(time.Millisecond)
 		}
 		// The primary is gone: every connection to it drops, new ones are refused.
 		px.SetMode(proxyReset, 0)
@@ -150,15 +178,19 @@ func TestMySQLFailover(t *testing.T) {
 		newMax := maxIDs(r.Primary)
 		for j := range tags {
 			rd.lostIDs = append(rd.lostIDs, rd.oldMax[j]-newMax[j])
+			rd.lostN = append(rd.lostN, (rd.oldMax[j]-newMax[j])/steps[j])
 		}
 		px.SetTarget(r.Primary.Addr())
 		px.SetMode(proxyPass, 0)
+		for j := range holds {
+			holds[j].Store(false)
+		}
 		rd.switched = time.Now()
 		if rd.kill >= 0 {
 			ls[rd.kill].start()
 		}
-		t.Logf("round %d: failover with %d transactions lost (max_id behind by %v); killed %d wiped %v",
-			i, rd.lost, rd.lostIDs, rd.kill, rd.wipe)
+		t.Logf("round %d: failover losing %v allocations of %v (%d transactions); killed %d wiped %v",
+			i, rd.lostN, tags, rd.lost, rd.kill, rd.wipe)
 		r.Rejoin("leafd")
 		r.WaitCaughtUp(60 * time.Second)
 	}
@@ -182,12 +214,14 @@ func TestMySQLFailover(t *testing.T) {
 			t.Errorf("got %d %s replies, want only UNAVAILABLE around the switches", n, code)
 		}
 	}
-	maxLost := int64(0)
-	for _, rd := range rounds {
-		maxLost = max(maxLost, rd.lost)
-	}
-	if maxLost < 10 {
-		t.Errorf("the largest failover lost %d transactions, want rounds with 10", maxLost)
+	for j, tag := range tags {
+		most := int64(0)
+		for _, rd := range rounds {
+			most = max(most, rd.lostN[j])
+		}
+		if most < 10 {
+			t.Errorf("tag %s: the largest failover lost %d allocations, want rounds with 10", tag, most)
+		}
 	}
 
 	// Recovery: per round and instance, the time from the switch until the instance served
@@ -199,7 +233,7 @@ func TestMySQLFailover(t *testing.T) {
 		if i+1 < len(rounds) {
 			end = rounds[i+1].switched
 		}
-		fmt.Fprintf(&report, "round %d (lost %d tx, max_id behind %v, kill %d wipe %v):", i, rd.lost, rd.lostIDs, rd.kill, rd.wipe)
+		fmt.Fprintf(&report, "round %d (lost allocations %v, kill %d wipe %v):", i, rd.lostN, rd.kill, rd.wipe)
 		for inst := range ls {
 			worst := time.Duration(0)
 			for j := range tags {

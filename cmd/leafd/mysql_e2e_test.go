@@ -125,6 +125,7 @@ type loadSpec struct {
 	ok    *atomic.Int64            // optional: counts successful replies across connections
 	addrs func() []string          // the instances' addresses
 	seen  func(inst int, id int64) // optional: called with every ID served
+	hold  *atomic.Bool             // optional: while true, send nothing
 }
 
 // runLoad runs the load and returns each connection's record once stop holds everywhere.
@@ -156,6 +157,10 @@ func incrLoop(addr string, spec loadSpec, cl *connLoad) {
 	ctx := context.Background()
 	var last int64
 	for !spec.stop() {
+		if spec.hold != nil && spec.hold.Load() {
+			time.Sleep(time.Millisecond)
+			continue
+		}
 		t0 := time.Now()
 		v, err := c.Incr(ctx, spec.tag).Result()
 		now := time.Now()
