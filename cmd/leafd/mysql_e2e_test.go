@@ -811,6 +811,7 @@ func TestMySQLRegression(t *testing.T) {
 	checkCodes(t, "before the failover", totals(before))
 	high := sqlInt(t, db, "SELECT max_id FROM leaf_alloc WHERE biz_tag = 'orders'")
 	sqlExec(t, db, "UPDATE leaf_alloc SET max_id = max_id - ? WHERE biz_tag = 'orders'", 10*step)
+	lowered := sqlInt(t, db, "SELECT max_id FROM leaf_alloc WHERE biz_tag = 'orders'")
 
 	// After the "failover": buffered IDs, then REGRESSION, and never a number again.
 	after := runLoad(loadSpec{tag: "orders", conns: 3, keep: true, addrs: addrsOf(ls), stop: deadline(3 * time.Second)})
@@ -847,6 +848,11 @@ func TestMySQLRegression(t *testing.T) {
 			t.Errorf("after restart, INCR %d: got %v, want REGRESSION", i, err)
 		}
 		time.Sleep(150 * time.Millisecond)
+	}
+
+	// A refused lease never moves max_id (the check runs inside the allocation transaction).
+	if got := sqlInt(t, db, "SELECT max_id FROM leaf_alloc WHERE biz_tag = 'orders'"); got != lowered {
+		t.Errorf("max_id after the refusals: got %d, want %d (refused leases roll back)", got, lowered)
 	}
 
 	// The operator raises max_id above every range handed out: both serve again, above it.
