@@ -146,7 +146,7 @@ func TestMySQLFailover(t *testing.T) {
 			}
 			return least, per
 		}
-		for deadline := time.Now().Add(10 * time.Second); ; {
+		for deadline := time.Now().Add(20 * time.Second); ; {
 			n, per := behind()
 			for j := range tags {
 				if per[j] >= rd.lag {
@@ -158,7 +158,7 @@ func TestMySQLFailover(t *testing.T) {
 			}
 			if time.Now().After(deadline) {
 				// Instances that refuse (REGRESSION) allocate nothing; the checks below say why.
-				t.Logf("round %d: the replica is %v allocations behind after 10s, want %d of each tag; failing over anyway", i, per, rd.lag)
+				t.Logf("round %d: the replica is %v allocations behind after 20s, want %d of each tag; failing over anyway", i, per, rd.lag)
 				break
 			}
 			time.Sleep(time.Millisecond)
