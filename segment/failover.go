@@ -89,10 +89,10 @@ func (s *MySQLStore) identExpr(ctx context.Context) (string, error) {
 // fence shows that the database changed since the last range was granted, moves max_id
 // forward by the safety gap and takes the fence over. step is the step of the allocation that
 // follows (<= 0: the stored one).
-func (s *MySQLStore) fence(ctx context.Context, tx *sql.Tx, tag string, step int64) error {
+func (s *MySQLStore) fence(ctx context.Context, tx *sql.Tx, tag string, step int64) (fenceRow, error) {
 	expr, err := s.identExpr(ctx)
 	if err != nil {
-		return err
+		return fenceRow{}, err
 	}
 	// Lock order: leaf_alloc, then leafd_fence, in every transaction, so fenced allocations of
 	// one tag are serialized by the leaf_alloc row lock and cannot deadlock on a missing fence
@@ -105,10 +105,10 @@ func (s *MySQLStore) fence(ctx context.Context, tx *sql.Tx, tag string, step int
 		" FROM leaf_alloc a LEFT JOIN leafd_fence f ON f.biz_tag = a.biz_tag WHERE a.biz_tag = ? FOR UPDATE", tag).
 		Scan(&r.step, &r.maxID, &r.self.id, &r.self.uuid, &ownerID, &ownerUUID, &epoch)
 	if errors.Is(err, sql.ErrNoRows) {
-		return ErrUnknownTag
+		return fenceRow{}, ErrUnknownTag
 	}
 	if err != nil {
-		return err
+		return fenceRow{}, err
 	}
 	r.found = ownerID.Valid
 	r.owner = serverIdent{ownerID.Int64, ownerUUID.String}
@@ -125,26 +125,50 @@ func (s *MySQLStore) fence(ctx context.Context, tx *sql.Tx, tag string, step int
 		reason = fmt.Sprintf("fence epoch %d is below epoch %d seen before (the database lost transactions: a failback or a restored backup)", r.epoch, seen)
 	default:
 		s.noteEpoch(tag, r.epoch)
-		return nil
+		return r, nil
 	}
 
 	gap := s.gap(r.step, step)
 	next := max(r.epoch, seen) + 1
 	if _, err := tx.ExecContext(ctx, "UPDATE leaf_alloc SET max_id = max_id + ? WHERE biz_tag = ?", gap, tag); err != nil {
-		return err
+		return fenceRow{}, err
 	}
 	_, err = tx.ExecContext(ctx, "INSERT INTO leafd_fence (biz_tag, server_id, server_uuid, epoch, token, gap) VALUES (?, ?, ?, ?, ?, ?)"+
 		" ON DUPLICATE KEY UPDATE server_id = VALUES(server_id), server_uuid = VALUES(server_uuid), epoch = VALUES(epoch), token = VALUES(token), gap = VALUES(gap)",
 		tag, r.self.id, r.self.uuid, next, randToken(), gap)
 	if err != nil {
-		return err
+		return fenceRow{}, err
 	}
 	// Logged before the commit: if it fails, the next allocation finds the same and retries.
 	s.log.Warn("segment: failover fence: database changed since the last range of the tag was granted; moving max_id forward by the safety gap",
 		zap.String("tag", tag), zap.String("reason", reason), zap.String("server", r.self.String()),
 		zap.Int64("max_id", r.maxID), zap.Int64("gap", gap), zap.Int64("new_max_id", r.maxID+gap), zap.Int64("epoch", next))
 	s.pendingEpoch(tag, next)
-	return nil
+	r.maxID += gap
+	return r, nil
+}
+
+// allocateLocked is the allocation after fence: the row is locked and its max_id and step
+// known, so the UPDATE is the only statement left and the new max_id is computed, not read
+// back (no other transaction can change the row before this one ends).
+func (s *MySQLStore) allocateLocked(ctx context.Context, tx *sql.Tx, tag string, step int64, r fenceRow) (Alloc, error) {
+	size := step
+	if size <= 0 {
+		size = r.step
+	}
+	if size <= 0 {
+		return Alloc{}, fmt.Errorf("invalid stored step %d", r.step)
+	}
+	res, err := tx.ExecContext(ctx, "UPDATE leaf_alloc SET max_id = max_id + ?, update_time = now() WHERE biz_tag = ?", size, tag)
+	if err != nil {
+		return Alloc{}, err
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return Alloc{}, err
+	} else if n != 1 {
+		return Alloc{}, fmt.Errorf("allocation updated %d rows, want 1", n)
+	}
+	return Alloc{MaxID: r.maxID + size, Step: r.step}, nil
 }
 
 // gap is how far max_id moves at a takeover: FailoverAllocs allocations of the largest step

@@ -290,14 +290,18 @@ func (s *MySQLStore) AllocateAbove(ctx context.Context, tag string, step, floor 
 			return Alloc{}, errSemiSyncOff(tag, what)
 		}
 	}
+	var a Alloc
 	if s.failoverAllocs > 0 {
-		if err := s.fence(ctx, tx, tag, step); err != nil {
+		row, ferr := s.fence(ctx, tx, tag, step)
+		if ferr != nil {
 			_ = tx.Rollback()
 			s.dropPending(tag)
-			return Alloc{}, s.wrap("allocate: fence", tag, err)
+			return Alloc{}, s.wrap("allocate: fence", tag, ferr)
 		}
+		a, err = s.allocateLocked(ctx, tx, tag, step, row)
+	} else {
+		a, err = s.allocateTx(ctx, tx, tag, step)
 	}
-	a, err := s.allocateTx(ctx, tx, tag, step)
 	if err == nil && floor > 0 {
 		size := step
 		if size <= 0 {
