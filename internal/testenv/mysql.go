@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -115,6 +116,14 @@ func StartMariaDB(t testing.TB, extra ...string) *MariaDB {
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(dir) })
 	datadir := filepath.Join(dir, "data")
+	// A private tmpdir: install-db runs of concurrent tests (and other users of /tmp) have
+	// removed each other's temporary tables in the shared /tmp ("Could not remove temporary
+	// table ... error: 2", then "Installation of system tables failed").
+	tmpdir := filepath.Join(dir, "tmp")
+	if err := os.Mkdir(tmpdir, 0o700); err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	opts := append(slices.Clone(mariadbOpts), "--tmpdir="+tmpdir)
 
 	var user []string
 	if os.Geteuid() == 0 {
@@ -122,7 +131,7 @@ func StartMariaDB(t testing.TB, extra ...string) *MariaDB {
 	}
 	args := append([]string{"--no-defaults", "--auth-root-authentication-method=normal",
 		"--datadir=" + datadir, "--skip-test-db"}, user...)
-	args = append(args, mariadbOpts...)
+	args = append(args, opts...)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	if out, err := exec.CommandContext(ctx, install, args...).CombinedOutput(); err != nil {
@@ -140,7 +149,7 @@ func StartMariaDB(t testing.TB, extra ...string) *MariaDB {
 			"--port=" + strconv.Itoa(m.port),
 			"--bind-address=127.0.0.1",
 		}, user...)
-		argv = append(argv, mariadbOpts...)
+		argv = append(argv, opts...)
 		argv = append(argv, extra...)
 		m.proc = &proc{t: t, name: "mariadbd", argv: argv, logPath: filepath.Join(dir, "mariadbd.log")}
 		err := m.start()
