@@ -1,6 +1,7 @@
 package segment
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -8,6 +9,8 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -20,6 +23,11 @@ var (
 	_ Store = (*BoltStore)(nil)
 	_ Marks = (*BoltStore)(nil)
 	_ Marks = (*MarkFile)(nil)
+
+	_ maxIDReader = (*BoltStore)(nil)
+	_ maxIDReader = (*MySQLStore)(nil)
+	_ markLister  = (*MarkFile)(nil)
+	_ markLister  = (*BoltStore)(nil)
 )
 
 // Bucket names inside the bbolt file. leaf_alloc mirrors Leaf's table; marks holds the
@@ -126,7 +134,7 @@ func (s *BoltStore) Allocate(ctx context.Context, tag string, step int64) (Alloc
 		return Alloc{}, err
 	}
 	var a Alloc
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := s.update(ctx, func(tx *bolt.Tx) error {
 		b := tx.Bucket(boltAllocBucket)
 		key := []byte(tag)
 		v := b.Get(key)
@@ -159,6 +167,45 @@ func (s *BoltStore) Allocate(ctx context.Context, tag string, step int64) (Alloc
 		return Alloc{}, boltWrap("allocate", err)
 	}
 	return a, nil
+}
+
+// update runs fn in a read-write transaction and returns when it is committed or ctx is done,
+// whichever comes first. bbolt cannot cancel a transaction; one abandoned on ctx still
+// commits or fails by itself (an Allocate then leases a range nobody uses: a gap).
+func (s *BoltStore) update(ctx context.Context, fn func(tx *bolt.Tx) error) error {
+	done := make(chan error, 1)
+	go func() { done <- s.db.Update(fn) }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// MaxID returns the tag's max_id, the start of the range the next Allocate would lease,
+// without allocating (the generator asks it after a regression). ErrUnknownTag when no row.
+func (s *BoltStore) MaxID(ctx context.Context, tag string) (int64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	var maxID int64
+	err := s.db.View(func(tx *bolt.Tx) error {
+		v := tx.Bucket(boltAllocBucket).Get([]byte(tag))
+		if v == nil {
+			return fmt.Errorf("%w %q", ErrUnknownTag, tag)
+		}
+		r, err := decodeBoltRow(v)
+		if err != nil {
+			return fmt.Errorf("segment: tag %q: %w", tag, err)
+		}
+		maxID = r.maxID
+		return nil
+	})
+	if err != nil {
+		return 0, boltWrap("max_id", err)
+	}
+	return maxID, nil
 }
 
 // Tags lists the tag names, sorted.
@@ -211,7 +258,7 @@ func (s *BoltStore) Create(ctx context.Context, t Tag) error {
 	if err != nil {
 		return err
 	}
-	err = s.db.Update(func(tx *bolt.Tx) error {
+	err = s.update(ctx, func(tx *bolt.Tx) error {
 		b := tx.Bucket(boltAllocBucket)
 		key := []byte(t.Name)
 		if b.Get(key) != nil {
@@ -226,11 +273,16 @@ func (s *BoltStore) Create(ctx context.Context, t Tag) error {
 	return nil
 }
 
-// Mark returns the highest range end recorded for tag, 0 when none.
+// Mark returns the highest range end recorded for tag, 0 when none. (leafd keeps its marks
+// in a MarkFile apart from this file, so that a restored copy of it is caught; these are for
+// tests and for MigrateMarks.)
 func (s *BoltStore) Mark(tag string) (int64, error) { return boltMark(s.db, tag) }
 
 // Raise durably records end as the tag's mark unless the mark is already at or above it.
-func (s *BoltStore) Raise(tag string, end int64) error { return boltRaise(s.db, tag, end) }
+func (s *BoltStore) Raise(tag string, end int64) error { return boltRaise(s.db, tag, end, s.now) }
+
+// RecentTags lists up to n tags with a mark, most recently raised first.
+func (s *BoltStore) RecentTags(n int) ([]string, error) { return boltRecent(s.db, n) }
 
 // Close releases the file and its lock. It is idempotent.
 func (s *BoltStore) Close() error { return s.db.Close() }
@@ -238,8 +290,13 @@ func (s *BoltStore) Close() error { return s.db.Close() }
 // MarkFile holds only the regression-guard marks, in its own bbolt file (typically
 // <data-dir>/marks.db); it is used beside the MySQL store, whose rows live in the database.
 // It is locked against other processes like BoltStore and safe for concurrent use.
+//
+// With the embedded store too the marks live in their own file (not in leafd.db): a restored
+// copy of leafd.db carries max_id values below the marks and is caught as a regression,
+// while marks kept inside it would be restored with it.
 type MarkFile struct {
-	db *bolt.DB
+	db  *bolt.DB
+	now func() time.Time
 }
 
 // OpenMarkFile opens (creating if needed) the marks file at path with the default options.
@@ -249,17 +306,83 @@ func OpenMarkFile(path string) (*MarkFile, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &MarkFile{db: db}, nil
+	return &MarkFile{db: db, now: opts.Now}, nil
 }
 
 // Mark returns the highest range end recorded for tag, 0 when none.
 func (m *MarkFile) Mark(tag string) (int64, error) { return boltMark(m.db, tag) }
 
 // Raise durably records end as the tag's mark unless the mark is already at or above it.
-func (m *MarkFile) Raise(tag string, end int64) error { return boltRaise(m.db, tag, end) }
+func (m *MarkFile) Raise(tag string, end int64) error { return boltRaise(m.db, tag, end, m.now) }
+
+// RecentTags lists up to n tags with a mark, most recently raised first (the warm start).
+func (m *MarkFile) RecentTags(n int) ([]string, error) { return boltRecent(m.db, n) }
+
+// MigrateMarks raises the marks of to to those kept inside the embedded store file by
+// earlier versions (which kept them there); marks are never lowered. It returns how many
+// tags it read.
+func MigrateMarks(from *BoltStore, to *MarkFile) (int, error) {
+	type kv struct {
+		tag string
+		end int64
+	}
+	var all []kv
+	err := from.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(boltMarksBucket).ForEach(func(k, v []byte) error {
+			end, _, err := decodeBoltMarkTime(v)
+			if err != nil {
+				return fmt.Errorf("tag %q: %w", k, err)
+			}
+			all = append(all, kv{string(k), end})
+			return nil
+		})
+	})
+	if err != nil {
+		return 0, boltWrap("migrate marks", err)
+	}
+	for _, e := range all {
+		if err := to.Raise(e.tag, e.end); err != nil {
+			return 0, err
+		}
+	}
+	return len(all), nil
+}
 
 // Close releases the file and its lock. It is idempotent.
 func (m *MarkFile) Close() error { return m.db.Close() }
+
+// boltRecent lists up to n tags of the marks bucket, most recently raised first.
+func boltRecent(db *bolt.DB, n int) ([]string, error) {
+	type kv struct {
+		tag string
+		at  int64
+	}
+	var all []kv
+	err := db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(boltMarksBucket).ForEach(func(k, v []byte) error {
+			_, at, err := decodeBoltMarkTime(v)
+			if err != nil {
+				return nil // a corrupt mark shows on its tag's load; it is not worth warming
+			}
+			all = append(all, kv{string(k), at})
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, boltWrap("recent marks", err)
+	}
+	slices.SortFunc(all, func(a, b kv) int {
+		if c := cmp.Compare(b.at, a.at); c != 0 {
+			return c
+		}
+		return strings.Compare(a.tag, b.tag)
+	})
+	out := make([]string, 0, min(n, len(all)))
+	for _, e := range all[:min(n, len(all))] {
+		out = append(out, e.tag)
+	}
+	return out, nil
+}
 
 func boltMark(db *bolt.DB, tag string) (int64, error) {
 	var mark int64
@@ -276,7 +399,7 @@ func boltMark(db *bolt.DB, tag string) (int64, error) {
 
 // boltRaise reads first so that the common case (mark already high enough, e.g. a range
 // re-granted after restart) costs no write and no fsync.
-func boltRaise(db *bolt.DB, tag string, end int64) error {
+func boltRaise(db *bolt.DB, tag string, end int64, now func() time.Time) error {
 	if tag == "" || len(tag) > bolt.MaxKeySize {
 		return fmt.Errorf("%w: %q", ErrInvalidTag, tag)
 	}
@@ -296,8 +419,9 @@ func boltRaise(db *bolt.DB, tag string, end int64) error {
 		if cur >= end {
 			return nil
 		}
-		var v [8]byte
+		var v [16]byte
 		binary.BigEndian.PutUint64(v[:], uint64(end))
+		binary.BigEndian.PutUint64(v[8:], uint64(now().UnixNano()))
 		return b.Put([]byte(tag), v[:])
 	})
 	if err != nil {
@@ -307,13 +431,24 @@ func boltRaise(db *bolt.DB, tag string, end int64) error {
 }
 
 func decodeBoltMark(v []byte) (int64, error) {
-	if v == nil {
-		return 0, nil
+	end, _, err := decodeBoltMarkTime(v)
+	return end, err
+}
+
+// decodeBoltMarkTime decodes a mark: end(8) | raised at, unix ns(8), big-endian; marks
+// written by earlier versions have no time (0).
+func decodeBoltMarkTime(v []byte) (end, at int64, err error) {
+	switch len(v) {
+	case 0:
+		if v == nil {
+			return 0, 0, nil
+		}
+	case 8:
+		return int64(binary.BigEndian.Uint64(v)), 0, nil
+	case 16:
+		return int64(binary.BigEndian.Uint64(v)), int64(binary.BigEndian.Uint64(v[8:])), nil
 	}
-	if len(v) != 8 {
-		return 0, fmt.Errorf("corrupt mark (%d bytes)", len(v))
-	}
-	return int64(binary.BigEndian.Uint64(v)), nil
+	return 0, 0, fmt.Errorf("corrupt mark (%d bytes)", len(v))
 }
 
 // boltWrap prefixes infrastructure errors; domain sentinels pass through unchanged so their

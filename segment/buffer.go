@@ -48,6 +48,7 @@ func (s *seg) used() int64 { return min(s.cursor.Load(), s.end) - s.start }
 const (
 	flagLoading   = 1 << iota // a load is submitted or running
 	flagNextReady             // next holds a loaded segment
+	flagDead                  // dropped: never loads again
 )
 
 type takeState uint8
@@ -81,11 +82,14 @@ type buffer struct {
 	flags atomic.Uint32       // mirror of loading/next under mu, for the hot path
 	// retryAt (unix ns, 0 = none): no new load before it (after a failure or rejection).
 	retryAt atomic.Int64
-	gen     uint64 // refresh generation that created the buffer (under Generator.mu)
+	gen     uint64    // refresh generation that created the buffer (under Generator.mu)
+	guard   *tagGuard // shared by every buffer of this tag (see tagGuard)
 
 	mu         sync.Mutex // slow path only: switch, load state
 	next       *seg
 	loading    bool
+	dead       bool // dropped from the tag map: no load starts or publishes any more
+	guardRef   bool // b holds a reference on guard (released once dead and not loading)
 	done       chan struct{} // closed when the running load ends; nil when none runs
 	initOK     bool          // a load succeeded once (the step state is valid)
 	mark       int64         // highest range end granted (durable in Marks)
@@ -101,6 +105,21 @@ type buffer struct {
 
 func newBuffer(tag string) *buffer { return &buffer{tag: tag} }
 
+// tagGuard orders the leases of one tag across every buffer ever created for it in one
+// Generator: a buffer dropped by a refresh (still held by in-flight requests) and its
+// replacement share it. Its mutex is held across "read the mark, lease, check, raise the
+// mark", so no lease of the tag can interleave with another: each range a buffer of the tag
+// accepts starts at or above the end of every range accepted before it, which is what makes
+// IDs strictly increasing per tag within the instance and the regression check hole-free.
+// A guard lives while a buffer references it (and, once regressed, until the store is back
+// above the mark).
+type tagGuard struct {
+	mu        sync.Mutex // held across one whole lease (store I/O; loaders only)
+	mark      int64      // highest range end granted (at least the durable mark once read)
+	regressed bool       // the latest lease was refused; sticky until max_id >= mark
+	refs      int        // buffers referencing it (Generator.guardMu)
+}
+
 // setFlagsLocked recomputes flags from the state under mu.
 func (b *buffer) setFlagsLocked() {
 	var f uint32
@@ -109,6 +128,9 @@ func (b *buffer) setFlagsLocked() {
 	}
 	if b.next != nil {
 		f |= flagNextReady
+	}
+	if b.dead {
+		f |= flagDead
 	}
 	b.flags.Store(f)
 }
@@ -126,4 +148,12 @@ func (b *buffer) issuedLocked() int64 {
 		n += s.used()
 	}
 	return n
+}
+
+// canServe reports whether b can hand out an ID without a load.
+func (b *buffer) canServe() bool {
+	if s := b.cur.Load(); s != nil && !s.exhausted() {
+		return true
+	}
+	return b.flags.Load()&flagNextReady != 0
 }

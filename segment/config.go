@@ -43,9 +43,15 @@ type Config struct {
 	NegativeTTL time.Duration
 	// MaxNegative bounds the number of remembered unknown tags. Default 10,000.
 	MaxNegative int
-	// MaxTags bounds the number of tags held (buffers created on first use); beyond it a new
-	// tag fails with ErrLimit. Default 100,000.
+	// MaxTags bounds the number of tags held (buffers created on first use or by the warm
+	// start); beyond it a new tag fails with ErrLimit, and so does Create. Default 100,000.
 	MaxTags int
+	// WarmTags bounds the warm start: at New, the first segment of at most this many tags is
+	// loaded, those this instance raised a mark for most recently (the tags it served before a
+	// restart) that the store still lists, one load at a time. Default 1,000.
+	WarmTags int
+	// NoWarmStart disables the warm start.
+	NoWarmStart bool
 	// MaxBatch is the largest count of AppendIDs. Default 10,000.
 	MaxBatch int
 	// Now is the clock used for the dynamic step, the negative cache and retry backoff.
@@ -72,6 +78,7 @@ func DefaultConfig() Config {
 		NegativeTTL:     time.Second,
 		MaxNegative:     10_000,
 		MaxTags:         100_000,
+		WarmTags:        1000,
 		MaxBatch:        10_000,
 		Now:             time.Now,
 		after:           time.After,
@@ -103,7 +110,7 @@ func (c Config) Validate() error {
 		{"MaxLoaders", int64(c.MaxLoaders)}, {"MaxPending", int64(c.MaxPending)},
 		{"MaxStep", c.MaxStep}, {"DefaultStep", c.DefaultStep},
 		{"MaxNegative", int64(c.MaxNegative)}, {"MaxTags", int64(c.MaxTags)},
-		{"MaxBatch", int64(c.MaxBatch)},
+		{"MaxBatch", int64(c.MaxBatch)}, {"WarmTags", int64(c.WarmTags)},
 	} {
 		if n.v < 0 {
 			errs = append(errs, fmt.Errorf("%s %d: must not be negative", n.name, n.v))
@@ -159,6 +166,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxTags == 0 {
 		c.MaxTags = d.MaxTags
+	}
+	if c.WarmTags == 0 {
+		c.WarmTags = d.WarmTags
 	}
 	if c.MaxBatch == 0 {
 		c.MaxBatch = d.MaxBatch

@@ -28,12 +28,18 @@ type fakeStore struct {
 	creates  int
 	inFlight int
 	maxIn    int // max concurrent Allocate calls seen
+	inTag    map[string]int
+	maxInTag int             // max concurrent Allocate calls of one tag seen
+	hidden   map[string]bool // not listed by Tags (Allocate still serves them)
+	maxIDErr error           // returned by MaxID when set
+	panics   int             // the next panics Allocate calls panic
 }
 
 type fakeRow struct{ maxID, step int64 }
 
 func newFakeStore(rows map[string]int64) *fakeStore {
-	s := &fakeStore{rows: map[string]*fakeRow{}, lower: map[string]int64{}, leased: map[string][][2]int64{}}
+	s := &fakeStore{rows: map[string]*fakeRow{}, lower: map[string]int64{}, leased: map[string][][2]int64{},
+		inTag: map[string]int{}, hidden: map[string]bool{}}
 	for tag, step := range rows {
 		s.rows[tag] = &fakeRow{maxID: 1, step: step}
 	}
@@ -47,13 +53,23 @@ func (s *fakeStore) Allocate(ctx context.Context, tag string, step int64) (Alloc
 	if s.inFlight > s.maxIn {
 		s.maxIn = s.inFlight
 	}
+	s.inTag[tag]++
+	s.maxInTag = max(s.maxInTag, s.inTag[tag])
 	block, started, latency := s.block, s.started, s.latency
+	doPanic := s.panics > 0
+	if doPanic {
+		s.panics--
+	}
 	s.mu.Unlock()
 	defer func() {
 		s.mu.Lock()
 		s.inFlight--
+		s.inTag[tag]--
 		s.mu.Unlock()
 	}()
+	if doPanic {
+		panic("fake store: injected panic")
+	}
 	if started != nil {
 		started <- tag
 	}
@@ -101,7 +117,9 @@ func (s *fakeStore) Tags(ctx context.Context) ([]string, error) {
 	}
 	var out []string
 	for k := range s.rows {
-		out = append(out, k)
+		if !s.hidden[k] {
+			out = append(out, k)
+		}
 	}
 	sort.Strings(out)
 	return out, nil

@@ -342,9 +342,8 @@ func TestLoadFailureThenRetry(t *testing.T) {
 	if got := st.allocCount(); got != n {
 		t.Fatalf("got %d allocations, want %d (backing off)", got, n)
 	}
-	in, _ := g.Info("a")
-	if in.Loading || in.LastError == "" {
-		t.Fatalf("Info after failure: loading=%v lastError=%q, want not loading with an error", in.Loading, in.LastError)
+	if _, err := g.Info("a"); !errors.Is(err, ErrUnknownTag) {
+		t.Fatalf("Info after a failed first load: got %v, want the tag not held", err)
 	}
 	st.set(func(s *fakeStore) { s.fail = nil })
 	clk.Advance(time.Second)
@@ -636,7 +635,7 @@ func TestNegativeCacheBounded(t *testing.T) {
 	cfg.MaxNegative = 10
 	g := newTestGen(t, cfg, newFakeStore(nil), newFakeMarks())
 	for i := range 50 {
-		g.remember(fmt.Sprintf("t%d", i))
+		g.remember(fmt.Sprintf("t%d", i), ErrUnknownTag, time.Second)
 	}
 	if got := len(g.neg); got > 10 {
 		t.Fatalf("got %d negative entries, want <= 10", got)
@@ -660,30 +659,31 @@ func TestRefresh(t *testing.T) {
 	clk := newFakeClock()
 	st := newFakeStore(map[string]int64{"a": 10, "b": 10})
 	g := newTestGen(t, testConfig(clk), st, newFakeMarks())
-	if got := g.Tags(); !slices.Equal(got, []string{"a", "b"}) {
-		t.Fatalf("got %q, want [a b]", got)
+	if got := g.Tags(); len(got) != 0 {
+		t.Fatalf("got %q, want no tag held before use (the refresh creates no buffer)", got)
 	}
 	mustNext(t, g, "a")
+	mustNext(t, g, "b")
 	st.set(func(s *fakeStore) {
 		delete(s.rows, "a")
 		s.rows["c"] = &fakeRow{maxID: 1, step: 10}
 		s.rows["bad name"] = &fakeRow{maxID: 1, step: 10}
 	})
-	if err := g.refresh(context.Background()); err != nil {
+	if _, err := g.refresh(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if got := g.Tags(); !slices.Equal(got, []string{"b", "c"}) {
-		t.Fatalf("got %q, want [b c]", got)
+	if got := g.Tags(); !slices.Equal(got, []string{"b"}) {
+		t.Fatalf("got %q, want [b]", got)
 	}
 	if _, err := g.Next("a"); !errors.Is(err, ErrUnknownTag) {
 		t.Fatalf("got %v, want ErrUnknownTag for a deleted tag", err)
 	}
-	if in, _ := g.Info("c"); in.InitOK || in.Loading {
-		t.Fatalf("new tag loaded by the refresh, want loaded on first use")
+	if got := mustNext(t, g, "c"); got != 1 {
+		t.Fatalf("c: got %d, want 1", got)
 	}
 	// A failing refresh changes nothing.
 	st.set(func(s *fakeStore) { s.tagsErr = errors.New("db down") })
-	if err := g.refresh(context.Background()); err == nil {
+	if _, err := g.refresh(context.Background()); err == nil {
 		t.Fatal("got nil, want the store error")
 	}
 	if got := g.Tags(); !slices.Equal(got, []string{"b", "c"}) {
@@ -693,7 +693,7 @@ func TestRefresh(t *testing.T) {
 
 func TestRefreshPeriodic(t *testing.T) {
 	clk := newFakeClock()
-	st := newFakeStore(map[string]int64{"a": 10})
+	st := newFakeStore(map[string]int64{"a": 10, "z": 10})
 	tick := make(chan time.Time)
 	cfg := testConfig(clk)
 	cfg.after = func(d time.Duration) <-chan time.Time {
@@ -703,9 +703,11 @@ func TestRefreshPeriodic(t *testing.T) {
 		return time.After(d)
 	}
 	g := newTestGen(t, cfg, st, newFakeMarks())
-	st.set(func(s *fakeStore) { s.rows["z"] = &fakeRow{maxID: 1, step: 10} })
+	mustNext(t, g, "a")
+	mustNext(t, g, "z")
+	st.set(func(s *fakeStore) { delete(s.rows, "z") })
 	tick <- time.Time{}
-	waitFor(t, "refresh", func() bool { return slices.Equal(g.Tags(), []string{"a", "z"}) })
+	waitFor(t, "refresh", func() bool { return slices.Equal(g.Tags(), []string{"a"}) })
 }
 
 func TestStartWithStoreDown(t *testing.T) {
@@ -1037,7 +1039,7 @@ func TestRefreshKeepsTagOfOtherCase(t *testing.T) {
 	mustNext(t, g, "Foo")
 	waitIdle(t, g, "Foo")
 	allocs := st.allocCount()
-	if err := g.refresh(context.Background()); err != nil {
+	if _, err := g.refresh(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := g.Info("Foo"); err != nil {

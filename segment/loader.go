@@ -49,7 +49,7 @@ func (g *Generator) preload(b *buffer) {
 		return
 	}
 	b.mu.Lock()
-	if b.loading || b.next != nil || g.closed.Load() {
+	if b.loading || b.next != nil || b.dead || g.closed.Load() {
 		b.mu.Unlock()
 		return
 	}
@@ -70,11 +70,27 @@ func (g *Generator) worker(ctx context.Context) {
 	}
 }
 
+// load runs one load of b and ends it with finish, whatever happens: a panic in the store or
+// the marks becomes a failed load (logged, counted; the tag retries after the back-off), not
+// a dead process or a buffer stuck "loading".
 func (g *Generator) load(ctx context.Context, b *buffer) {
 	ctx, cancel := context.WithTimeout(ctx, g.cfg.LoadTimeout)
 	defer cancel()
+	var (
+		s   *seg
+		err error
+	)
 	start := g.cfg.Now()
-	s, err := g.fetch(ctx, b)
+	func() {
+		defer func() {
+			if r := recover(); r != nil {
+				g.stats.loadsPanicked.Add(1)
+				g.log.Error("segment: load panicked", zap.String("tag", b.tag), zap.Any("panic", r), zap.Stack("stack"))
+				s, err = nil, fmt.Errorf("load panicked: %v", r)
+			}
+		}()
+		s, err = g.fetch(ctx, b)
+	}()
 	g.recordLoad(b, start, s, err)
 	g.finish(b, s, err)
 }
@@ -87,36 +103,50 @@ type maxIDReader interface {
 
 // fetch leases the next range of b from the store, checks it against the regression mark,
 // raises the mark durably and only then returns the segment to publish.
+//
+// The tag's guard is held throughout, so the mark read, the lease, the check and the raise
+// are one step with respect to every other buffer of the tag: a buffer dropped by a refresh
+// and its replacement can never both accept a range, nor accept ranges out of order.
 func (g *Generator) fetch(ctx context.Context, b *buffer) (*seg, error) {
-	b.mu.Lock()
-	first, step, minStep, last := !b.initOK, b.step, b.minStep, b.lastRefill
-	mark := b.mark
-	regressed := errors.Is(b.lastErr, ErrRegression)
-	b.mu.Unlock()
+	gd := b.guard
+	gd.mu.Lock()
+	defer gd.mu.Unlock()
 
-	// Read the durable mark on every load, not once per buffer: another buffer of this tag
-	// (a buffer dropped by a refresh while requests still hold it, and its replacement) may
-	// have raised it since.
+	b.mu.Lock()
+	first, step, minStep, last, dead := !b.initOK, b.step, b.minStep, b.lastRefill, b.dead
+	b.mu.Unlock()
+	if dead {
+		return nil, errStale // a replacement buffer serves the tag; never lease into this one
+	}
+
+	// Read the durable mark on every load: the guard may be new (its tag was not held) while
+	// the file holds the mark of an earlier life of the tag.
 	m, err := g.marks.Mark(b.tag)
 	if err != nil {
 		return nil, fmt.Errorf("read mark: %w", err)
 	}
-	mark = max(mark, m)
+	gd.mark = max(gd.mark, m)
+	mark := gd.mark
 	b.mu.Lock()
 	b.mark = max(b.mark, mark)
 	b.mu.Unlock()
 
 	// After a regression, look before leasing: each refused Allocate still pushes max_id up
 	// by a step, so retries alone would walk the table back up to this instance's mark and
-	// then lease ranges that other instances were granted before the failover.
-	if r, ok := g.store.(maxIDReader); ok && regressed {
-		cur, err := r.MaxID(ctx, b.tag)
-		if err != nil {
-			return nil, err
-		}
-		if cur < mark {
-			return nil, &TagError{Tag: b.tag, Err: ErrRegression,
-				Detail: fmt.Sprintf("store max_id %d is still below the mark %d of ranges already granted", cur, mark)}
+	// then lease ranges that other instances were granted before the failover. The state
+	// stays until max_id is back at or above the mark, whatever other error happens
+	// meanwhile (an error here returns with gd.regressed still set).
+	if gd.regressed {
+		if r, ok := g.store.(maxIDReader); ok {
+			cur, err := r.MaxID(ctx, b.tag)
+			g.storeAnswered(err)
+			if err != nil {
+				return nil, fmt.Errorf("after a regression, read max_id: %w", err)
+			}
+			if cur < mark {
+				return nil, &TagError{Tag: b.tag, Err: ErrRegression,
+					Detail: fmt.Sprintf("store max_id %d is still below the mark %d of ranges already granted", cur, mark)}
+			}
 		}
 	}
 
@@ -128,14 +158,18 @@ func (g *Generator) fetch(ctx context.Context, b *buffer) (*seg, error) {
 	started := now
 	a, err := allocate(ctx, g.store, b.tag, req, mark)
 	if errors.Is(err, ErrUnknownTag) && g.cfg.AutoCreate {
-		t := Tag{Name: b.tag, MaxID: 1, Step: g.cfg.DefaultStep}
+		// A tag this instance served before (retired, or its row deleted) restarts above its
+		// mark, so a re-creation never reissues its IDs.
+		t := Tag{Name: b.tag, MaxID: max(1, mark), Step: g.cfg.DefaultStep}
 		if cerr := g.store.Create(ctx, t); cerr != nil && !errors.Is(cerr, ErrTagExists) {
+			g.storeAnswered(cerr)
 			return nil, fmt.Errorf("auto-create: %w", cerr)
 		} else if cerr == nil {
-			g.log.Info("segment: tag auto-created", zap.String("tag", b.tag), zap.Int64("step", t.Step))
+			g.log.Info("segment: tag auto-created", zap.String("tag", b.tag), zap.Int64("start", t.MaxID), zap.Int64("step", t.Step))
 		}
 		a, err = allocate(ctx, g.store, b.tag, req, mark)
 	}
+	g.storeAnswered(err)
 	if err != nil {
 		return nil, err
 	}
@@ -148,15 +182,19 @@ func (g *Generator) fetch(ctx context.Context, b *buffer) (*seg, error) {
 	}
 	start, end := a.MaxID-size, a.MaxID
 	if start < mark {
+		gd.regressed = true
 		g.stats.regressions.Add(1)
 		g.log.Error("segment: REGRESSION: the store leased a range below one already granted; refusing it (restored backup or failed-over database?)",
 			zap.String("tag", b.tag), zap.Int64("start", start), zap.Int64("end", end), zap.Int64("mark", mark))
 		return nil, &TagError{Tag: b.tag, Err: ErrRegression,
 			Detail: fmt.Sprintf("store leased [%d, %d) below the mark %d of ranges already granted", start, end, mark)}
 	}
+	// Durable before publication: after a crash the restarted instance refuses this range.
 	if err := g.marks.Raise(b.tag, end); err != nil {
 		return nil, fmt.Errorf("raise mark to %d: %w", end, err)
 	}
+	gd.mark = end
+	gd.regressed = false
 	if start < 1 {
 		start = 1 // IDs are positive; values below 1 of a leased range are skipped
 	}
@@ -176,24 +214,36 @@ func (g *Generator) fetch(ctx context.Context, b *buffer) (*seg, error) {
 }
 
 // finish ends a load (or a rejected submission): publishes s as the next segment, or records
-// err and backs off; clears the loading state and wakes the waiters.
+// err and backs off; clears the loading state and wakes the waiters. A buffer whose load
+// failed before it ever held a segment is not kept (a failed or unknown tag is not held):
+// the tag is remembered as refused for the back-off (NegativeTTL when unknown), then dropped.
 func (g *Generator) finish(b *buffer, s *seg, err error) {
 	now := g.cfg.Now()
-	if errors.Is(err, ErrUnknownTag) {
-		// Forget the buffer and remember the tag as unknown for NegativeTTL, before the
-		// waiters wake, so that what they do next (Create, retry) sees it.
-		g.remember(b.tag)
-		g.drop(b)
+	if err != nil && err != errStale {
+		b.mu.Lock()
+		never := b.cur.Load() == nil && b.next == nil
+		b.mu.Unlock()
+		switch {
+		case errors.Is(err, ErrUnknownTag):
+			// Before the waiters wake, so that what they do next (Create, retry) sees it.
+			g.remember(b.tag, err, g.cfg.NegativeTTL)
+			g.drop(b)
+		case never && !errors.Is(err, errClosed):
+			g.remember(b.tag, err, g.cfg.RetryBackoff)
+			g.drop(b)
+		}
 	}
 	b.mu.Lock()
 	step := b.step
 	b.loading = false
-	if err == nil {
+	switch {
+	case err == nil && !b.dead:
 		b.next = s
 		b.lastErr = nil
 		b.retryAt.Store(0)
 		g.stats.loadsOK.Add(1)
-	} else {
+	case err == nil, err == errStale: // a dead buffer never publishes: the range is a gap
+	default:
 		b.lastErr = err
 		b.retryAt.Store(now.Add(g.cfg.RetryBackoff).UnixNano())
 		if errors.Is(err, errRejected) || errors.Is(err, errClosed) {
@@ -201,6 +251,9 @@ func (g *Generator) finish(b *buffer, s *seg, err error) {
 		} else {
 			g.stats.loadsFailed.Add(1)
 		}
+	}
+	if b.dead {
+		g.releaseGuardLocked(b)
 	}
 	b.setFlagsLocked()
 	if b.done != nil {
@@ -210,7 +263,7 @@ func (g *Generator) finish(b *buffer, s *seg, err error) {
 	b.mu.Unlock()
 
 	switch {
-	case err == nil:
+	case err == nil, err == errStale:
 	case errors.Is(err, ErrUnknownTag):
 		g.log.Debug("segment: unknown tag", zap.String("tag", b.tag))
 	case errors.Is(err, ErrRegression):
