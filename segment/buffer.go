@@ -88,8 +88,8 @@ type buffer struct {
 	mu         sync.Mutex // slow path only: switch, load state
 	next       *seg
 	loading    bool
-	dead       bool // dropped from the tag map: no load starts or publishes any more
-	guardRef   bool // b holds a reference on guard (released once dead and not loading)
+	dead       bool          // dropped from the tag map: no load starts or publishes any more
+	guardRef   bool          // b holds a reference on guard (released once dead and not loading)
 	done       chan struct{} // closed when the running load ends; nil when none runs
 	initOK     bool          // a load succeeded once (the step state is valid)
 	mark       int64         // highest range end granted (durable in Marks)
