@@ -193,6 +193,12 @@ func (f *fakeMarks) Raise(tag string, end int64) error {
 	return nil
 }
 
+func (f *fakeMarks) set(fn func(f *fakeMarks)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	fn(f)
+}
+
 func (f *fakeMarks) get(tag string) int64 {
 	v, _ := f.Mark(tag)
 	return v

@@ -207,7 +207,9 @@ func TestLoadPanicIsAFailedLoad(t *testing.T) {
 	}
 }
 
-func containsStr(s, sub string) bool { return len(sub) == 0 || (len(s) >= len(sub) && indexStr(s, sub) >= 0) }
+func containsStr(s, sub string) bool {
+	return len(sub) == 0 || (len(s) >= len(sub) && indexStr(s, sub) >= 0)
+}
 
 func indexStr(s, sub string) int {
 	for i := 0; i+len(sub) <= len(s); i++ {

@@ -1,0 +1,171 @@
+package segment
+
+import (
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// The regressed state survives any other error: a failed max_id read (a timeout) must not
+// make the next attempt lease again, or retries would walk max_id up to the mark and then
+// lease ranges granted to other instances before the failover.
+func TestRegressedStateSurvivesTransientError(t *testing.T) {
+	clk := newFakeClock()
+	fs := newFakeStore(map[string]int64{"a": 100})
+	st := readerStore{fs}
+	cfg := testConfig(clk)
+	cfg.MaxStep = 100
+	g := newTestGen(t, cfg, st, newFakeMarks())
+	mustNext(t, g, "a")
+	forceLoad(t, g, "a") // mark 201
+	g.Retire("a")        // the next request starts a new buffer of the tag
+	fs.set(func(s *fakeStore) { s.rows["a"].maxID -= 150 })
+	if _, err := g.Next("a"); !errors.Is(err, ErrRegression) {
+		t.Fatalf("got %v, want ErrRegression", err)
+	}
+	allocs := fs.allocCount()
+	fs.set(func(s *fakeStore) { s.maxIDErr = errors.New("i/o timeout") })
+	clk.Advance(time.Second)
+	if _, err := g.Next("a"); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("with max_id unreadable: got %v, want ErrUnavailable", err)
+	}
+	fs.set(func(s *fakeStore) { s.maxIDErr = nil })
+	for i := range 5 {
+		clk.Advance(time.Second)
+		if v, err := g.Next("a"); !errors.Is(err, ErrRegression) {
+			t.Fatalf("retry %d after the transient error: got %d, %v; want ErrRegression", i, v, err)
+		}
+	}
+	if got := fs.allocCount(); got != allocs {
+		t.Fatalf("got %d Allocate calls while regressed, want 0", got-allocs)
+	}
+	fs.set(func(s *fakeStore) { s.rows["a"].maxID = 201 }) // back at the mark
+	clk.Advance(time.Second)
+	if got := mustNext(t, g, "a"); got != 201 {
+		t.Fatalf("got %d once max_id is back at the mark, want 201", got)
+	}
+}
+
+// A range is checked against the mark before it is published, and the mark is raised
+// durably before publication: after a crash the restarted instance refuses the range.
+func TestMarkRaisedBeforePublish(t *testing.T) {
+	clk := newFakeClock()
+	st := newFakeStore(map[string]int64{"a": 10})
+	mk := newFakeMarks()
+	g := newTestGen(t, testConfig(clk), st, mk)
+	mk.set(func(f *fakeMarks) { f.raiseErr = errors.New("disk full") })
+	if _, err := g.Next("a"); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("got %v, want ErrUnavailable when the mark cannot be raised", err)
+	}
+	mk.set(func(f *fakeMarks) { f.raiseErr = nil })
+	clk.Advance(time.Second)
+	v := mustNext(t, g, "a")
+	if m := mk.get("a"); m <= v {
+		t.Fatalf("served %d with the durable mark at %d, want the mark above every served ID", v, m)
+	}
+}
+
+// Embedded store: leafd.db restored from a copy must give REGRESSION, never a reissued ID.
+// The marks live in their own file, which the restore does not roll back.
+func TestRestoredBoltBackupIsCaught(t *testing.T) {
+	dir := t.TempDir()
+	dbPath := filepath.Join(dir, "leafd.db")
+	open := func() (*BoltStore, *MarkFile) {
+		st, err := OpenBolt(dbPath, BoltOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		mk, err := OpenMarkFile(filepath.Join(dir, "marks.db"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st, mk
+	}
+	st, mk := open()
+	if err := st.Create(t.Context(), Tag{Name: "a", MaxID: 31, Step: 10}); err != nil {
+		t.Fatal(err)
+	}
+	_ = st.Close()
+	copyFile(t, dbPath, filepath.Join(dir, "backup.db"))
+	st, err := OpenBolt(dbPath, BoltOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig(newFakeClock())
+	cfg.NoWarmStart = true
+	g, err := New(cfg, st, mk, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for want := int64(31); want <= 33; want++ {
+		if got := mustNext(t, g, "a"); got != want {
+			t.Fatalf("got %d, want %d", got, want)
+		}
+	}
+	_ = g.Close()
+	_ = st.Close()
+	_ = mk.Close()
+	copyFile(t, filepath.Join(dir, "backup.db"), dbPath) // the operator restores the copy
+
+	st, mk = open()
+	defer st.Close()
+	defer mk.Close()
+	g2, err := New(cfg, st, mk, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g2.Close()
+	if v, err := g2.Next("a"); !errors.Is(err, ErrRegression) {
+		t.Fatalf("after restoring leafd.db: got %d, %v; want ErrRegression", v, err)
+	}
+}
+
+func copyFile(t *testing.T, from, to string) {
+	t.Helper()
+	in, err := os.Open(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	out, err := os.Create(to)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		t.Fatal(err)
+	}
+	if err := out.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Marks kept by earlier versions inside leafd.db move to marks.db, never lowering a mark.
+func TestMigrateMarks(t *testing.T) {
+	dir := t.TempDir()
+	st := openTestBolt(t, filepath.Join(dir, "leafd.db"))
+	if err := st.Raise("a", 500); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Raise("b", 7); err != nil {
+		t.Fatal(err)
+	}
+	mk, err := OpenMarkFile(filepath.Join(dir, "marks.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mk.Close()
+	if err := mk.Raise("b", 900); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := MigrateMarks(st, mk); err != nil || n != 2 {
+		t.Fatalf("got %d, %v; want 2, nil", n, err)
+	}
+	for tag, want := range map[string]int64{"a": 500, "b": 900} {
+		if got, _ := mk.Mark(tag); got != want {
+			t.Fatalf("mark %s: got %d, want %d", tag, got, want)
+		}
+	}
+}
