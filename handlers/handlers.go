@@ -27,6 +27,7 @@ type Segments interface {
 	Tags() []string
 	Create(ctx context.Context, t segment.Tag) error
 	Stats() segment.Stats
+	Health() segment.Health
 }
 
 // Snowflakes is what the snowflake commands need from the snowflake core.

@@ -18,7 +18,7 @@ import (
 // HTTPHandler returns the admin and Leaf-compatible HTTP API:
 //
 //	/healthz                     200 "ok" while the process is alive
-//	/readyz[?tag=t]              200 when it can serve, 503 otherwise (JSON)
+//	/readyz[?tag=t]              200 when it can serve (store answers, or tags hold IDs), 503 otherwise (JSON)
 //	/metrics                     Prometheus text format
 //	/status                      HTML page (status.go) refreshing itself from /status.json
 //	/status.json                 each held tag's buffer and last loads, the snowflake worker
@@ -193,19 +193,27 @@ type snowflakeReadiness struct {
 
 // readyReport is the body of /readyz.
 type readyReport struct {
-	Ready     bool                `json:"ready"`
-	Alive     bool                `json:"alive"`
-	Segment   []tagReadiness      `json:"segment"`
-	Snowflake *snowflakeReadiness `json:"snowflake,omitempty"`
+	Ready bool `json:"ready"`
+	Alive bool `json:"alive"`
+	// Store: the segment store answered its latest call; StoreError when it did not.
+	Store      bool                `json:"store"`
+	StoreError string              `json:"store_error,omitempty"`
+	Warming    bool                `json:"warming"`
+	Segment    []tagReadiness      `json:"segment"`
+	Snowflake  *snowflakeReadiness `json:"snowflake,omitempty"`
 }
 
-// serveReady answers 200 when the instance is ready, 503 otherwise. Ready means: snowflake
-// (when enabled) has a worker id, and no held tag is unable to serve. can_refill is reported
-// but does not decide: a tag whose store is down keeps serving what it holds. With ?tag=t
-// only that tag counts (snowflake is left out); a tag this instance does not hold is a 404
-// NOTAG (it would be loaded on first use).
+// serveReady answers 200 when the instance can serve, 503 otherwise. Ready means: the
+// segment store answers (any tag can then be loaded on its first request) or, while it does
+// not, at least one held tag can still serve from its segments; and snowflake (when enabled)
+// has a worker id. It never waits for tags to be loaded: a restarted instance is ready as
+// soon as its store answers. With ?tag=t only that tag counts (snowflake is left out): it is
+// ready when it can serve now or the store answers; a tag this instance does not hold is a
+// 404 NOTAG (it would be loaded on first use).
 func (h *Handler) serveReady(w http.ResponseWriter, r *http.Request) {
-	rep := readyReport{Ready: true, Alive: true, Segment: []tagReadiness{}}
+	health := h.seg.Health()
+	rep := readyReport{Ready: health.Ready(), Alive: true, Store: health.StoreOK, StoreError: health.StoreError,
+		Warming: health.Warming, Segment: []tagReadiness{}}
 	if r.URL.Query().Has("tag") {
 		in, err := h.seg.Info(r.URL.Query().Get("tag"))
 		if err != nil {
@@ -214,7 +222,7 @@ func (h *Handler) serveReady(w http.ResponseWriter, r *http.Request) {
 		}
 		t := readiness(in)
 		rep.Segment = append(rep.Segment, t)
-		rep.Ready = t.CanServe
+		rep.Ready = t.CanServe || health.StoreOK
 	} else {
 		rep = h.readyReport()
 	}
@@ -228,15 +236,15 @@ func (h *Handler) serveReady(w http.ResponseWriter, r *http.Request) {
 // readyReport is /readyz without ?tag: every held tag, and snowflake when enabled. The
 // leafd_ready metric reads it too, so both always agree.
 func (h *Handler) readyReport() readyReport {
-	rep := readyReport{Ready: true, Alive: true, Segment: []tagReadiness{}}
+	health := h.seg.Health()
+	rep := readyReport{Ready: health.Ready(), Alive: true, Store: health.StoreOK, StoreError: health.StoreError,
+		Warming: health.Warming, Segment: []tagReadiness{}}
 	for _, tag := range h.seg.Tags() {
 		in, err := h.seg.Info(tag)
 		if err != nil {
 			continue // dropped since Tags
 		}
-		t := readiness(in)
-		rep.Segment = append(rep.Segment, t)
-		rep.Ready = rep.Ready && t.CanServe
+		rep.Segment = append(rep.Segment, readiness(in))
 	}
 	sf := &snowflakeReadiness{WorkerID: -1}
 	if h.snow != nil {

@@ -181,14 +181,14 @@ func TestHTTPProbes(t *testing.T) {
 	if err := json.Unmarshal([]byte(body), &rep); err != nil {
 		t.Fatal(err)
 	}
-	want := readyReport{Ready: true, Alive: true,
+	want := readyReport{Ready: true, Alive: true, Store: true,
 		Segment:   []tagReadiness{{Tag: "ready", CanServe: true, CanRefill: true}},
 		Snowflake: &snowflakeReadiness{Enabled: true, HasWorker: true, WorkerID: 7, HasLease: true}}
 	if got, _ := json.Marshal(rep); string(got) != mustJSON(t, want) {
 		t.Errorf("readyz: got %s, want %s", got, mustJSON(t, want))
 	}
 	status, _, body = get(t, hs, http.MethodGet, "/readyz?tag=ready")
-	if want := `{"ready":true,"alive":true,"segment":[{"tag":"ready","can_serve":true,"can_refill":true}]}` + "\n"; status != 200 || body != want {
+	if want := `{"ready":true,"alive":true,"store":true,"warming":false,"segment":[{"tag":"ready","can_serve":true,"can_refill":true}]}` + "\n"; status != 200 || body != want {
 		t.Errorf("readyz?tag=ready: got %d %q, want 200 %q", status, body, want)
 	}
 }
@@ -241,17 +241,18 @@ func TestHTTPNotReady(t *testing.T) {
 		t.Errorf("snowflake get: got %d %q, want 503 NOWORKER", status, body)
 	}
 	status, _, body = get(t, hs, http.MethodGet, "/readyz")
-	want := `{"ready":false,"alive":true,"segment":[{"tag":"down","can_serve":false,"can_refill":false}],"snowflake":{"enabled":false,"has_worker":false,"worker_id":-1,"has_lease":false}}` + "\n"
+	// The tag whose load failed is not held; the store's error says why it is not ready.
+	want := `{"ready":false,"alive":true,"store":false,"store_error":"store down","warming":false,"segment":[],"snowflake":{"enabled":false,"has_worker":false,"worker_id":-1,"has_lease":false}}` + "\n"
 	if status != http.StatusServiceUnavailable || body != want {
 		t.Errorf("readyz: got %d %q, want 503 %q", status, body, want)
 	}
-	if status, _, _ := get(t, hs, http.MethodGet, "/readyz?tag=down"); status != http.StatusServiceUnavailable {
-		t.Errorf("readyz?tag=down: got %d, want 503", status)
+	if status, _, _ := get(t, hs, http.MethodGet, "/readyz?tag=down"); status != http.StatusNotFound {
+		t.Errorf("readyz?tag=down: got %d, want 404 (a tag whose first load failed is not held)", status)
 	}
 	status, _, body = get(t, hs, http.MethodGet, "/metrics")
-	for _, want := range []string{`leafd_segment_tag_can_serve{tag="down"} 0`, `leafd_segment_loads_total{result="failed"} `, "leafd_snowflake_enabled 0",
+	for _, want := range []string{`leafd_segment_loads_total{result="failed"} `, "leafd_snowflake_enabled 0",
 		"leafd_ready 0\n", `leafd_command_errors_total{code="UNAVAILABLE"} 1`, `leafd_command_errors_total{code="NOWORKER"} 1`,
-		`leafd_segment_tag_next_ready{tag="down"} 0`, `leafd_segment_load_duration_seconds_count `} {
+		`leafd_segment_load_duration_seconds_count `} {
 		if status != 200 || !strings.Contains(body, want) {
 			t.Errorf("metrics: got %d, want a line %q", status, want)
 		}

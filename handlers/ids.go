@@ -181,7 +181,7 @@ func cmdIDsInfo(h *Handler, c *resp.Conn, args [][]byte) error {
 		c.WriteBulkString("remaining")
 		c.WriteInt(s.Remaining)
 	}
-	c.WriteMap(11)
+	c.WriteMap(12)
 	c.WriteBulkString("tag")
 	c.WriteBulkString(in.Tag)
 	c.WriteBulkString("init_ok")
@@ -206,6 +206,8 @@ func cmdIDsInfo(h *Handler, c *resp.Conn, args [][]byte) error {
 	}
 	c.WriteBulkString("last_error")
 	c.WriteBulkString(in.LastError)
+	c.WriteBulkString("max_incrby")
+	c.WriteInt(in.MaxCount)
 	return nil
 }
 

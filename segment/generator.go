@@ -112,12 +112,17 @@ func New(cfg Config, store Store, marks Marks, log *zap.Logger) (*Generator, err
 		warm = g.warmList(listed)
 	}
 
-	g.wg.Add(cfg.MaxLoaders + 2)
+	g.wg.Add(cfg.MaxLoaders + 1)
 	for range cfg.MaxLoaders {
 		go g.worker(ctx)
 	}
 	go g.refresher(ctx)
-	go g.warm(ctx, warm)
+	if len(warm) == 0 {
+		close(g.warmDone)
+	} else {
+		g.wg.Add(1)
+		go g.warm(ctx, warm)
+	}
 	return g, nil
 }
 
@@ -936,9 +941,7 @@ func (g *Generator) warmList(listed map[string]struct{}) []string {
 func (g *Generator) warm(ctx context.Context, tags []string) {
 	defer g.wg.Done()
 	defer close(g.warmDone)
-	if len(tags) > 0 {
-		g.log.Info("segment: warm start", zap.Int("tags", len(tags)))
-	}
+	g.log.Info("segment: warm start", zap.Int("tags", len(tags)))
 	for _, t := range tags {
 		if ctx.Err() != nil {
 			return

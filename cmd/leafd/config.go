@@ -53,6 +53,8 @@ type Config struct {
 	MaxStep         int64
 	TagRefresh      time.Duration
 	LoadTimeout     time.Duration
+	MaxTags         int
+	WarmTags        int
 	MySQLMaxConns   int
 	MySQLLifetime   time.Duration
 	MySQLCreate     bool
@@ -84,7 +86,7 @@ func flagSet(c *Config) *flag.FlagSet {
 	fs.DurationVar(&c.ZKOutageTolerance, "zk-outage-tolerance", 0, "how long past the time bound ZooKeeper last confirmed an instance keeps issuing snowflake IDs without ZooKeeper (another instance taking the id waits as long); 0: not beyond the lease")
 	fs.StringVar(&c.RequirePass, "requirepass", "", "password for AUTH / HELLO ... AUTH")
 	fs.StringVar(&c.AutoCreate, "auto-create", "auto", "create unknown tags on first use: on, off, or auto (on with the embedded store, off with MySQL)")
-	fs.BoolVar(&c.AllowCreate, "allow-create", true, "allow IDS.CREATE (false locks tag creation down to the operator)")
+	fs.BoolVar(&c.AllowCreate, "allow-create", true, "let clients create tags (IDS.CREATE and auto-create); false locks tag creation to the operator")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.LogFormat, "log-format", "console", "console or json")
 
@@ -103,6 +105,8 @@ func flagSet(c *Config) *flag.FlagSet {
 	fs.Int64Var(&c.MaxStep, "max-step", 1000000, "upper bound of the dynamic step")
 	fs.DurationVar(&c.TagRefresh, "tag-refresh", time.Minute, "period of the tag list refresh from the store")
 	fs.DurationVar(&c.LoadTimeout, "load-timeout", 3*time.Second, "timeout of one segment allocation in the store")
+	fs.IntVar(&c.MaxTags, "max-tags", 100000, "segment tags held by this instance at most (LIMIT beyond)")
+	fs.IntVar(&c.WarmTags, "warm-tags", 1000, "at start, load the first segment of at most this many tags served before (0 disables)")
 	fs.IntVar(&c.MySQLMaxConns, "mysql-max-conns", 8, "MySQL connection pool size")
 	fs.DurationVar(&c.MySQLLifetime, "mysql-conn-max-lifetime", 3*time.Minute, "recycle MySQL connections older than this (keep it below proxy and server idle limits)")
 	fs.BoolVar(&c.MySQLCreate, "mysql-create-table", true, "create leaf_alloc (and leafd_fence) when missing")
@@ -274,6 +278,12 @@ func (c Config) Validate() error {
 	if c.MySQLMaxConns < 1 || c.MySQLLifetime <= 0 {
 		bad("--mysql-max-conns and --mysql-conn-max-lifetime must be positive")
 	}
+	if c.MaxTags < 1 || c.WarmTags < 0 {
+		bad("--max-tags must be positive and --warm-tags not negative")
+	}
+	if !c.AllowCreate && (c.AutoCreate == "on" || c.AutoCreate == "true") {
+		bad("--auto-create on contradicts --allow-create=false (which locks tag creation to the operator)")
+	}
 	if c.WaitTimeout <= 0 || c.LoadTimeout <= 0 || c.TagRefresh <= 0 {
 		bad("--wait-timeout, --load-timeout and --tag-refresh must be positive")
 	}
@@ -311,8 +321,12 @@ func parseBits(s string) ([3]int, error) {
 	return out, nil
 }
 
-// autoCreate resolves --auto-create against the store in use.
+// autoCreate resolves --auto-create against the store in use; --allow-create=false turns it
+// off (one switch locks every way a client could create a tag).
 func (c Config) autoCreate() bool {
+	if !c.AllowCreate {
+		return false
+	}
 	switch c.AutoCreate {
 	case "on", "true":
 		return true

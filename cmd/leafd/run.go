@@ -61,6 +61,9 @@ func run(ctx context.Context, cfg Config, log *zap.Logger, ready func(net.Addr))
 	scfg.RefreshInterval = cfg.TagRefresh
 	scfg.LoadTimeout = cfg.LoadTimeout
 	scfg.MaxBatch = cfg.MaxBatch
+	scfg.MaxTags = cfg.MaxTags
+	scfg.WarmTags = cfg.WarmTags
+	scfg.NoWarmStart = cfg.WarmTags == 0
 	seg, err := segment.New(scfg, store, marks, log.Named("segment"))
 	if err != nil {
 		return fmt.Errorf("segment: %w", err)
@@ -189,7 +192,20 @@ func openStore(ctx context.Context, cfg Config, log *zap.Logger) (segment.Store,
 		if err != nil {
 			return nil, nil, "", nil, err
 		}
-		return b, b, "embedded", []io.Closer{b}, nil
+		// The marks live apart from leafd.db, so that a restored copy of it is caught.
+		marks, err := segment.OpenMarkFile(filepath.Join(cfg.DataDir, "marks.db"))
+		if err != nil {
+			_ = b.Close()
+			return nil, nil, "", nil, err
+		}
+		if n, err := segment.MigrateMarks(b, marks); err != nil {
+			_ = marks.Close()
+			_ = b.Close()
+			return nil, nil, "", nil, fmt.Errorf("move the regression marks out of leafd.db: %w", err)
+		} else if n > 0 {
+			log.Info("segment: regression marks of leafd.db checked into marks.db", zap.Int("tags", n))
+		}
+		return b, marks, "embedded", []io.Closer{marks, b}, nil
 	}
 	return openMySQL(ctx, cfg, log)
 }
