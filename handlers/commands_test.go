@@ -260,7 +260,7 @@ func TestConnectionCommands(t *testing.T) {
 			{"client setname", []any{"CLIENT", "SETNAME", "app1"}, "OK"},
 			{"client getname", []any{"CLIENT", "GETNAME"}, "app1"},
 			{"client setinfo", []any{"CLIENT", "SETINFO", "LIB-NAME", "mylib"}, "OK"},
-			{"command count", []any{"COMMAND", "COUNT"}, int64(25)},
+			{"command count", []any{"COMMAND", "COUNT"}, int64(len(commands()))},
 		}
 		conn := c.Conn() // one connection, so CLIENT state carries over
 
@@ -602,5 +602,31 @@ func TestRedisWording(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// IDS.RETIRE drops a tag from the server; the next INCR serves it again above every ID
+// issued before. IDS.INFO reports the largest INCRBY count accepted now.
+func TestIDsRetireAndMaxIncrBy(t *testing.T) {
+	s := startServer(t, serverOpts{autoCreate: true})
+	c := s.client(t, 3, "")
+	ctx := context.Background()
+	last := c.Incr(ctx, "r").Val()
+	info, err := c.Do(ctx, "IDS.INFO", "r").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, ok := info.(map[any]any)
+	if !ok || m["max_incrby"] == nil || m["max_incrby"].(int64) < 1 {
+		t.Fatalf("IDS.INFO r: got %v, want a positive max_incrby", info)
+	}
+	if n, err := c.Do(ctx, "IDS.RETIRE", "r").Int(); err != nil || n != 1 {
+		t.Fatalf("IDS.RETIRE r: got %d, %v; want 1", n, err)
+	}
+	if n, err := c.Do(ctx, "IDS.RETIRE", "r").Int(); err != nil || n != 0 {
+		t.Fatalf("second IDS.RETIRE r: got %d, %v; want 0 (not held)", n, err)
+	}
+	if v := c.Incr(ctx, "r").Val(); v <= last {
+		t.Fatalf("INCR after IDS.RETIRE: got %d, want above %d", v, last)
 	}
 }

@@ -28,6 +28,7 @@ type Segments interface {
 	Create(ctx context.Context, t segment.Tag) error
 	Stats() segment.Stats
 	Health() segment.Health
+	Retire(tag string) bool
 }
 
 // Snowflakes is what the snowflake commands need from the snowflake core.

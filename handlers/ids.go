@@ -228,6 +228,14 @@ func cmdIDsTags(h *Handler, c *resp.Conn, args [][]byte) error {
 	return nil
 }
 
+// cmdIDsRetire: IDS.RETIRE tag — drop the tag from this server (the rest of its segments is a
+// gap); 1 when it was held, else 0. Its regression mark stays, so no re-creation of the tag
+// can reissue its IDs.
+func cmdIDsRetire(h *Handler, c *resp.Conn, args [][]byte) error {
+	c.WriteInt(b2i(h.seg.Retire(string(args[1]))))
+	return nil
+}
+
 // maxStoredStep is the largest leaf_alloc.step (an int(11) column).
 const maxStoredStep = 1<<31 - 1
 
