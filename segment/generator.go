@@ -817,29 +817,32 @@ func (g *Generator) unforget(tag string) {
 	g.negMu.Unlock()
 }
 
-// drop removes b from the tag map if it is still the buffer of its tag, and kills it: no load
-// of b starts or publishes any more, and requests holding b look the tag up again. Its
-// guard stays referenced until a load still running on it ends.
+// drop kills b and removes it from the tag map if it is still the buffer of its tag: no load
+// of b starts or publishes any more, and requests holding b look the tag up again. b is dead
+// before it leaves the map (both under g.mu), so no replacement can exist while b may still
+// accept a range: every range of a replacement is leased after b's last one. The guard stays
+// referenced until a load still running on b ends.
 func (g *Generator) drop(b *buffer) {
 	g.mu.Lock()
+	b.mu.Lock()
+	wasDead := b.dead
+	if !wasDead {
+		b.dead = true
+		b.next = nil
+		b.setFlagsLocked()
+		if !b.loading {
+			g.releaseGuardLocked(b)
+		}
+	}
 	if v, ok := g.tags.Load(b.tag); ok && v == b {
 		g.tags.Delete(b.tag)
 		g.ntags.Add(-1)
 	}
-	g.mu.Unlock()
-	b.mu.Lock()
-	if b.dead {
-		b.mu.Unlock()
-		return
-	}
-	b.dead = true
-	b.next = nil
-	b.setFlagsLocked()
-	if !b.loading {
-		g.releaseGuardLocked(b)
-	}
 	b.mu.Unlock()
-	g.stats.droppedIDs.Add(b.issued())
+	g.mu.Unlock()
+	if !wasDead {
+		g.stats.droppedIDs.Add(b.issued())
+	}
 }
 
 // refresh drops the held buffers of tags the store no longer lists (buffers created on first
