@@ -33,7 +33,9 @@ func (nopMarks) Raise(string, int64) error  { return nil }
 // manyTags holds n loaded tags ("t0".."t<n-1>").
 func manyTags(tb testing.TB, n int) (*Generator, []string) {
 	tb.Helper()
-	cfg := Config{Now: newFakeClock().Now, MaxTags: n + 10, NoWarmStart: true, WaitTimeout: time.Minute}
+	// The refresh would drop every tag: counterStore lists none.
+	cfg := Config{Now: newFakeClock().Now, MaxTags: n + 10, NoWarmStart: true, WaitTimeout: time.Minute,
+		RefreshInterval: 24 * time.Hour}
 	g, err := New(cfg, &counterStore{}, nopMarks{}, nil)
 	if err != nil {
 		tb.Fatal(err)

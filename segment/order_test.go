@@ -174,6 +174,12 @@ func TestGuardSerializesBuffersOfATag(t *testing.T) {
 	}
 	close(block)
 	<-oldDone // the dropped buffer's lease [101, 201) is granted (and not published)
+	old.mu.Lock()
+	published := old.next
+	old.mu.Unlock()
+	if published != nil {
+		t.Fatalf("the dropped buffer published [%d, %d) after its drop", published.start, published.end)
+	}
 	// The store regresses by one step before the replacement's lease.
 	st.set(func(s *fakeStore) { s.lower["a"] = 100 })
 	<-started
@@ -257,5 +263,41 @@ func TestLoaderPoolBound(t *testing.T) {
 	}
 	if st.maxInTag > 1 {
 		t.Fatalf("got %d concurrent loads of one tag, want 1", st.maxInTag)
+	}
+}
+
+// Concurrent INCRBY on one tag reserve disjoint ranges (the CAS on the cursor).
+func TestNextNConcurrentDisjoint(t *testing.T) {
+	clk := newFakeClock()
+	st := newFakeStore(map[string]int64{"a": 1 << 20})
+	g := newTestGen(t, testConfig(clk), st, newFakeMarks())
+	mustNext(t, g, "a")
+	const workers, per = 8, 3000
+	got := make([][]int64, workers)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for i := range per {
+				n := int64(1 + (w+i)%4)
+				r, err := g.NextN("a", n)
+				if err != nil {
+					t.Errorf("NextN: %v", err)
+					return
+				}
+				for v := r - n + 1; v <= r; v++ {
+					got[w] = append(got[w], v)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	seen := map[int64]bool{}
+	for _, ids := range got {
+		for _, v := range ids {
+			if seen[v] {
+				t.Fatalf("ID %d reserved twice", v)
+			}
+			seen[v] = true
+		}
 	}
 }
