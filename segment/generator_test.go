@@ -1034,7 +1034,7 @@ func (s ciStore) Allocate(ctx context.Context, tag string, step int64) (Alloc, e
 // wait for a synchronous load.
 func TestRefreshKeepsTagOfOtherCase(t *testing.T) {
 	clk := newFakeClock()
-	st := newFakeStore(map[string]int64{"foo": 10})
+	st := newFakeStore(map[string]int64{"foo": 100}) // 100: the second ID does not preload
 	g := newTestGen(t, testConfig(clk), ciStore{st}, newFakeMarks())
 	mustNext(t, g, "Foo")
 	waitIdle(t, g, "Foo")
