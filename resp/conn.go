@@ -8,6 +8,8 @@ import (
 	"runtime"
 	"sync/atomic"
 	"time"
+
+	"go.uber.org/zap"
 )
 
 // Conn is one client connection. Its methods are called from the connection's own goroutine
@@ -138,6 +140,9 @@ func (c *Conn) serve() {
 	cfg := &c.srv.cfg
 	defer c.nc.Close()
 	c.nextFlush = flushAt
+	if lim := cfg.MaxOutputBuffer; lim > 0 && lim < flushAt {
+		c.nextFlush = lim
+	}
 	for {
 		// One clock read per batch serves the deadlines and the idle bookkeeping.
 		c.now = c.srv.now()
@@ -164,7 +169,19 @@ func (c *Conn) serve() {
 				continue
 			}
 			c.cmds++
+			before := len(c.out)
 			c.srv.handler.ServeRESP(c, args)
+			c.parser.Release()
+			// Smaller replies are written whenever nextFlush bytes are pending, so only a
+			// reply larger than the limit can take the pending bytes past it: the client is
+			// closed with it unsent, as Redis closes a client over its output limit.
+			if lim := cfg.MaxOutputBuffer; lim > 0 && len(c.out)-before > lim {
+				c.srv.stats.outputLimit.Add(1)
+				c.srv.outputLog.log(c.srv.log, c.srv.now(), "client closed for overcoming of output buffer limits",
+					zap.String("client", c.remote), zap.Int("pending_bytes", len(c.out)),
+					zap.Int("limit", lim))
+				return
+			}
 			if c.closing {
 				c.flush()
 				return
@@ -184,6 +201,7 @@ func (c *Conn) serve() {
 			c.cmds = 0
 		}
 		if !c.makeRoom() {
+			c.srv.stats.queryLimit.Add(1)
 			c.srv.stats.protoErrors.Add(1)
 			c.WriteError("ERR Protocol error: query buffer limit exceeded")
 			c.flush()
