@@ -87,6 +87,9 @@ func cmdInfo(h *Handler, c *resp.Conn, args [][]byte) error {
 			w("total_commands_processed", st.TotalCommands)
 			w("rejected_connections", st.RejectedConnections)
 			w("total_protocol_errors", st.ProtocolErrors)
+			w("client_query_buffer_limit_disconnections", st.QueryLimitClosed)
+			w("client_output_buffer_limit_disconnections", st.OutputLimitClosed)
+			w("acl_access_denied_auth", h.guard.failures.Load())
 		})
 	}
 	section("segment", func(w func(string, any)) {

@@ -24,6 +24,7 @@ type Conn struct {
 
 	proto     int
 	authed    bool
+	authFails int // failed Authenticate calls
 	closing   bool // QUIT: close after this reply
 	name      string
 	libName   string
@@ -65,6 +66,8 @@ func (c *Conn) Authenticate(pass []byte) bool {
 	ok := subtle.ConstantTimeCompare(pass, []byte(want)) == 1
 	if ok {
 		c.authed = true
+	} else {
+		c.authFails++
 	}
 	return ok
 }

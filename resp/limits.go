@@ -70,3 +70,10 @@ func (l *limitLog) log(log *zap.Logger, now time.Time, msg string, fields ...zap
 	}
 	log.Warn(msg, fields...)
 }
+
+// AuthFailures is the number of failed authentications on this connection.
+func (c *Conn) AuthFailures() int { return c.authFails }
+
+// NoteAuthFailure counts a failed authentication that Authenticate did not see (an unknown
+// user name).
+func (c *Conn) NoteAuthFailure() { c.authFails++ }
