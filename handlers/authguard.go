@@ -58,7 +58,7 @@ func (h *Handler) authDelay(now time.Time) (wait time.Duration, ok bool) {
 func (h *Handler) authFailed(c *resp.Conn) {
 	n := h.guard.failures.Add(1)
 	now := h.now()
-	h.logAuthFailure(now, n, c)
+	h.logAuthFailure(now, "resp", c.Info(now).Addr, n, zap.Int("connection_failures", c.AuthFailures()))
 	if c.AuthFailures() >= h.cfg.AuthMaxFailures {
 		c.CloseAfterReply()
 		return
@@ -74,15 +74,15 @@ func (h *Handler) authFailed(c *resp.Conn) {
 }
 
 // logAuthFailure logs one line per second at most, with the count left out since.
-func (h *Handler) logAuthFailure(now time.Time, total int64, c *resp.Conn) {
+func (h *Handler) logAuthFailure(now time.Time, port, client string, total int64, extra ...zap.Field) {
 	last := h.guard.logLast.Load()
 	if now.UnixNano()-last < int64(time.Second) || !h.guard.logLast.CompareAndSwap(last, now.UnixNano()) {
 		h.guard.logSkip.Add(1)
 		return
 	}
-	h.log.Warn("authentication failed", zap.String("client", c.Info(now).Addr),
-		zap.Int("connection_failures", c.AuthFailures()), zap.Int64("total_failures", total),
-		zap.Int64("not_logged_since_last", h.guard.logSkip.Swap(0)))
+	fields := append([]zap.Field{zap.String("port", port), zap.String("client", client),
+		zap.Int64("total_failures", total), zap.Int64("not_logged_since_last", h.guard.logSkip.Swap(0))}, extra...)
+	h.log.Warn("authentication failed", fields...)
 }
 
 // escapeControl returns s with control bytes (below 0x20, and DEL) written as \xHH, so that

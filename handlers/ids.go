@@ -205,7 +205,7 @@ func cmdIDsInfo(h *Handler, c *resp.Conn, args [][]byte) error {
 		c.WriteBulkString(in.LastRefill.UTC().Format(time.RFC3339Nano))
 	}
 	c.WriteBulkString("last_error")
-	c.WriteBulkString(in.LastError)
+	c.WriteBulkString(publicLoadError(in.LastError))
 	return nil
 }
 

@@ -112,7 +112,7 @@ func cmdInfo(h *Handler, c *resp.Conn, args [][]byte) error {
 		w("snowflake_enabled", 1)
 		w("snowflake_worker_id", in.WorkerID)
 		w("snowflake_worker_source", in.Source)
-		w("snowflake_status", orOK(in.Status))
+		w("snowflake_status", orOK(publicStatus(in.Status)))
 		w("snowflake_reserved_until_ms", msOrZero(in.ReservedUntil))
 		w("snowflake_start_bound_ms", msOrZero(in.StartBound))
 		w("snowflake_epoch_ms", in.Layout.EpochMs())
