@@ -13,7 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leafd/leafd/resp"
 	"github.com/leafd/leafd/segment"
+	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 )
 
@@ -199,7 +201,35 @@ func TestStoreErrorsRedacted(t *testing.T) {
 	if strings.Contains(body, "10.9.8.7") || !strings.Contains(body, "store unreachable (details in the server log)") {
 		t.Errorf("/status shows %q, want the words only", body)
 	}
-	if got := publicLoadError(in.LastError); got != "store unreachable (details in the server log)" {
-		t.Errorf("IDS.INFO last_error: got %q", got)
+	srv, err := resp.NewServer(resp.DefaultConfig(), h, zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr, err := srv.Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan struct{})
+	go func() { _ = srv.Serve(); close(served) }()
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+		<-served
+	}()
+	c := redis.NewClient(&redis.Options{Addr: addr.String(), Protocol: 2, MaxRetries: -1})
+	defer c.Close()
+	info, err := c.Do(context.Background(), "IDS.INFO", "t").Slice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lastError any
+	for i := 0; i+1 < len(info); i += 2 {
+		if info[i] == "last_error" {
+			lastError = info[i+1]
+		}
+	}
+	if lastError != "store unreachable (details in the server log)" {
+		t.Errorf("IDS.INFO last_error: got %q, want the words only", lastError)
 	}
 }
