@@ -24,7 +24,7 @@ type Conn struct {
 
 	proto     int
 	authed    bool
-	authFails int // failed Authenticate calls
+	authFails int  // failed Authenticate calls
 	closing   bool // QUIT: close after this reply
 	name      string
 	libName   string

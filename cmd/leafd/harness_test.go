@@ -48,7 +48,7 @@ type leafd struct {
 	args     []string
 	dataDir  string
 	addr     string
-	httpAddr string // admin HTTP address; empty when the args disabled it
+	httpAddr string   // admin HTTP address; empty when the args disabled it
 	bin      string   // the binary; leafdBin when empty
 	prefix   []string // a command that runs the binary (prlimit ...)
 	cmd      *exec.Cmd
