@@ -108,7 +108,7 @@ func TestHTTPAuth(t *testing.T) {
 	if err := ts.client(t, 2, "").Incr(context.Background(), "secret-tag").Err(); err != nil {
 		t.Fatal(err)
 	}
-	paths := []string{"/healthz", "/readyz", "/readyz?tag=secret-tag", "/metrics", "/status",
+	paths := []string{"/healthz", "/readyz", "/readyz?tag=secret-tag", "/metrics", "/status", "/status.json",
 		"/api/segment/get/newtag", "/api/snowflake/get/x", "/decodeSnowflakeId?snowflakeId=1"}
 	for _, open := range []bool{false, true} {
 		h := New(Config{HTTPAuth: "tok", HTTPOpenProbes: open}, ts.seg, ts.snow, zap.NewNop())
@@ -197,9 +197,9 @@ func TestStoreErrorsRedacted(t *testing.T) {
 	}
 	h := New(Config{}, seg, nil, zap.NewNop())
 	hs := httpServer(t, h)
-	_, _, body := get(t, hs, http.MethodGet, "/status")
+	_, _, body := get(t, hs, http.MethodGet, "/status.json")
 	if strings.Contains(body, "10.9.8.7") || !strings.Contains(body, "store unreachable (details in the server log)") {
-		t.Errorf("/status shows %q, want the words only", body)
+		t.Errorf("/status.json shows %q, want the words only", body)
 	}
 	srv, err := resp.NewServer(resp.DefaultConfig(), h, zap.NewNop())
 	if err != nil {

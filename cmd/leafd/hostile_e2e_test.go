@@ -212,7 +212,7 @@ func httpDo(url, token string, tlsCfg *tls.Config) (int, string, error) {
 func TestHostileAdminAuth(t *testing.T) {
 	const pass = "resp-pass"
 	l := startLeafd(t, "--requirepass-file", writeSecret(t, pass), "--http-open-probes")
-	paths := []string{"/api/segment/get/newtag", "/api/snowflake/get/x", "/readyz?tag=newtag", "/status", "/metrics", "/decodeSnowflakeId?snowflakeId=1"}
+	paths := []string{"/api/segment/get/newtag", "/api/snowflake/get/x", "/readyz?tag=newtag", "/status", "/status.json", "/metrics", "/decodeSnowflakeId?snowflakeId=1"}
 	for _, p := range paths {
 		if status, body, err := l.httpGetAuth(p, ""); err != nil || status != http.StatusUnauthorized {
 			t.Errorf("%s without a token: got %d %q %v, want 401", p, status, body, err)
