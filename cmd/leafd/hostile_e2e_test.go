@@ -55,7 +55,7 @@ func exchange(t testing.TB, addr, in string) string {
 }
 
 // TestHostileRedisProtocol: Redis 7's tests/unit/protocol.tcl cases, byte for byte, against
-// the binary. ("Unbalanced number of quotes" belongs to the inline splitter of issue #9.)
+// the binary.
 func TestHostileRedisProtocol(t *testing.T) {
 	l := startLeafd(t)
 	for _, tc := range []struct{ name, in, want string }{
@@ -68,6 +68,7 @@ func TestHostileRedisProtocol(t *testing.T) {
 		{"Non-number multibulk payload length", "*3\r\n$3\r\nSET\r\n$1\r\nx\r\n$blabla\r\n", "-ERR Protocol error: invalid bulk length\r\n"},
 		{"Multi bulk request not followed by bulk arguments", "*1\r\nfoo\r\n", "-ERR Protocol error: expected '$', got 'f'\r\n"},
 		{"Generic wrong number of args", "PING x y z\r\nQUIT\r\n", "-ERR wrong number of arguments for 'ping' command\r\n+OK\r\n"},
+		{"Unbalanced number of quotes", "set \"\"\"test-key\"\"\" test-value\r\nping\r\n", "-ERR Protocol error: unbalanced quotes in request\r\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := exchange(t, l.addr, tc.in); got != tc.want {
