@@ -233,3 +233,24 @@ func TestStoreErrorsRedacted(t *testing.T) {
 		t.Errorf("IDS.INFO last_error: got %q, want the words only", lastError)
 	}
 }
+
+// TestExecOutputLimit: a transaction's replies are one reply, so a transaction whose replies
+// pass --max-output-buffer closes the connection — and stops running its queued commands
+// there instead of building the whole reply in memory.
+func TestExecOutputLimit(t *testing.T) {
+	s := startServer(t, serverOpts{autoCreate: true})
+	conn := s.raw(t)
+	const n = 3000 // each reply about 1.1 KB: 3.3 MB in all, over the 1 MiB default
+	fmt.Fprint(conn, "MULTI\r\n"+strings.Repeat("IDS.SEGMENT t 100\r\n", n)+"EXEC\r\n")
+	got, _ := io.ReadAll(conn)
+	if want := "+OK\r\n" + strings.Repeat("+QUEUED\r\n", n); string(got) != want {
+		t.Errorf("got %d bytes ending %q, want OK, %d QUEUED, then close", len(got), got[max(0, len(got)-40):], n)
+	}
+	if st := s.srv.Stats(); st.OutputLimitClosed != 1 {
+		t.Errorf("OutputLimitClosed: got %d, want 1", st.OutputLimitClosed)
+	}
+	next, err := s.client(t, 2, "").Incr(context.Background(), "t").Result()
+	if err != nil || next > n*100/2 {
+		t.Errorf("INCR after the transaction: got %d, %v; want well below %d (EXEC stopped at the limit)", next, err, n*100)
+	}
+}

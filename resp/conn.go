@@ -22,16 +22,17 @@ type Conn struct {
 	local  string
 	born   time.Time
 
-	proto     int
-	authed    bool
-	authFails int  // failed Authenticate calls
-	closing   bool // QUIT: close after this reply
-	name      string
-	libName   string
-	libVer    string
-	state     any          // the handler's per-connection state (SetState)
-	lastCmd   atomic.Int64 // unix ms of the last command, for CLIENT INFO idle
-	nextFlush int          // flush when out grows past this mid-batch
+	proto      int
+	authed     bool
+	authFails  int  // failed Authenticate calls
+	replyStart int  // len(out) when the running command started (OutputExceeded)
+	closing    bool // QUIT: close after this reply
+	name       string
+	libName    string
+	libVer     string
+	state      any          // the handler's per-connection state (SetState)
+	lastCmd    atomic.Int64 // unix ms of the last command, for CLIENT INFO idle
+	nextFlush  int          // flush when out grows past this mid-batch
 
 	now                   time.Time // read once per batch
 	readArmed, writeArmed time.Time // when the deadlines were last pushed forward
@@ -173,16 +174,20 @@ func (c *Conn) serve() {
 			}
 			c.cmds++
 			before := len(c.out)
+			c.replyStart = before
 			c.srv.handler.ServeRESP(c, args)
 			c.parser.Release()
 			// Smaller replies are written whenever nextFlush bytes are pending, so only a
 			// reply larger than the limit can take the pending bytes past it: the client is
-			// closed with it unsent, as Redis closes a client over its output limit.
+			// closed with it unsent (the replies of the commands before it are sent), as
+			// Redis closes a client over its output limit.
 			if lim := cfg.MaxOutputBuffer; lim > 0 && len(c.out)-before > lim {
 				c.srv.stats.outputLimit.Add(1)
 				c.srv.outputLog.log(c.srv.log, c.srv.now(), "client closed for overcoming of output buffer limits",
 					zap.String("client", c.remote), zap.Int("pending_bytes", len(c.out)),
 					zap.Int("limit", lim))
+				c.out = c.out[:before]
+				c.flush()
 				return
 			}
 			if c.closing {

@@ -77,3 +77,12 @@ func (c *Conn) AuthFailures() int { return c.authFails }
 // NoteAuthFailure counts a failed authentication that Authenticate did not see (an unknown
 // user name).
 func (c *Conn) NoteAuthFailure() { c.authFails++ }
+
+// OutputExceeded reports whether the reply of the running command has grown past
+// MaxOutputBuffer. A command that writes many replies as one (EXEC) checks it between them
+// and stops: the connection is closed after the command anyway, and the rest would only take
+// memory.
+func (c *Conn) OutputExceeded() bool {
+	lim := c.srv.cfg.MaxOutputBuffer
+	return lim > 0 && len(c.out)-c.replyStart > lim
+}
