@@ -317,7 +317,9 @@ func procKB(t testing.TB, pid int, field string) int64 {
 // cost about 100 MB each before the argument cap (690,000 empty arguments; COMMAND INFO with
 // 410,000 names). The peak RSS (VmHWM) must stay within the README's bound: per connection
 // --max-query-buffer + --max-output-buffer + 64 KiB of batched replies + 80 KiB of argument
-// tables + 64 KiB of stacks and buffers, twice over for the garbage collector (GOGC=100).
+// tables + 4 MiB of queued transaction (MULTI) + 64 KiB of stacks and buffers, twice over for
+// the garbage collector (GOGC=100). Transactions of 4 MiB queued and never executed are held
+// by connections of their own.
 func TestHostileMemory(t *testing.T) {
 	bin := buildNoRace(t)
 	l := startLeafdAs(t, &leafd{bin: bin}, "--maxclients", "200")
@@ -341,6 +343,11 @@ func TestHostileMemory(t *testing.T) {
 		fmt.Fprintf(&held, "$%d\r\n%s\r\n", 1000*1000, strings.Repeat("h", 1000*1000))
 	}
 	heldCmd := held.Bytes()[:held.Len()-1024]
+	var txn bytes.Buffer // a transaction of just under 4 MiB queued, never executed
+	txn.WriteString("MULTI\r\n")
+	for i := 0; i < 4; i++ {
+		txn.Write(multibulk("ECHO", strings.Repeat("q", 1000*1000)))
+	}
 	var old bytes.Buffer // 690,000 empty arguments
 	old.WriteString("*690000\r\n")
 	old.WriteString(strings.Repeat("$0\r\n\r\n", 690000))
@@ -373,12 +380,13 @@ func TestHostileMemory(t *testing.T) {
 		send(unknownCmd, 2000)
 		send(infoCmd, 400)
 		send(heldCmd, 1)
+		send(txn.Bytes(), 1)
 		send(old.Bytes(), 1)
 		send([]byte(oldInfo), 1)
 	}
 	// The held buffers are the bulk of it: wait until the process has grown by most of them
 	// (evidence that the worst case is in place), then for the writers to finish or stall.
-	want := int64(perShape) * 4 * 1000 * 8 / 10 // kB
+	want := int64(perShape) * 8 * 1000 * 8 / 10 // kB: the held buffers and transactions
 	deadline := time.Now().Add(90 * time.Second)
 	for procKB(t, pid, "VmRSS")-base < want && time.Now().Before(deadline) {
 		time.Sleep(100 * time.Millisecond)
@@ -391,7 +399,7 @@ func TestHostileMemory(t *testing.T) {
 	}
 	rss, hwm := procKB(t, pid, "VmRSS"), procKB(t, pid, "VmHWM")
 	conns5 := int64(len(conns))
-	perConn := int64(4<<20+1<<20+64<<10+80<<10+64<<10) / 1024 // kB
+	perConn := int64(4<<20+4<<20+1<<20+64<<10+80<<10+64<<10) / 1024 // kB
 	bound := 2 * conns5 * perConn
 	t.Logf("baseline RSS %d kB; under %d hostile connections RSS %d kB, peak %d kB (+%d kB); bound +%d kB (%d kB per connection)",
 		base, conns5, rss, hwm, hwm-base, bound, 2*perConn)
