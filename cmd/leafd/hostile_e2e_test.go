@@ -495,7 +495,7 @@ func TestHostileDescriptors(t *testing.T) {
 		}
 		flood = append(flood, c)
 	}
-	ext0 := infoField(t, call("INFO snowflake"), "snowflake_lease_extensions")
+	ext0 := infoIntField(t, call("INFO snowflake"), "snowflake_lease_extensions")
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		if got := call("IDS.SNOWFLAKE"); !strings.HasPrefix(got, ":") {
@@ -504,7 +504,7 @@ func TestHostileDescriptors(t *testing.T) {
 		if got := call("INCR t"); !strings.HasPrefix(got, ":") {
 			t.Fatalf("INCR with every descriptor in use: %q", got)
 		}
-		if infoField(t, call("INFO snowflake"), "snowflake_lease_extensions") >= ext0+3 {
+		if infoIntField(t, call("INFO snowflake"), "snowflake_lease_extensions") >= ext0+3 {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -512,7 +512,7 @@ func TestHostileDescriptors(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	if got := infoField(t, call("INFO clients"), "connected_clients"); got != fit {
+	if got := infoIntField(t, call("INFO clients"), "connected_clients"); got != fit {
 		t.Errorf("connected_clients: got %d, want %d", got, fit)
 	}
 	for _, c := range flood {
@@ -526,8 +526,8 @@ func TestHostileDescriptors(t *testing.T) {
 	}
 }
 
-// infoField reads an integer field of an INFO text.
-func infoField(t *testing.T, info, field string) int64 {
+// infoIntField reads an integer field of an INFO text.
+func infoIntField(t *testing.T, info, field string) int64 {
 	t.Helper()
 	for _, line := range strings.Split(info, "\r\n") {
 		if k, v, ok := strings.Cut(line, ":"); ok && k == field {
