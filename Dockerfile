@@ -10,7 +10,8 @@ COPY --chown=65532:65532 data /data
 COPY leafd /leafd
 USER 65532:65532
 # In a container the listen addresses must not be loopback. The admin port (/metrics,
-# /readyz, /status, Leaf's HTTP API) has no authentication: keep it on a private network.
+# /readyz, /status, Leaf's HTTP API) requires the password (LEAFD_REQUIREPASS_FILE) or its own
+# token (LEAFD_HTTP_AUTH_FILE) when one is set; without either it is open: keep it private.
 ENV LEAFD_ADDR=0.0.0.0:6380 LEAFD_HTTP_ADDR=0.0.0.0:8080 LEAFD_DATA_DIR=/data
 EXPOSE 6380 8080
 VOLUME /data

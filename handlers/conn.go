@@ -64,6 +64,10 @@ func cmdAuth(h *Handler, c *resp.Conn, args [][]byte) error {
 // client configured with a password still connects); a password alone is an error.
 func (h *Handler) auth(c *resp.Conn, creds [][]byte) error {
 	if len(creds) == 2 && string(creds[0]) != "default" {
+		if c.PasswordRequired() {
+			c.NoteAuthFailure()
+			h.authFailed(c)
+		}
 		return replyError("WRONGPASS invalid username-password pair or user is disabled.")
 	}
 	if !c.PasswordRequired() {
@@ -74,6 +78,7 @@ func (h *Handler) auth(c *resp.Conn, creds [][]byte) error {
 	}
 	pass := creds[len(creds)-1]
 	if !c.Authenticate(pass) {
+		h.authFailed(c)
 		return replyError("WRONGPASS invalid username-password pair or user is disabled.")
 	}
 	return nil

@@ -60,8 +60,19 @@ type Config struct {
 	StoreName string
 	// ConfigValues are the values CONFIG GET reports (name -> value).
 	ConfigValues map[string]string
-	// Now is the clock (default time.Now).
-	Now func() time.Time
+	// AuthMaxFailures disconnects a client after this many failed AUTHs (default 10).
+	AuthMaxFailures int
+	// AuthFailRate and AuthFailBurst pace failed AUTHs across all connections: after a
+	// burst, AuthFailRate per second (defaults 100 and 20; see authguard.go).
+	AuthFailRate  int
+	AuthFailBurst int
+	// HTTPAuth, when set, is the token the admin port requires (httpauth.go); HTTPOpenProbes
+	// leaves /healthz and a tag-less /readyz open without it.
+	HTTPAuth       string
+	HTTPOpenProbes bool
+	// Now is the clock (default time.Now); Sleep waits (default time.Sleep).
+	Now   func() time.Time
+	Sleep func(time.Duration)
 }
 
 // Handler runs leafd's commands; it implements resp.Handler. Safe for concurrent use: every
@@ -76,6 +87,7 @@ type Handler struct {
 	now   func() time.Time
 	errs  errorCounts // error replies by code (leafd_command_errors_total)
 	rates rateSampler // IDs/s of /status.json
+	guard authGuard
 }
 
 // New returns a handler. snow may be nil (snowflake commands then answer NOWORKER).
@@ -91,6 +103,18 @@ func New(cfg Config, seg Segments, snow Snowflakes, log *zap.Logger) *Handler {
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.Sleep == nil {
+		cfg.Sleep = time.Sleep
+	}
+	if cfg.AuthMaxFailures <= 0 {
+		cfg.AuthMaxFailures = DefaultAuthMaxFailures
+	}
+	if cfg.AuthFailRate <= 0 {
+		cfg.AuthFailRate = DefaultAuthFailRate
+	}
+	if cfg.AuthFailBurst <= 0 {
+		cfg.AuthFailBurst = DefaultAuthFailBurst
 	}
 	h := &Handler{cfg: cfg, seg: seg, snow: snow, log: log, now: cfg.Now}
 	h.table = make(map[string]*command)
@@ -199,11 +223,13 @@ func unknownCommand(args [][]byte) string {
 	return fmt.Sprintf("ERR unknown command '%s', with args beginning with: %s", clip(args[0], 128), list.String())
 }
 
+// clip returns the first n bytes of a client's argument for an error reply, control bytes
+// escaped (escapeControl).
 func clip(b []byte, n int) string {
 	if len(b) > n {
 		b = b[:n]
 	}
-	return string(b)
+	return escapeControl(string(b))
 }
 
 // replyError is an error whose text is the reply, code included.

@@ -1,7 +1,7 @@
 package handlers
 
 // The HTTP admin side (SPEC §5): probes, Prometheus metrics, a status page and Leaf's HTTP
-// API. It has no authentication: it is meant for a loopback or otherwise private address.
+// API. With a token configured every endpoint requires it (httpauth.go).
 
 import (
 	"encoding/json"
@@ -51,7 +51,7 @@ func (h *Handler) HTTPHandler() http.Handler {
 	mux.HandleFunc("/api/segment/get/{key}", h.serveSegmentGet)
 	mux.HandleFunc("/api/snowflake/get/{key}", h.serveSnowflakeGet)
 	mux.HandleFunc("/decodeSnowflakeId", h.serveDecode)
-	return mux
+	return h.withAuth(mux) // httpauth.go
 }
 
 // httpStatus is the HTTP status of an error code from errorCode.
@@ -250,7 +250,7 @@ func (h *Handler) readyReport() readyReport {
 	if h.snow != nil {
 		in := h.snow.Info()
 		sf = &snowflakeReadiness{Enabled: true, HasWorker: in.HasWorker, WorkerID: in.WorkerID,
-			HasLease: !in.ReservedUntil.IsZero(), Status: in.Status}
+			HasLease: !in.ReservedUntil.IsZero(), Status: publicStatus(in.Status)}
 		rep.Ready = rep.Ready && in.HasWorker
 	}
 	rep.Snowflake = sf

@@ -205,7 +205,7 @@ func cmdIDsInfo(h *Handler, c *resp.Conn, args [][]byte) error {
 		c.WriteBulkString(in.LastRefill.UTC().Format(time.RFC3339Nano))
 	}
 	c.WriteBulkString("last_error")
-	c.WriteBulkString(in.LastError)
+	c.WriteBulkString(publicLoadError(in.LastError))
 	c.WriteBulkString("max_incrby")
 	c.WriteInt(in.MaxCount)
 	return nil

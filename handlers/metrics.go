@@ -53,6 +53,9 @@ var (
 	descRejected    = desc("rejected_connections_total", "RESP connections refused by --maxclients.")
 	descCommands    = desc("commands_total", "RESP commands processed.")
 	descProtoErrors = desc("protocol_errors_total", "RESP connections closed for a protocol error.")
+	descOutputLimit = desc("output_limit_disconnections_total", "RESP connections closed for a reply over --max-output-buffer.")
+	descQueryLimit  = desc("query_limit_disconnections_total", "RESP connections closed for input over --max-query-buffer.")
+	descAuthFails   = desc("auth_failures_total", "Failed authentications, by port (resp: AUTH and HELLO AUTH; http: a missing or wrong token).", "port")
 )
 
 // Describe sends every descriptor.
@@ -64,6 +67,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 		descSnowEnabled, descSnowHasWorker, descSnowWorkerID, descSnowReserved, descSnowIssued,
 		descSnowCBEvents, descSnowCBErrors, descSnowSeqWaits, descSnowExtensions, descSnowExtFails,
 		descConnected, descConnections, descRejected, descCommands, descProtoErrors,
+		descOutputLimit, descQueryLimit, descAuthFails,
 	} {
 		ch <- d
 	}
@@ -138,5 +142,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		counter(descRejected, float64(rs.RejectedConnections))
 		counter(descCommands, float64(rs.TotalCommands))
 		counter(descProtoErrors, float64(rs.ProtocolErrors))
+		counter(descOutputLimit, float64(rs.OutputLimitClosed))
+		counter(descQueryLimit, float64(rs.QueryLimitClosed))
 	}
+	counter(descAuthFails, float64(h.guard.failures.Load()), "resp")
+	counter(descAuthFails, float64(h.guard.httpFail.Load()), "http")
 }

@@ -92,6 +92,11 @@ func cmdExec(h *Handler, c *resp.Conn, args [][]byte) error {
 	}
 	c.WriteArray(len(q))
 	for _, e := range q {
+		// The replies of a whole transaction are one reply: past the output limit the
+		// connection is closed (resp), so stop building it (issue #14).
+		if c.OutputExceeded() {
+			break
+		}
 		h.run(c, e.cmd, e.args)
 	}
 	return nil

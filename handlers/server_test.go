@@ -35,6 +35,7 @@ type serverOpts struct {
 	idleTimeout   time.Duration
 	autoCreate    bool
 	disableCreate bool
+	config        func(*Config) // adjusts the handler's configuration
 }
 
 func startServer(t testing.TB, o serverOpts) *testServer {
@@ -61,10 +62,14 @@ func startServer(t testing.TB, o serverOpts) *testServer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := New(Config{
+	hcfg := Config{
 		MaxBatch: 100, DisableCreate: o.disableCreate, Version: "test", StoreName: "embedded",
 		ConfigValues: map[string]string{"save": "", "appendonly": "no", "maxclients": "10"},
-	}, seg, snow, log)
+	}
+	if o.config != nil {
+		o.config(&hcfg)
+	}
+	h := New(hcfg, seg, snow, log)
 	rcfg := resp.DefaultConfig()
 	rcfg.RequirePass = o.requirePass
 	if o.maxClients > 0 {

@@ -121,10 +121,10 @@ func (h *Handler) serveStatusJSON(w http.ResponseWriter, _ *http.Request) {
 		t := statusTag{Tag: in.Tag, Current: statusSeg(in.Current), Next: statusSeg(in.Next),
 			NextReady: in.NextReady, Loading: in.Loading, InitOK: in.InitOK, Step: in.Step,
 			MinStep: in.MinStep, Mark: in.Mark, Issued: in.Issued, LastRefillMs: unixMs(in.LastRefill),
-			LastError: in.LastError, Loads: make([]statusLoad, 0, len(in.Loads))}
+			LastError: publicLoadError(in.LastError), Loads: make([]statusLoad, 0, len(in.Loads))}
 		for _, l := range in.Loads {
 			t.Loads = append(t.Loads, statusLoad{AtMs: unixMs(l.At),
-				DurationMs: float64(l.Duration.Microseconds()) / 1000, Start: l.Start, End: l.End, Error: l.Error})
+				DurationMs: float64(l.Duration.Microseconds()) / 1000, Start: l.Start, End: l.End, Error: publicLoadError(l.Error)})
 		}
 		rep.Tags = append(rep.Tags, t)
 		issued[t.Tag] = t.Issued
@@ -132,7 +132,7 @@ func (h *Handler) serveStatusJSON(w http.ResponseWriter, _ *http.Request) {
 	if h.snow != nil {
 		in := h.snow.Info()
 		rep.Snowflake = &statusSnowflake{
-			HasWorker: in.HasWorker, WorkerID: in.WorkerID, Source: in.Source, Status: in.Status,
+			HasWorker: in.HasWorker, WorkerID: in.WorkerID, Source: in.Source, Status: publicStatus(in.Status),
 			StartBoundMs: unixMs(in.StartBound), ReservedUntilMs: unixMs(in.ReservedUntil),
 			Layout:  fmt.Sprintf("%d/%d/%d", in.Layout.TimeBits, in.Layout.WorkerBits, in.Layout.SeqBits),
 			EpochMs: unixMs(in.Layout.Epoch), Issued: in.Issued, SequenceWaits: in.SequenceWaits,

@@ -88,6 +88,9 @@ func cmdInfo(h *Handler, c *resp.Conn, args [][]byte) error {
 			w("total_commands_processed", st.TotalCommands)
 			w("rejected_connections", st.RejectedConnections)
 			w("total_protocol_errors", st.ProtocolErrors)
+			w("client_query_buffer_limit_disconnections", st.QueryLimitClosed)
+			w("client_output_buffer_limit_disconnections", st.OutputLimitClosed)
+			w("acl_access_denied_auth", h.guard.failures.Load())
 		})
 	}
 	section("segment", func(w func(string, any)) {
@@ -110,7 +113,7 @@ func cmdInfo(h *Handler, c *resp.Conn, args [][]byte) error {
 		w("snowflake_enabled", 1)
 		w("snowflake_worker_id", in.WorkerID)
 		w("snowflake_worker_source", in.Source)
-		w("snowflake_status", orOK(in.Status))
+		w("snowflake_status", orOK(publicStatus(in.Status)))
 		w("snowflake_reserved_until_ms", msOrZero(in.ReservedUntil))
 		w("snowflake_start_bound_ms", msOrZero(in.StartBound))
 		w("snowflake_epoch_ms", in.Layout.EpochMs())

@@ -8,6 +8,8 @@ import (
 	"runtime"
 	"sync/atomic"
 	"time"
+
+	"go.uber.org/zap"
 )
 
 // Conn is one client connection. Its methods are called from the connection's own goroutine
@@ -20,15 +22,17 @@ type Conn struct {
 	local  string
 	born   time.Time
 
-	proto     int
-	authed    bool
-	closing   bool // QUIT: close after this reply
-	name      string
-	libName   string
-	libVer    string
-	state     any          // the handler's per-connection state (SetState)
-	lastCmd   atomic.Int64 // unix ms of the last command, for CLIENT INFO idle
-	nextFlush int          // flush when out grows past this mid-batch
+	proto      int
+	authed     bool
+	authFails  int  // failed Authenticate calls
+	replyStart int  // len(out) when the running command started (OutputExceeded)
+	closing    bool // QUIT: close after this reply
+	name       string
+	libName    string
+	libVer     string
+	state      any          // the handler's per-connection state (SetState)
+	lastCmd    atomic.Int64 // unix ms of the last command, for CLIENT INFO idle
+	nextFlush  int          // flush when out grows past this mid-batch
 
 	now                   time.Time // read once per batch
 	readArmed, writeArmed time.Time // when the deadlines were last pushed forward
@@ -63,6 +67,8 @@ func (c *Conn) Authenticate(pass []byte) bool {
 	ok := subtle.ConstantTimeCompare(pass, []byte(want)) == 1
 	if ok {
 		c.authed = true
+	} else {
+		c.authFails++
 	}
 	return ok
 }
@@ -138,6 +144,9 @@ func (c *Conn) serve() {
 	cfg := &c.srv.cfg
 	defer c.nc.Close()
 	c.nextFlush = flushAt
+	if lim := cfg.MaxOutputBuffer; lim > 0 && lim < flushAt {
+		c.nextFlush = lim
+	}
 	for {
 		// One clock read per batch serves the deadlines and the idle bookkeeping.
 		c.now = c.srv.now()
@@ -164,7 +173,23 @@ func (c *Conn) serve() {
 				continue
 			}
 			c.cmds++
+			before := len(c.out)
+			c.replyStart = before
 			c.srv.handler.ServeRESP(c, args)
+			c.parser.Release()
+			// Smaller replies are written whenever nextFlush bytes are pending, so only a
+			// reply larger than the limit can take the pending bytes past it: the client is
+			// closed with it unsent (the replies of the commands before it are sent), as
+			// Redis closes a client over its output limit.
+			if lim := cfg.MaxOutputBuffer; lim > 0 && len(c.out)-before > lim {
+				c.srv.stats.outputLimit.Add(1)
+				c.srv.outputLog.log(c.srv.log, c.srv.now(), "client closed for overcoming of output buffer limits",
+					zap.String("client", c.remote), zap.Int("pending_bytes", len(c.out)),
+					zap.Int("limit", lim))
+				c.out = c.out[:before]
+				c.flush()
+				return
+			}
 			if c.closing {
 				c.flush()
 				return
@@ -184,6 +209,7 @@ func (c *Conn) serve() {
 			c.cmds = 0
 		}
 		if !c.makeRoom() {
+			c.srv.stats.queryLimit.Add(1)
 			c.srv.stats.protoErrors.Add(1)
 			c.WriteError("ERR Protocol error: query buffer limit exceeded")
 			c.flush()

@@ -26,7 +26,10 @@ const maxKeptArgs = 1024
 // Limits bound what one request may make the server hold. A zero field takes the default
 // of DefaultLimits.
 type Limits struct {
-	// MaxMultibulk is the largest argument count of one command (Redis: 1024*1024).
+	// MaxMultibulk is the largest argument count of one command, the command name included
+	// (default 1024; Redis allows 1024*1024, which no leafd command needs). More is answered
+	// with Redis's "-ERR Protocol error: invalid multibulk length" and the connection closed;
+	// it bounds the parser's argument tables (see MaxArgTables).
 	MaxMultibulk int
 	// MaxBulk is the largest single argument in bytes (Redis: proto-max-bulk-len, 512 MB;
 	// leafd has no use for large values).
@@ -39,10 +42,10 @@ type Limits struct {
 	UnauthBulk      int
 }
 
-// DefaultLimits returns Redis's protocol limits, with a 1 MiB bulk cap.
+// DefaultLimits returns Redis's protocol limits, with a 1 MiB bulk cap and 1024 arguments.
 func DefaultLimits() Limits {
 	return Limits{
-		MaxMultibulk:    1024 * 1024,
+		MaxMultibulk:    DefaultMaxArgs,
 		MaxBulk:         1 << 20,
 		MaxInline:       64 * 1024,
 		UnauthMultibulk: 10,
@@ -200,9 +203,10 @@ func (p *Parser) Next(b []byte, authed bool) (args [][]byte, n int, err error) {
 
 // inline parses a command sent as a plain text line (telnet style).
 func (p *Parser) inline(b []byte, authed bool) ([][]byte, int, error) {
+	maxInline := p.inlineLimit(authed)
 	i := bytes.IndexByte(b[p.scanned:], '\n')
 	if i < 0 {
-		if len(b) > p.lim.MaxInline {
+		if len(b) > maxInline {
 			return nil, 0, protoErr("too big inline request")
 		}
 		p.scanned = len(b)
@@ -211,7 +215,7 @@ func (p *Parser) inline(b []byte, authed bool) ([][]byte, int, error) {
 	}
 	end := p.scanned + i
 	p.scanned, p.Need = 0, 0
-	if end > p.lim.MaxInline {
+	if end > maxInline {
 		return nil, 0, protoErr("too big inline request")
 	}
 	line := b[:end]
@@ -225,6 +229,9 @@ func (p *Parser) inline(b []byte, authed bool) ([][]byte, int, error) {
 	}
 	if !authed && len(p.args) > p.lim.UnauthMultibulk {
 		return nil, 0, protoErr("unauthenticated multibulk length")
+	}
+	if len(p.args) > p.lim.MaxMultibulk {
+		return nil, 0, protoErr("too big inline request")
 	}
 	return p.args, end + 1, nil
 }

@@ -212,7 +212,7 @@ func TestParserReleasesLargeArgLists(t *testing.T) {
 	for i := 0; i < n; i++ {
 		big.WriteString("$0\r\n\r\n")
 	}
-	p := NewParser(Limits{})
+	p := NewParser(Limits{MaxMultibulk: n})
 	if args, _, err := p.Next(big.Bytes(), true); err != nil || len(args) != n {
 		t.Fatalf("big command: got %d args, %v", len(args), err)
 	}

@@ -48,6 +48,11 @@ type Config struct {
 	// MaxQueryBuffer bounds the bytes buffered for one connection's unparsed input
 	// (default 4 MiB, and at least the largest bulk plus its header).
 	MaxQueryBuffer int
+	// MaxOutputBuffer closes a connection whose pending replies exceed this many bytes, as
+	// Redis's client-output-buffer-limit does (default 1 MiB; negative disables). Replies of a
+	// pipeline are written every 64 KiB (or every MaxOutputBuffer bytes when smaller), so in
+	// practice one reply larger than the limit closes the client, unsent.
+	MaxOutputBuffer int
 	// Limits bounds each request (see Limits).
 	Limits Limits
 	// RequirePass, when set, makes clients AUTH (or HELLO ... AUTH) before other commands.
@@ -61,12 +66,13 @@ type Config struct {
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
 	return Config{
-		MaxClients:     10000,
-		IdleTimeout:    5 * time.Minute,
-		WriteTimeout:   30 * time.Second,
-		MaxQueryBuffer: 4 << 20,
-		Limits:         DefaultLimits(),
-		Now:            time.Now,
+		MaxClients:      10000,
+		IdleTimeout:     5 * time.Minute,
+		WriteTimeout:    30 * time.Second,
+		MaxQueryBuffer:  4 << 20,
+		MaxOutputBuffer: 1 << 20,
+		Limits:          DefaultLimits(),
+		Now:             time.Now,
 	}
 }
 
@@ -93,6 +99,9 @@ func (c Config) withDefaults() Config {
 	if c.MaxQueryBuffer <= 0 {
 		c.MaxQueryBuffer = d.MaxQueryBuffer
 	}
+	if c.MaxOutputBuffer == 0 {
+		c.MaxOutputBuffer = d.MaxOutputBuffer
+	}
 	c.Limits = c.Limits.withDefaults()
 	if c.Now == nil {
 		c.Now = d.Now
@@ -107,10 +116,18 @@ type Stats struct {
 	RejectedConnections int64
 	TotalCommands       int64
 	ProtocolErrors      int64
+	// OutputLimitClosed counts connections closed by MaxOutputBuffer (Redis's INFO
+	// client_output_buffer_limit_disconnections).
+	OutputLimitClosed int64
+	// QueryLimitClosed counts connections closed by MaxQueryBuffer
+	// (client_query_buffer_limit_disconnections).
+	QueryLimitClosed int64
 }
 
 type counters struct {
 	connected, total, rejected, commands, protoErrors atomic.Int64
+	outputLimit, queryLimit                           atomic.Int64
+	rejecting                                         atomic.Int64 // rejections being answered
 }
 
 // Server serves RESP on one listener.
@@ -121,10 +138,11 @@ type Server struct {
 	now     func() time.Time
 	started time.Time
 
-	stats   counters
-	nextID  atomic.Int64
-	closing atomic.Bool
-	killed  atomic.Bool // Shutdown's context ended: stop running buffered commands
+	stats     counters
+	outputLog limitLog
+	nextID    atomic.Int64
+	closing   atomic.Bool
+	killed    atomic.Bool // Shutdown's context ended: stop running buffered commands
 
 	// How often the connections push their read and write deadlines forward (rearmEvery).
 	readRearm, writeRearm time.Duration
@@ -271,10 +289,21 @@ func (s *Server) accept(nc net.Conn) {
 	}()
 }
 
+// maxRejecting bounds the connections over MaxClients that are answered at once (see reject);
+// the file-descriptor reserve of cmd/leafd counts them.
+const maxRejecting = 16
+
 // reject answers a client over the limit and closes it. It writes on a goroutine of its own
 // with a deadline on both directions: over TLS the write first runs the handshake, which reads
 // the client's hello, and a client that never sends one must not stall the accept loop.
 func (s *Server) reject(nc net.Conn) {
+	// Each rejection being answered holds a descriptor for up to a second; a flood of them
+	// must not take the descriptors the store and the snowflake lease need, so past
+	// maxRejecting they are closed at once without a reply.
+	if s.stats.rejecting.Load() >= maxRejecting {
+		_ = nc.Close()
+		return
+	}
 	s.mu.Lock()
 	if s.closing.Load() {
 		s.mu.Unlock()
@@ -283,8 +312,10 @@ func (s *Server) reject(nc net.Conn) {
 	}
 	s.wg.Add(1)
 	s.mu.Unlock()
+	s.stats.rejecting.Add(1)
 	go func() {
 		defer s.wg.Done()
+		defer s.stats.rejecting.Add(-1)
 		_ = nc.SetDeadline(s.now().Add(time.Second))
 		_, _ = nc.Write([]byte("-ERR max number of clients reached\r\n"))
 		_ = nc.Close()
@@ -338,6 +369,8 @@ func (s *Server) Stats() Stats {
 		RejectedConnections: s.stats.rejected.Load(),
 		TotalCommands:       s.stats.commands.Load(),
 		ProtocolErrors:      s.stats.protoErrors.Load(),
+		OutputLimitClosed:   s.stats.outputLimit.Load(),
+		QueryLimitClosed:    s.stats.queryLimit.Load(),
 	}
 }
 

@@ -46,6 +46,7 @@ have_py_redis || pkgs+=(python3 python3-redis)
 have_ruby_redis || pkgs+=(ruby ruby-redis)
 have_node || pkgs+=(nodejs npm)
 have_hiredis || pkgs+=(gcc libc6-dev libhiredis-dev)
+command -v prlimit >/dev/null 2>&1 || pkgs+=(util-linux) # the descriptor tests run leafd under prlimit
 if [ ${#pkgs[@]} -gt 0 ]; then
 	sudo=""
 	if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi

@@ -33,15 +33,27 @@ type Config struct {
 	// without ZooKeeper.
 	ZKOutageTolerance time.Duration
 	RequirePass       string
-	AutoCreate        string // "auto", "on", "off"
-	AllowCreate       bool
-	LogLevel          string
-	LogFormat         string
+	// Secrets by file (secrets.go); the file's content replaces the value.
+	RequirePassFile string
+	MySQLDSNFile    string
+	HTTPAuth        string
+	HTTPAuthFile    string
+	HTTPOpenProbes  bool
+	HTTPTLS         bool
+	HTTPMaxClients  int
+	// secretsOnCmdline names the secrets given as flags (visible in ps): warned at start.
+	secretsOnCmdline []string
+	AutoCreate       string // "auto", "on", "off"
+	AllowCreate      bool
+	LogLevel         string
+	LogFormat        string
 
 	MaxClients     int
 	IdleTimeout    time.Duration
 	MaxBulk        int
 	MaxQueryBuffer int
+	MaxOutput      int
+	MaxArgs        int
 	MaxBatch       int
 	TLSCert        string
 	TLSKey         string
@@ -74,9 +86,15 @@ type Config struct {
 func flagSet(c *Config) *flag.FlagSet {
 	fs := flag.NewFlagSet("leafd", flag.ContinueOnError)
 	fs.StringVar(&c.Addr, "addr", "127.0.0.1:6380", "RESP listen address")
-	fs.StringVar(&c.HTTPAddr, "http-addr", "127.0.0.1:8080", "admin/HTTP listen address (metrics, probes, status, Leaf's HTTP API; no authentication); empty disables")
+	fs.StringVar(&c.HTTPAddr, "http-addr", "127.0.0.1:8080", "admin/HTTP listen address (metrics, probes, status, Leaf's HTTP API); empty disables")
+	fs.StringVar(&c.HTTPAuth, "http-auth", "", "token the admin port requires (Authorization: Bearer <token>, or Basic with it as the password); default: the --requirepass password")
+	fs.StringVar(&c.HTTPAuthFile, "http-auth-file", "", "file holding the --http-auth token (preferred over the flag)")
+	fs.BoolVar(&c.HTTPOpenProbes, "http-open-probes", false, "with a token set, leave /healthz and a tag-less /readyz ({\"ready\": bool} only) open for probes")
+	fs.BoolVar(&c.HTTPTLS, "http-tls", false, "serve the admin port over TLS with --tls-cert/--tls-key")
+	fs.IntVar(&c.HTTPMaxClients, "http-maxclients", 64, "admin connections served at once; more wait in the listen backlog")
 	fs.StringVar(&c.DataDir, "data-dir", "./leafd-data", "embedded store, regression marks and worker-id caches")
-	fs.StringVar(&c.MySQLDSN, "mysql-dsn", "", "go-sql-driver DSN; when set, segments come from MySQL/MariaDB (table leaf_alloc)")
+	fs.StringVar(&c.MySQLDSN, "mysql-dsn", "", "go-sql-driver DSN; when set, segments come from MySQL/MariaDB (table leaf_alloc); prefer LEAFD_MYSQL_DSN or --mysql-dsn-file")
+	fs.StringVar(&c.MySQLDSNFile, "mysql-dsn-file", "", "file holding the --mysql-dsn (preferred over the flag)")
 	fs.StringVar(&c.ZKAddrs, "zk-addrs", "", "ZooKeeper connection string host:port[,host:port...][/chroot]; when set, worker ids come from ZooKeeper")
 	fs.StringVar(&c.Name, "name", "leafd", "cluster name (Leaf's leaf.name; ZooKeeper path /snowflake/<name>)")
 	fs.Int64Var(&c.WorkerID, "worker-id", -1, "static snowflake worker id (instead of ZooKeeper or the local default); -1: unset")
@@ -84,7 +102,8 @@ func flagSet(c *Config) *flag.FlagSet {
 	fs.BoolVar(&c.WorkerReuse, "worker-reuse", false, "let a new instance take over the worker id of a dead one (ZooKeeper)")
 	fs.DurationVar(&c.ZKSession, "zk-session-timeout", 10*time.Second, "ZooKeeper session timeout: how long a dead instance's worker id stays live (worker reuse)")
 	fs.DurationVar(&c.ZKOutageTolerance, "zk-outage-tolerance", 0, "how long past the time bound ZooKeeper last confirmed an instance keeps issuing snowflake IDs without ZooKeeper (another instance taking the id waits as long); 0: not beyond the lease")
-	fs.StringVar(&c.RequirePass, "requirepass", "", "password for AUTH / HELLO ... AUTH")
+	fs.StringVar(&c.RequirePass, "requirepass", "", "password for AUTH / HELLO ... AUTH; prefer --requirepass-file or LEAFD_REQUIREPASS")
+	fs.StringVar(&c.RequirePassFile, "requirepass-file", "", "file holding the --requirepass password (preferred over the flag)")
 	fs.StringVar(&c.AutoCreate, "auto-create", "auto", "create unknown tags on first use: on, off, or auto (on with the embedded store, off with MySQL)")
 	fs.BoolVar(&c.AllowCreate, "allow-create", true, "let clients create tags (IDS.CREATE and auto-create); false locks tag creation to the operator")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
@@ -94,6 +113,8 @@ func flagSet(c *Config) *flag.FlagSet {
 	fs.DurationVar(&c.IdleTimeout, "timeout", 5*time.Minute, "close a client idle this long (0 disables)")
 	fs.IntVar(&c.MaxBulk, "max-bulk", 1<<20, "largest RESP argument in bytes")
 	fs.IntVar(&c.MaxQueryBuffer, "max-query-buffer", 4<<20, "largest unparsed input held per connection, bytes")
+	fs.IntVar(&c.MaxOutput, "max-output-buffer", 1<<20, "close a client whose pending replies exceed this many bytes (0 disables)")
+	fs.IntVar(&c.MaxArgs, "max-args", resp.DefaultMaxArgs, "most arguments of one command, its name included")
 	fs.IntVar(&c.MaxBatch, "max-batch", 1000, "largest count of IDS.SEGMENT and IDS.SNOWFLAKE")
 	fs.StringVar(&c.TLSCert, "tls-cert", "", "TLS certificate file (with --tls-key: serve RESP over TLS)")
 	fs.StringVar(&c.TLSKey, "tls-key", "", "TLS key file")
@@ -141,6 +162,11 @@ func loadConfig(args []string, getenv func(string) string, stderr io.Writer) (Co
 	}
 	onCmdline := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { onCmdline[f.Name] = true })
+	for _, name := range []string{"requirepass", "mysql-dsn", "http-auth"} {
+		if onCmdline[name] {
+			c.secretsOnCmdline = append(c.secretsOnCmdline, name)
+		}
+	}
 	if *configPath == "" {
 		*configPath = getenv(envName("config"))
 	}
@@ -169,6 +195,9 @@ func loadConfig(args []string, getenv func(string) string, stderr io.Writer) (Co
 		}
 	})
 	if err := errors.Join(errs...); err != nil {
+		return c, err
+	}
+	if err := c.readSecrets(); err != nil {
 		return c, err
 	}
 	return c, c.Validate()
@@ -257,8 +286,17 @@ func (c Config) Validate() error {
 	if (c.TLSCert == "") != (c.TLSKey == "") {
 		bad("--tls-cert and --tls-key go together")
 	}
-	if c.MaxClients < 1 || c.MaxBatch < 1 || c.MaxLoaders < 1 || c.MaxBulk < 1 || c.MaxQueryBuffer < 1 {
-		bad("--maxclients, --max-batch, --max-loaders, --max-bulk and --max-query-buffer must be positive")
+	if c.MaxClients < 1 || c.MaxBatch < 1 || c.MaxLoaders < 1 || c.MaxBulk < 1 || c.MaxQueryBuffer < 1 || c.HTTPMaxClients < 1 {
+		bad("--maxclients, --http-maxclients, --max-batch, --max-loaders, --max-bulk and --max-query-buffer must be positive")
+	}
+	if c.MaxArgs < 3 {
+		bad("--max-args %d: must be at least 3 (AUTH user pass)", c.MaxArgs)
+	}
+	if c.MaxOutput < 0 {
+		bad("--max-output-buffer %d: must not be negative (0 disables)", c.MaxOutput)
+	}
+	if c.HTTPTLS && c.TLSCert == "" {
+		bad("--http-tls needs --tls-cert and --tls-key")
 	}
 	if c.MaxBulk >= 1 && c.MaxQueryBuffer >= 1 {
 		rc := resp.Config{MaxQueryBuffer: c.MaxQueryBuffer, Limits: resp.Limits{MaxBulk: c.MaxBulk}}
@@ -340,12 +378,13 @@ func (c Config) autoCreate() bool {
 // appendonly.
 func (c Config) configValues() map[string]string {
 	return map[string]string{
-		"save":               "",
-		"appendonly":         "no",
-		"databases":          "1",
-		"maxclients":         strconv.Itoa(c.MaxClients),
-		"timeout":            strconv.Itoa(int(c.IdleTimeout / time.Second)),
-		"proto-max-bulk-len": strconv.Itoa(c.MaxBulk),
-		"bind":               c.Addr,
+		"save":                      "",
+		"appendonly":                "no",
+		"databases":                 "1",
+		"maxclients":                strconv.Itoa(c.MaxClients),
+		"timeout":                   strconv.Itoa(int(c.IdleTimeout / time.Second)),
+		"proto-max-bulk-len":        strconv.Itoa(c.MaxBulk),
+		"client-query-buffer-limit": strconv.Itoa(c.MaxQueryBuffer),
+		"bind":                      c.Addr,
 	}
 }

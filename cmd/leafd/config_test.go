@@ -57,3 +57,59 @@ func TestConfigValidation(t *testing.T) {
 		t.Errorf("--timeout 0 with a large bulk and buffer: got %v, %v; want accepted", cfg.IdleTimeout, err)
 	}
 }
+
+// TestSecretsFromFiles: the *-file options replace the secret with the file's one line; a
+// secret given twice, an empty file or a second line is a configuration error.
+func TestSecretsFromFiles(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		f := filepath.Join(dir, name)
+		if err := os.WriteFile(f, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	none := func(string) string { return "" }
+	cfg, err := loadConfig([]string{"--requirepass-file", write("pass", "s3cret\n"),
+		"--mysql-dsn-file", write("dsn", "u:p@tcp(db:3306)/leaf\n"), "--http-auth-file", write("tok", "tok\r\n")}, none, io.Discard)
+	if err != nil || cfg.RequirePass != "s3cret" || cfg.MySQLDSN != "u:p@tcp(db:3306)/leaf" || cfg.HTTPAuth != "tok" {
+		t.Errorf("got %q %q %q, %v", cfg.RequirePass, cfg.MySQLDSN, cfg.HTTPAuth, err)
+	}
+	if len(cfg.secretsOnCmdline) != 0 {
+		t.Errorf("secrets on the command line: got %v, want none", cfg.secretsOnCmdline)
+	}
+	if cfg.httpToken() != "tok" {
+		t.Errorf("httpToken: got %q, want the --http-auth token", cfg.httpToken())
+	}
+	cfg, _ = loadConfig(nil, func(k string) string {
+		if k == "LEAFD_REQUIREPASS" {
+			return "env-pass"
+		}
+		return ""
+	}, io.Discard)
+	if cfg.httpToken() != "env-pass" || len(cfg.secretsOnCmdline) != 0 {
+		t.Errorf("LEAFD_REQUIREPASS: token %q, on the command line %v", cfg.httpToken(), cfg.secretsOnCmdline)
+	}
+	cfg, _ = loadConfig([]string{"--requirepass", "x"}, none, io.Discard)
+	if len(cfg.secretsOnCmdline) != 1 {
+		t.Errorf("--requirepass on the command line not noted: %v", cfg.secretsOnCmdline)
+	}
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"twice", []string{"--requirepass", "x", "--requirepass-file", write("p2", "y\n")}, "exclude each other"},
+		{"empty", []string{"--requirepass-file", write("empty", "\n")}, "one non-empty line"},
+		{"two lines", []string{"--http-auth-file", write("two", "a\nb\n")}, "one non-empty line"},
+		{"missing", []string{"--mysql-dsn-file", filepath.Join(dir, "nope")}, "--mysql-dsn-file"},
+		{"http-tls without cert", []string{"--http-tls"}, "--http-tls"},
+		{"max-args", []string{"--max-args", "2"}, "--max-args"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := loadConfig(tc.args, none, io.Discard); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("got %v, want an error with %q", err, tc.want)
+			}
+		})
+	}
+}

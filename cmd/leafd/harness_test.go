@@ -48,7 +48,9 @@ type leafd struct {
 	args     []string
 	dataDir  string
 	addr     string
-	httpAddr string // admin HTTP address; empty when the args disabled it
+	httpAddr string   // admin HTTP address; empty when the args disabled it
+	bin      string   // the binary; leafdBin when empty
+	prefix   []string // a command that runs the binary (prlimit ...)
 	cmd      *exec.Cmd
 	logMu    sync.Mutex
 	log      bytes.Buffer
@@ -72,7 +74,13 @@ func freeAddr(t testing.TB) string {
 // cleanup.
 func startLeafd(t testing.TB, args ...string) *leafd {
 	t.Helper()
-	l := &leafd{t: t, args: args}
+	return startLeafdAs(t, &leafd{}, args...)
+}
+
+// startLeafdAs is startLeafd for a process whose bin or prefix l sets.
+func startLeafdAs(t testing.TB, l *leafd, args ...string) *leafd {
+	t.Helper()
+	l.t, l.args = t, args
 	if !hasFlag(args, "--data-dir") {
 		l.dataDir = t.TempDir()
 		l.args = append(l.args, "--data-dir", l.dataDir)
@@ -122,7 +130,12 @@ func flagValue(args []string, name string) string {
 // start (re)starts the process with the same arguments and waits for PING.
 func (l *leafd) start() {
 	l.t.Helper()
-	l.cmd = exec.Command(leafdBin, l.args...)
+	bin := leafdBin
+	if l.bin != "" {
+		bin = l.bin
+	}
+	argv := append(append(append([]string{}, l.prefix...), bin), l.args...)
+	l.cmd = exec.Command(argv[0], argv[1:]...)
 	l.cmd.Env = append(os.Environ(), "GORACE=halt_on_error=1")
 	pr, pw, err := os.Pipe()
 	if err != nil {

@@ -41,7 +41,12 @@ func health(args []string, getenv func(string) string, stderr io.Writer) int {
 	if *ready {
 		path = "/readyz"
 	}
-	if err := probe(target, path, *timeout); err != nil {
+	token, scheme, client, err := healthClient(getenv) // healthauth.go
+	if err != nil {
+		fmt.Fprintln(stderr, "leafd health:", err)
+		return 2
+	}
+	if err := probe(client, scheme+"://"+target+path, token, *timeout); err != nil {
 		fmt.Fprintln(stderr, "leafd health:", err)
 		return 1
 	}
@@ -70,21 +75,24 @@ func probeTarget(addr string, getenv func(string) string) (string, error) {
 	return net.JoinHostPort(host, port), nil
 }
 
-func probe(target, path string, timeout time.Duration) error {
+func probe(client *http.Client, url, token string, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+target+path, nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := client.Do(req)
 	if err != nil {
 		return err
 	}
 	defer resp.Body.Close()
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s: %s", path, resp.Status)
+		return fmt.Errorf("%s: %s", req.URL.Path, resp.Status)
 	}
 	return nil
 }

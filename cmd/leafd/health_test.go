@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -72,5 +74,37 @@ func TestHealthCommand(t *testing.T) {
 	hs.Close()
 	if code, _ := run("--addr", addr, "--timeout", "2s"); code != 1 {
 		t.Errorf("server gone: got exit %d, want 1", code)
+	}
+}
+
+// TestHealthAuth: `leafd health` sends the admin token the server reads from the same
+// environment (the password file here), so the image's HEALTHCHECK passes an admin port
+// behind authentication.
+func TestHealthAuth(t *testing.T) {
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer s3cret" {
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		_, _ = w.Write([]byte("ok"))
+	}))
+	defer hs.Close()
+	addr := strings.TrimPrefix(hs.URL, "http://")
+	file := filepath.Join(t.TempDir(), "pass")
+	if err := os.WriteFile(file, []byte("s3cret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if code := health([]string{"--addr", addr}, func(string) string { return "" }, &out); code != 1 {
+		t.Errorf("without the token: got exit %d, want 1", code)
+	}
+	env := func(k string) string {
+		if k == "LEAFD_REQUIREPASS_FILE" {
+			return file
+		}
+		return ""
+	}
+	if code := health([]string{"--addr", addr}, env, &out); code != 0 {
+		t.Errorf("with LEAFD_REQUIREPASS_FILE: got exit %d (%s), want 0", code, out.String())
 	}
 }

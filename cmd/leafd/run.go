@@ -26,6 +26,14 @@ func run(ctx context.Context, cfg Config, log *zap.Logger, ready func(net.Addr))
 	if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
 		return fmt.Errorf("data dir: %w", err)
 	}
+	for _, name := range cfg.secretsOnCmdline {
+		log.Warn("a secret given as a flag is visible to local users (ps); prefer the environment or the -file option",
+			zap.String("flag", "--"+name), zap.String("instead", envName(name)+" or --"+name+"-file"))
+	}
+	// Descriptors for the store, ZooKeeper, the data dir and the admin port come first.
+	if err := fitMaxClients(&cfg, log); err != nil {
+		return err
+	}
 	var closers []io.Closer // closed in reverse order on the way out
 	defer func() {
 		for i := len(closers) - 1; i >= 0; i-- {
@@ -77,11 +85,13 @@ func run(ctx context.Context, cfg Config, log *zap.Logger, ready func(net.Addr))
 	closers = append(closers, snowClose...)
 
 	h := handlers.New(handlers.Config{
-		MaxBatch:      cfg.MaxBatch,
-		DisableCreate: !cfg.AllowCreate,
-		Version:       version,
-		StoreName:     storeName,
-		ConfigValues:  cfg.configValues(),
+		MaxBatch:       cfg.MaxBatch,
+		DisableCreate:  !cfg.AllowCreate,
+		Version:        version,
+		StoreName:      storeName,
+		ConfigValues:   cfg.configValues(),
+		HTTPAuth:       cfg.httpToken(),
+		HTTPOpenProbes: cfg.HTTPOpenProbes,
 	}, seg, snow, log.Named("handlers"))
 
 	rcfg := resp.DefaultConfig()
@@ -92,6 +102,11 @@ func run(ctx context.Context, cfg Config, log *zap.Logger, ready func(net.Addr))
 	}
 	rcfg.MaxQueryBuffer = cfg.MaxQueryBuffer
 	rcfg.Limits.MaxBulk = cfg.MaxBulk
+	rcfg.Limits.MaxMultibulk = cfg.MaxArgs
+	rcfg.MaxOutputBuffer = cfg.MaxOutput
+	if cfg.MaxOutput == 0 {
+		rcfg.MaxOutputBuffer = -1
+	}
 	rcfg.RequirePass = cfg.RequirePass
 	rcfg.TLS = tlsConfig
 	srv, err := resp.NewServer(rcfg, h, log.Named("resp"))
@@ -105,6 +120,10 @@ func run(ctx context.Context, cfg Config, log *zap.Logger, ready func(net.Addr))
 	if cfg.HTTPAddr != "" {
 		if httpLn, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
 			return fmt.Errorf("--http-addr: %w", err)
+		}
+		httpLn = newLimitListener(httpLn, cfg.HTTPMaxClients)
+		if cfg.HTTPTLS {
+			httpLn = tls.NewListener(httpLn, tlsConfig)
 		}
 		httpSrv = newHTTPServer(cfg, h, log)
 	}
@@ -121,9 +140,12 @@ func run(ctx context.Context, cfg Config, log *zap.Logger, ready func(net.Addr))
 	if httpSrv != nil {
 		httpDone = make(chan error, 1)
 		go func() { httpDone <- httpSrv.Serve(httpLn) }()
-		log.Info("admin HTTP ready", zap.String("http_addr", httpLn.Addr().String()))
+		log.Info("admin HTTP ready", zap.String("http_addr", httpLn.Addr().String()),
+			zap.Bool("tls", cfg.HTTPTLS), zap.Bool("auth", cfg.httpToken() != ""),
+			zap.Bool("open_probes", cfg.HTTPOpenProbes), zap.Int("maxclients", cfg.HTTPMaxClients))
 	}
 	log.Info("leafd ready", zap.String("addr", addr.String()), zap.String("store", storeName),
+		zap.Int("maxclients", cfg.MaxClients),
 		zap.Bool("auto_create", scfg.AutoCreate), zap.String("version", version))
 	if ready != nil {
 		ready(addr)

@@ -1,0 +1,59 @@
+package handlers
+
+import "strings"
+
+// The raw errors the cores keep for display (a tag's last load error, the snowflake status)
+// can carry a database or ZooKeeper address, a DSN's user or a file path. The server logs
+// them in full where they happen; replies and pages show only what failed, in words.
+
+const seeLog = " (details in the server log)"
+
+// publicLoadError says in words what a segment load error was.
+func publicLoadError(s string) string {
+	if s == "" {
+		return ""
+	}
+	l := strings.ToLower(s)
+	switch {
+	case strings.Contains(l, "regression"):
+		return "range refused by the regression guard" + seeLog
+	case strings.Contains(l, "unknown tag"):
+		return "unknown tag"
+	case strings.Contains(l, "rejected"):
+		return "too many loads at once" + seeLog
+	case strings.Contains(l, "closed"):
+		return "shutting down"
+	case containsAny(l, "timeout", "deadline exceeded", "timed out"):
+		return "store timed out" + seeLog
+	case containsAny(l, "refused", "no such host", "unreachable", "reset by peer", "broken pipe",
+		"bad connection", "invalid connection", "eof", "no route", "dial"):
+		return "store unreachable" + seeLog
+	}
+	return "store error" + seeLog
+}
+
+// publicStatus says in words why snowflake IDs cannot be issued.
+func publicStatus(s string) string {
+	if s == "" {
+		return ""
+	}
+	l := strings.ToLower(s)
+	switch {
+	case strings.Contains(l, "generator closed"):
+		return "no worker id: shutting down"
+	case strings.Contains(l, "extending lease"):
+		return "no worker id: the time bound could not be extended" + seeLog
+	case strings.Contains(l, "acquiring worker id"):
+		return "no worker id yet: acquiring one"
+	}
+	return "no worker id: worker-id source unavailable" + seeLog
+}
+
+func containsAny(s string, subs ...string) bool {
+	for _, sub := range subs {
+		if strings.Contains(s, sub) {
+			return true
+		}
+	}
+	return false
+}
