@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -167,13 +168,20 @@ func doAuth(t *testing.T, hs *httptest.Server, path, auth string) (int, string) 
 	return resp.StatusCode, string(b)
 }
 
-// addrStore fails every call with an error naming the database's address, as the MySQL
-// driver's errors do.
-type addrStore struct{ downStore }
+// addrStore grants one range of 10, then fails every call with an error naming the
+// database's address, as the MySQL driver's errors do. The tag is then held (its first load
+// worked) and its refills fail.
+type addrStore struct {
+	downStore
+	granted *atomic.Bool
+}
 
 var errAddr = fmt.Errorf("allocate: dial tcp 10.9.8.7:3306: connect: connection refused")
 
-func (addrStore) Allocate(context.Context, string, int64) (segment.Alloc, error) {
+func (s addrStore) Allocate(context.Context, string, int64) (segment.Alloc, error) {
+	if s.granted.CompareAndSwap(false, true) {
+		return segment.Alloc{MaxID: 11, Step: 10}, nil
+	}
 	return segment.Alloc{}, errAddr
 }
 
@@ -183,13 +191,18 @@ func TestStoreErrorsRedacted(t *testing.T) {
 	cfg := segment.DefaultConfig()
 	cfg.AutoCreate = true
 	cfg.WaitTimeout = 50 * time.Millisecond
-	seg, err := segment.New(cfg, addrStore{}, noMarks{}, zap.NewNop())
+	seg, err := segment.New(cfg, addrStore{granted: new(atomic.Bool)}, noMarks{}, zap.NewNop())
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = seg.Close() })
-	if _, err := seg.Next("t"); err == nil {
-		t.Fatal("Next on a store that is down: no error")
+	// Drain the one range; the refills fail, so the last Next fails too.
+	var nextErr error
+	for i := 0; i < 11 && nextErr == nil; i++ {
+		_, nextErr = seg.Next("t")
+	}
+	if nextErr == nil {
+		t.Fatal("Next past the only range on a store that is down: no error")
 	}
 	in, err := seg.Info("t")
 	if err != nil || !strings.Contains(in.LastError, "10.9.8.7") {
