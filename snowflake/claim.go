@@ -193,9 +193,13 @@ func (s *ZKSource) fence(ctx context.Context, id int64, path string, fv foreverD
 					"start this instance with --worker-reuse too, or with a new identity", id, path, st.Holder)
 			}
 			b := st.ReservedUntil
-			if st.Instance != s.instance {
-				// Another data dir held it: it may have issued up to its tolerance past the
-				// bound it wrote, without telling ZooKeeper.
+			if st.Token != s.token {
+				// Another process held it and may still run: it may have issued up to its
+				// tolerance past the bound it wrote, without telling ZooKeeper. That holds for
+				// this data dir's own earlier process too: a copy of the data dir has the same
+				// instance, while the original, cut off from ZooKeeper, keeps issuing. A
+				// graceful Close announced tolerance 0 (Extend), so a clean restart waits for
+				// nothing; only a restart after a crash waits the tolerance.
 				b += max(st.ToleranceMs, 0)
 			}
 			bound = max(bound, b)

@@ -76,6 +76,9 @@ func (s *localSource) Acquire(ctx context.Context) (Worker, error) {
 	if err != nil {
 		return Worker{}, err
 	}
+	if err := s.f.checkLayout(st); err != nil {
+		return Worker{}, err
+	}
 	w := Worker{ID: s.id, Source: s.name}
 	if ok {
 		// The file source keeps the id of an earlier static or file run; an id written by the
@@ -89,7 +92,7 @@ func (s *localSource) Acquire(ctx context.Context) (Worker, error) {
 		}
 	}
 	// Record the id now so that a first start's id survives a crash before the first Extend.
-	if !ok || st.WorkerID != w.ID || st.Source != s.name {
+	if !ok || st.WorkerID != w.ID || st.Source != s.name || st.Layout == nil {
 		st = localState{WorkerID: w.ID, Source: s.name, ReservedUntilMs: st.ReservedUntilMs}
 		if err := s.f.write(st); err != nil {
 			return Worker{}, err

@@ -1,6 +1,11 @@
 package snowflake
 
 import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -11,7 +16,7 @@ import (
 // (or other --snowflake-bits) issues the IDs of D ms ago again. The restart must either refuse
 // (naming the options) or issue only above every ID of the earlier run.
 //
-// It fails on the code as reviewed: the second run reissues the first run's IDs one for one.
+// The data dir records the layout (layout.go): the restart is refused, naming the options.
 func TestRestartWithChangedLayoutDoesNotReissue(t *testing.T) {
 	dir := t.TempDir()
 	c := newFakeClock(ms2024)
@@ -43,7 +48,10 @@ func TestRestartWithChangedLayoutDoesNotReissue(t *testing.T) {
 	// The epoch moved forward by the time that passed since the first run began.
 	second, err := run(DefaultEpochMs+c.Now().UnixMilli()-ms2024, 50)
 	if err != nil {
-		t.Logf("restart with another epoch refused: %v", err)
+		if !errors.Is(err, ErrLayoutChanged) || !strings.Contains(err.Error(), "--snowflake-epoch") ||
+			!strings.Contains(err.Error(), "--snowflake-bits") {
+			t.Fatalf("restart with another epoch: want ErrLayoutChanged naming --snowflake-epoch and --snowflake-bits, got %v", err)
+		}
 		return
 	}
 	seen := make(map[int64]bool, len(first))
@@ -59,5 +67,43 @@ func TestRestartWithChangedLayoutDoesNotReissue(t *testing.T) {
 	if dups > 0 || second[0] <= first[len(first)-1] {
 		t.Fatalf("restart with the epoch moved forward by the time since the first run: %d of %d IDs reissued; first new ID %d, last old ID %d",
 			dups, len(second), second[0], first[len(first)-1])
+	}
+}
+
+// TestLayoutRecordedInDataDir: other bit widths are refused like another epoch; the same
+// layout restarts; a file written before the record existed adopts the current layout (and
+// then refuses another one).
+func TestLayoutRecordedInDataDir(t *testing.T) {
+	dir := t.TempDir()
+	open := func(l Layout) error {
+		src, err := NewFileSource(dir, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer src.Close()
+		src.setLayout(l)
+		_, err = src.Acquire(context.Background())
+		return err
+	}
+	if err := open(Layout{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := open(Layout{TimeBits: 41, WorkerBits: 8, SeqBits: 14}); !errors.Is(err, ErrLayoutChanged) {
+		t.Fatalf("other bits: want ErrLayoutChanged, got %v", err)
+	}
+	if err := open(DefaultLayout()); err != nil {
+		t.Fatalf("same layout: %v", err)
+	}
+	// An old file: no layout record.
+	p := filepath.Join(dir, LocalStateFile)
+	if err := os.WriteFile(p, []byte(`{"worker_id":0,"reserved_until":1,"source":"file","instance":"abc"}`+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	moved := Layout{Epoch: time.UnixMilli(DefaultEpochMs + 1000)}
+	if err := open(moved); err != nil {
+		t.Fatalf("old file: %v", err)
+	}
+	if err := open(Layout{}); !errors.Is(err, ErrLayoutChanged) {
+		t.Fatalf("after adopting the moved epoch, the default: want ErrLayoutChanged, got %v", err)
 	}
 }

@@ -36,6 +36,8 @@ type localState struct {
 	// the same data dir recognises (and replaces) its own dead predecessor's claim, and nothing
 	// else's.
 	Instance string `json:"instance,omitempty"`
+	// Layout: the epoch and bit widths of the IDs issued on this data dir (layout.go).
+	Layout *layoutRec `json:"layout,omitempty"`
 }
 
 // localFile is a JSON state file guarded by an exclusive flock on "<path>.lock" (a separate file,
@@ -45,7 +47,9 @@ type localFile struct {
 	path     string
 	mu       sync.Mutex
 	lock     *os.File
-	instance string // the data dir's identity, written into every state (see localState.Instance)
+	instance string     // the data dir's identity, written into every state (see localState.Instance)
+	want     *layoutRec // the layout of this run (nil: none given); mu
+	layout   *layoutRec // the layout written into every state once checked; mu
 }
 
 func openLocalFile(path string) (*localFile, error) {
@@ -87,6 +91,9 @@ func (f *localFile) read() (st localState, ok bool, err error) {
 // write durably replaces the state. The data dir's instance id is always kept.
 func (f *localFile) write(st localState) error {
 	st.Instance = f.instance
+	if f.layout != nil {
+		st.Layout = f.layout
+	}
 	b, err := json.Marshal(st)
 	if err != nil {
 		return err

@@ -424,6 +424,9 @@ func New(cfg Config, src WorkerSource, log *zap.Logger) (*Generator, error) {
 	}
 	cfg = cfg.withDefaults()
 	l := cfg.Layout
+	if ls, ok := src.(layoutSetter); ok {
+		ls.setLayout(l) // Acquire refuses a data dir or domain used with another layout
+	}
 	g := &Generator{
 		cfg:         cfg,
 		log:         log,

@@ -324,6 +324,12 @@ func (s *ZKSource) Acquire(ctx context.Context) (Worker, error) {
 	if err != nil {
 		return Worker{}, err
 	}
+	s.cache.mu.Lock()
+	err = s.cache.checkLayout(cache)
+	s.cache.mu.Unlock()
+	if err != nil {
+		return Worker{}, err
+	}
 	dirBound := cache.ReservedUntilMs // the data dir's, whichever source wrote it
 	usable := cache.Source == "zookeeper" && cache.Name == s.cfg.Name && cache.Addr == s.cfg.Addr
 	if cache.Source == "zookeeper" && !usable {
@@ -421,6 +427,9 @@ func (s *ZKSource) getForever(ctx context.Context, path string) (foreverData, er
 
 func (s *ZKSource) acquireZK(ctx context.Context, cache localState, dirBound int64) (Worker, error) {
 	if err := s.ensurePaths(ctx); err != nil {
+		return Worker{}, err
+	}
+	if err := s.checkZKLayout(ctx); err != nil {
 		return Worker{}, err
 	}
 	kids, err := s.children(ctx)
@@ -625,7 +634,16 @@ func (s *ZKSource) Extend(ctx context.Context, until time.Time) error {
 			zctx, cancel = context.WithTimeout(ctx, time.Second)
 			defer cancel()
 		}
+		tol := s.tolerance
+		if u < s.zkUntil {
+			// Lowering the bound: the generator's Close, after it has stopped issuing.
+			// Announce tolerance 0, so that a successor (a clean restart) need not wait it.
+			s.tolerance = 0
+		}
 		zkErr = s.writeStateLocked(zctx, u)
+		if zkErr != nil {
+			s.tolerance = tol
+		}
 		if zkErr == nil {
 			if err := s.cache.write(s.localState(u)); err != nil {
 				return err

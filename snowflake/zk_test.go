@@ -635,3 +635,31 @@ func TestZKCacheOfReuseRunNotUsedWithoutZooKeeper(t *testing.T) {
 		t.Fatalf("got %v, want ErrSourceUnavailable (retry until ZooKeeper answers)", err)
 	}
 }
+
+// TestZKLayoutNode: the first instance of a domain records its layout in
+// /snowflake/<name>/layout; an instance of the same domain with another layout (on a fresh
+// data dir) is refused, one with the same layout starts.
+func TestZKLayoutNode(t *testing.T) {
+	addr := zkServer(t)
+	name := randomName(t)
+	a := newZK(t, zkCfg(addr, name, "10.7.0.1:6380", t.TempDir()))
+	a.setLayout(Layout{})
+	acquire(t, a)
+	b, _, err := adminConn(t, addr).Get("/snowflake/" + name + "/layout")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprintf(`{"epoch_ms":%d,"time_bits":41,"worker_bits":10,"seq_bits":12}`, DefaultEpochMs); string(b) != want {
+		t.Fatalf("layout node %s, want %s", b, want)
+	}
+	other := newZK(t, zkCfg(addr, name, "10.7.0.2:6380", t.TempDir()))
+	other.setLayout(Layout{Epoch: time.UnixMilli(DefaultEpochMs + 1000)})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := other.Acquire(ctx); !errors.Is(err, ErrLayoutChanged) || !strings.Contains(err.Error(), "--snowflake-epoch") {
+		t.Fatalf("another epoch in the same domain: want ErrLayoutChanged naming the option, got %v", err)
+	}
+	same := newZK(t, zkCfg(addr, name, "10.7.0.3:6380", t.TempDir()))
+	same.setLayout(DefaultLayout())
+	acquire(t, same)
+}
