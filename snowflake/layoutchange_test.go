@@ -52,6 +52,9 @@ func TestRestartWithChangedLayoutDoesNotReissue(t *testing.T) {
 			!strings.Contains(err.Error(), "--snowflake-bits") {
 			t.Fatalf("restart with another epoch: want ErrLayoutChanged naming --snowflake-epoch and --snowflake-bits, got %v", err)
 		}
+		if strings.Contains(err.Error(), "snowflake: snowflake:") {
+			t.Fatalf("repeated prefix: %v", err)
+		}
 		return
 	}
 	seen := make(map[int64]bool, len(first))

@@ -310,7 +310,7 @@ func (c Config) Validate() error {
 		return fmt.Errorf("snowflake: epoch %v is in the future (clock %v)", c.Layout.Epoch, now.UTC())
 	}
 	if now.After(c.Layout.MaxTime()) {
-		return fmt.Errorf("snowflake: %w: layout with %d time bits ends at %v", ErrOverflow, c.Layout.TimeBits, c.Layout.MaxTime())
+		return fmt.Errorf("%w: layout with %d time bits ends at %v", ErrOverflow, c.Layout.TimeBits, c.Layout.MaxTime())
 	}
 	return nil
 }
@@ -540,7 +540,7 @@ func (g *Generator) acquire(ctx context.Context, deadline time.Time) (Worker, er
 	w, err := g.src.Acquire(actx)
 	cancel()
 	if err != nil {
-		return Worker{}, fmt.Errorf("snowflake: acquire worker id: %w", err)
+		return Worker{}, wrap("acquire worker id", err)
 	}
 	if w.ID < 0 || w.ID > g.cfg.Layout.MaxWorkerID() {
 		return Worker{}, fmt.Errorf("snowflake: worker id %d out of range [0, %d] for %d worker bits", w.ID, g.cfg.Layout.MaxWorkerID(), g.cfg.Layout.WorkerBits)
@@ -553,14 +553,14 @@ func (g *Generator) begin(ctx context.Context, w Worker) error {
 	boundMs := w.boundMs()
 	now := g.nowMs()
 	if now <= boundMs {
-		return fmt.Errorf("snowflake: %w: clock %v not past the start bound %v", ErrClockBack, time.UnixMilli(now).UTC(), w.Bound)
+		return fmt.Errorf("%w: clock %v not past the start bound %v", ErrClockBack, time.UnixMilli(now).UTC(), w.Bound)
 	}
 	until := now + g.cfg.LeaseWindow.Milliseconds()
 	ectx, cancel := context.WithTimeout(ctx, g.cfg.ExtendTimeout)
 	err := g.src.Extend(ectx, time.UnixMilli(until))
 	cancel()
 	if err != nil {
-		return fmt.Errorf("snowflake: first lease extension: %w", err)
+		return wrap("first lease extension", err)
 	}
 	g.mu.Lock()
 	if g.closed {
@@ -586,7 +586,7 @@ func (g *Generator) begin(ctx context.Context, w Worker) error {
 }
 
 func (g *Generator) tooFarErr(now, boundMs int64) error {
-	return fmt.Errorf("snowflake: %w: clock %v is %v behind the bound %v persisted by the previous run, more than MaxStartWait %v",
+	return fmt.Errorf("%w: clock %v is %v behind the bound %v persisted by the previous run, more than MaxStartWait %v",
 		ErrClockBack, time.UnixMilli(now).UTC(), time.Duration(boundMs-now+1)*time.Millisecond, time.UnixMilli(boundMs).UTC(), g.cfg.MaxStartWait)
 }
 
@@ -992,3 +992,17 @@ func (g *Generator) Close() error {
 	}
 	return errors.Join(errs...)
 }
+
+// wrap returns err with "snowflake: what: " in front, without repeating the "snowflake: " the
+// package's errors begin with.
+func wrap(what string, err error) error {
+	return &wrapped{msg: "snowflake: " + what + ": " + strings.TrimPrefix(err.Error(), "snowflake: "), err: err}
+}
+
+type wrapped struct {
+	msg string
+	err error
+}
+
+func (e *wrapped) Error() string { return e.msg }
+func (e *wrapped) Unwrap() error { return e.err }

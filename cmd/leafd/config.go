@@ -283,6 +283,20 @@ func (c Config) Validate() error {
 	if c.StartWaitMax <= 0 {
 		bad("--start-wait-max %v: must be positive (the longest wait for the clock to pass the persisted bound)", c.StartWaitMax)
 	}
+	// A restart after kill -9 waits out the last lease (and, with ZooKeeper, the outage
+	// tolerance the crashed run announced); refused at every start past --start-wait-max, it
+	// would crash-loop the server.
+	if c.StartWaitMax > 0 && c.LeaseWindow >= 10*time.Millisecond {
+		wait, what := c.LeaseWindow, "--lease-window "+c.LeaseWindow.String()
+		if c.ZKAddrs != "" && c.ZKOutageTolerance > 0 {
+			wait += c.ZKOutageTolerance
+			what += " plus --zk-outage-tolerance " + c.ZKOutageTolerance.String()
+		}
+		if wait > c.StartWaitMax {
+			bad("%s is longer than --start-wait-max %v: a restart after a crash must wait that long and would be refused; "+
+				"raise --start-wait-max or lower the others", what, c.StartWaitMax)
+		}
+	}
 	if (c.TLSCert == "") != (c.TLSKey == "") {
 		bad("--tls-cert and --tls-key go together")
 	}

@@ -266,7 +266,7 @@ func openSnowflake(ctx context.Context, cfg Config, log *zap.Logger) (*snowflake
 	// The generator owns src from here on: it closes it, on error too.
 	g, err := snowflake.New(fcfg, src, log.Named("snowflake"))
 	if err != nil {
-		return nil, nil, fmt.Errorf("snowflake: %w", err)
+		return nil, nil, err // begins with "snowflake: "
 	}
 	return g, []io.Closer{g}, nil
 }

@@ -12,6 +12,16 @@ import (
 // TestSnowflakeOptionsNotSilent: a zero or negative snowflake duration never silently means the
 // default: it is refused with a message naming the option.
 func TestSnowflakeOptionsNotSilent(t *testing.T) {
+	// Accepted: the lease (plus the tolerance with ZooKeeper) within --start-wait-max.
+	for _, args := range [][]string{
+		{"--lease-window", "10s"},
+		{"--zk-outage-tolerance", "30s"}, // no ZooKeeper: not used
+		{"--zk-addrs", "127.0.0.1:2181", "--zk-outage-tolerance", "7s"},
+	} {
+		if _, err := loadConfig(args, func(string) string { return "" }, io.Discard); err != nil {
+			t.Errorf("%v: %v", args, err)
+		}
+	}
 	for _, tc := range []struct {
 		args []string
 		want string
@@ -26,6 +36,11 @@ func TestSnowflakeOptionsNotSilent(t *testing.T) {
 		{[]string{"--zk-session-timeout", "0"}, "--zk-session-timeout"},
 		{[]string{"--zk-addrs", "127.0.0.1:2181/leaf/"}, "--zk-addrs"},
 		{[]string{"--zk-addrs", "/leaf"}, "--zk-addrs"},
+		// A restart after a crash waits the lease (plus the tolerance): longer than
+		// --start-wait-max would crash-loop.
+		{[]string{"--lease-window", "11s"}, "--start-wait-max 10s"},
+		{[]string{"--lease-window", "20s", "--start-wait-max", "15s"}, "--lease-window 20s"},
+		{[]string{"--zk-addrs", "127.0.0.1:2181", "--zk-outage-tolerance", "8s"}, "--zk-outage-tolerance 8s"},
 	} {
 		_, err := loadConfig(tc.args, func(string) string { return "" }, io.Discard)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
