@@ -110,3 +110,41 @@ func TestLayoutRecordedInDataDir(t *testing.T) {
 		t.Fatalf("after adopting the moved epoch, the default: want ErrLayoutChanged, got %v", err)
 	}
 }
+
+type failSource struct{ err error }
+
+func (s failSource) Acquire(context.Context) (Worker, error) { return Worker{}, s.err }
+func (s failSource) Extend(context.Context, time.Time) error { return s.err }
+func (s failSource) Close() error                            { return nil }
+
+// TestErrorPrefixOnce: the errors New returns say "snowflake: " once, however deep the cause.
+func TestErrorPrefixOnce(t *testing.T) {
+	c := newFakeClock(ms2024)
+	_, err := New(testConfig(c), failSource{errors.New("snowflake: broken source")}, nil)
+	if err == nil || strings.Count(err.Error(), "snowflake:") != 1 {
+		t.Fatalf("got %v, want one \"snowflake:\"", err)
+	}
+	dir := t.TempDir()
+	src, err := NewFileSource(dir, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := src.Extend(context.Background(), time.Time{}); err == nil {
+		t.Fatal("Extend before Acquire succeeded")
+	}
+	if _, err := src.Acquire(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := src.Extend(context.Background(), c.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	src.Close()
+	src, err = NewFileSource(dir, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = New(testConfig(c), src, nil)
+	if !errors.Is(err, ErrClockBack) || strings.Count(err.Error(), "snowflake:") != 1 {
+		t.Fatalf("bound an hour ahead: got %v, want ErrClockBack with one \"snowflake:\"", err)
+	}
+}
