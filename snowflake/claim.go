@@ -234,7 +234,7 @@ func (s *ZKSource) writeStateLocked(ctx context.Context, until int64) error {
 			return nil
 		}
 		if errors.Is(err, zk.ErrNoNode) {
-			return s.setLost(fmt.Errorf("%w: worker id %d: state node %s was deleted", ErrNoWorker, s.id, s.statePath(s.id)))
+			return s.stateDeleted()
 		}
 		if !errors.Is(err, zk.ErrBadVersion) {
 			return fmt.Errorf("%w: %w", ErrSourceUnavailable, err)
@@ -244,7 +244,7 @@ func (s *ZKSource) writeStateLocked(ctx context.Context, until int64) error {
 			return fmt.Errorf("%w: %w", ErrSourceUnavailable, err)
 		}
 		if !ok {
-			return s.setLost(fmt.Errorf("%w: worker id %d: state node %s was deleted", ErrNoWorker, s.id, s.statePath(s.id)))
+			return s.stateDeleted()
 		}
 		if cur.Token != s.token {
 			err := s.setLost(fmt.Errorf("%w: worker id %d was taken over by %s (instance %s)", ErrNoWorker, s.id, cur.Holder, cur.Instance))
@@ -254,4 +254,14 @@ func (s *ZKSource) writeStateLocked(ctx context.Context, until int64) error {
 		s.version = ver // an earlier write of ours whose reply we missed
 	}
 	return fmt.Errorf("%w: state node %s keeps changing", ErrSourceUnavailable, s.statePath(s.id))
+}
+
+// stateDeleted (zkMu held) marks the id lost because its state node was deleted by hand, and
+// schedules the release of the live node past every millisecond this process may issue in.
+func (s *ZKSource) stateDeleted() error {
+	s.releaseAt = max(s.zkUntil, s.cacheHigh) + max(s.tolerance, 0)
+	err := s.setLost(fmt.Errorf("%w: worker id %d: state node %s was deleted; the live node is released after %v",
+		ErrNoWorker, s.id, s.statePath(s.id), msTime(s.releaseAt)))
+	s.log.Error("snowflake: worker id lost", zap.Error(err))
+	return err
 }

@@ -45,3 +45,41 @@ func TestZKStateNodeDeletedWhileHeld(t *testing.T) {
 		t.Logf("successor bound %v is above the holder's lease %v: the limit is gone; update docs/SNOWFLAKE.md", wb.Bound, until)
 	}
 }
+
+// TestZKStateNodeDeletedReleasesLive: when only the state node is deleted, the holder stops
+// and releases its live node, so that a standby can take over, but not before the clock is past
+// the lease it last extended (the successor has no state node to start above).
+func TestZKStateNodeDeletedReleasesLive(t *testing.T) {
+	addr := zkServer(t)
+	ctx := context.Background()
+	name := randomName(t)
+	a := newZK(t, zkCfg(addr, name, "10.7.0.1:6380", t.TempDir()))
+	w := acquire(t, a)
+	until := time.Now().Add(2 * time.Second).Truncate(time.Millisecond)
+	if err := a.Extend(ctx, until); err != nil {
+		t.Fatal(err)
+	}
+	c := adminConn(t, addr)
+	live := fmt.Sprintf("/snowflake/%s/live/%d", name, w.ID)
+	if err := c.Delete(fmt.Sprintf("/snowflake/%s/state/%d", name, w.ID), -1); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Extend(ctx, until.Add(time.Second)); !errors.Is(err, ErrNoWorker) {
+		t.Fatalf("extension after the state node was deleted: got %v, want ErrNoWorker", err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		ok, _, err := c.Exists(live)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			if now := time.Now(); !now.After(until) {
+				t.Fatalf("live node released at %v, before the holder's lease %v ended", now, until)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("live node not released 30 s after the state node was deleted")
+		}
+	}
+}

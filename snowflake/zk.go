@@ -197,6 +197,7 @@ type ZKSource struct {
 	cacheHigh int64                 // mu; reserved_until in the local state
 	lost      atomic.Pointer[error] // the id is no longer ours: permanent
 	lastHeld  string                // zkMu; the last ErrWorkerHeld logged
+	releaseAt int64                 // zkMu; state node deleted: release the live node once the clock is past it
 }
 
 // lostErr returns the error that made the id no longer ours, or nil.
@@ -709,7 +710,11 @@ func (s *ZKSource) refresh() {
 	defer cancel()
 	s.zkMu.Lock()
 	defer s.zkMu.Unlock()
-	if !s.acquired || s.closed || s.lostErr() != nil || s.conn.State() != zk.StateHasSession {
+	if !s.acquired || s.closed || s.conn.State() != zk.StateHasSession {
+		return
+	}
+	if s.lostErr() != nil {
+		s.releaseLiveLocked(ctx)
 		return
 	}
 	s.mu.Lock()
@@ -787,6 +792,25 @@ func (s *ZKSource) resolveLocked(ctx context.Context) error {
 	}
 	s.log.Info("snowflake: zookeeper back; cached worker id confirmed", zap.Int64("worker_id", s.id))
 	return nil
+}
+
+// releaseLiveLocked deletes our live node once the clock is past releaseAt (set when our state
+// node was found deleted), so that a standby of this identity can take the id over instead of
+// waiting for this process to restart. Not before: the generator may issue up to the lease it
+// last extended, and the successor, with no state node, starts only above the forever node's
+// report + 3 s (docs/SNOWFLAKE.md, "Never delete state/ or live/ by hand").
+func (s *ZKSource) releaseLiveLocked(ctx context.Context) {
+	if s.releaseAt <= 0 || s.cfg.Now().UnixMilli() <= s.releaseAt {
+		return
+	}
+	l, st, err := s.readLive(ctx, s.id)
+	if err == nil && l.Token == s.token {
+		_, err = call(ctx, func() (struct{}, error) { return struct{}{}, s.conn.Delete(s.livePath(s.id), st.Version) })
+	}
+	if err == nil || errors.Is(err, zk.ErrNoNode) || errors.Is(err, zk.ErrBadVersion) {
+		s.log.Warn("snowflake: state node deleted; live node released", zap.Int64("worker_id", s.id))
+		s.releaseAt = 0
+	}
 }
 
 // Close stops the background work, closes the ZooKeeper session (the live node goes with it)
