@@ -445,7 +445,9 @@ func TestMySQLManyInstances(t *testing.T) {
 	const step, want = 100, 200_000
 	var ls []*leafd
 	for range 3 {
-		ls = append(ls, mysqlLeafd(t, dsn, "--max-step", strconv.Itoa(step)))
+		// A generous wait: this test is about disjoint ranges, not latency, and a starved
+		// 2-core CI machine can take longer than the default 500 ms for one refill.
+		ls = append(ls, mysqlLeafd(t, dsn, "--max-step", strconv.Itoa(step), "--wait-timeout", "10s"))
 	}
 	createTag(t, ls[0], db, "orders", step)
 
@@ -953,7 +955,9 @@ func TestMySQLDisjointRanges(t *testing.T) {
 	const step, start, want = 10, 1, 100_000
 	var ls []*leafd
 	for range 4 {
-		ls = append(ls, mysqlLeafd(t, dsn, "--max-step", strconv.Itoa(step)))
+		// A generous wait: this test is about disjoint ranges, not latency, and a starved
+		// 2-core CI machine can take longer than the default 500 ms for one refill.
+		ls = append(ls, mysqlLeafd(t, dsn, "--max-step", strconv.Itoa(step), "--wait-timeout", "10s"))
 	}
 	db := openSQL(t, dsn)
 	// Created by leafd, so with its fence row: no failover gap, every allocation is one step.
