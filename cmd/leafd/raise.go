@@ -230,7 +230,7 @@ func raiseTag(ctx context.Context, db *sql.DB, tag string, target int64, dryRun 
 	defer func() { _ = tx.Rollback() }() // after Commit, a no-op
 	err = tx.QueryRowContext(ctx, "SELECT max_id FROM leaf_alloc WHERE biz_tag = ? FOR UPDATE", tag).Scan(&before)
 	if errors.Is(err, sql.ErrNoRows) {
-		return 0, 0, errors.New("no row in leaf_alloc (create it with at least this max_id)")
+		return 0, 0, fmt.Errorf("no row in leaf_alloc (create it with max_id at least %d)", target)
 	}
 	if err != nil {
 		return 0, 0, err
