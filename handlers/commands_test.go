@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"path/filepath"
 	"reflect"
 	"runtime"
 	"strconv"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leafd/leafd/segment"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -629,4 +631,133 @@ func TestIDsRetireAndMaxIncrBy(t *testing.T) {
 	if v := c.Incr(ctx, "r").Val(); v <= last {
 		t.Fatalf("INCR after IDS.RETIRE: got %d, want above %d", v, last)
 	}
+}
+
+// marksReply reads an IDS.MARKS reply: a flat array in RESP2, a map in RESP3.
+func marksReply(t *testing.T, proto int, v any) map[string]int64 {
+	t.Helper()
+	out := map[string]int64{}
+	switch r := v.(type) {
+	case []any:
+		if proto != 2 || len(r)%2 != 0 {
+			t.Fatalf("IDS.MARKS in RESP%d: got array %v, want a map in RESP3, an even flat array in RESP2", proto, r)
+		}
+		for i := 0; i < len(r); i += 2 {
+			k, _ := r[i].(string)
+			n, ok := r[i+1].(int64)
+			if k == "" || !ok {
+				t.Fatalf("IDS.MARKS: entry %d: %#v %#v, want tag and integer", i/2, r[i], r[i+1])
+			}
+			out[k] = n
+		}
+	case map[any]any:
+		if proto != 3 {
+			t.Fatalf("IDS.MARKS in RESP2: got a map %v, want a flat array", r)
+		}
+		for k, v := range r {
+			n, ok := v.(int64)
+			if !ok {
+				t.Fatalf("IDS.MARKS: %v: %#v, want an integer", k, v)
+			}
+			out[k.(string)] = n
+		}
+	default:
+		t.Fatalf("IDS.MARKS: got %T %v", v, v)
+	}
+	return out
+}
+
+// TestIDsMarks: IDS.MARKS lists the durable marks from the marks file, held tags or not:
+// after a restart with no tag requested, IDS.TAGS is empty and IDS.MARKS still has every tag
+// served before, with the marks the file holds. A reply over --max-output-buffer is a LIMIT
+// error on a connection that stays open; without AUTH it is refused.
+func TestIDsMarks(t *testing.T) {
+	forEachProto(t, func(t *testing.T, proto int) {
+		ctx := context.Background()
+		dir := t.TempDir()
+		o := serverOpts{autoCreate: true, dir: dir, markFile: true, noWarm: true}
+		s := startServer(t, o)
+		c := s.client(t, proto, "")
+		if v, err := c.Do(ctx, "IDS.MARKS").Result(); err != nil || len(marksReply(t, proto, v)) != 0 {
+			t.Fatalf("IDS.MARKS on a new server: got %v, %v; want empty", v, err)
+		}
+		last := map[string]int64{}
+		long := strings.Repeat("x", 100) // three marks make a reply of some 370 bytes
+		for _, tag := range []string{"orders" + long, "pay" + long, "msg" + long} {
+			for range 3 {
+				last[tag] = c.Incr(ctx, tag).Val()
+			}
+		}
+		v, err := c.Do(ctx, "IDS.MARKS").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := marksReply(t, proto, v)
+		for tag, id := range last {
+			if got[tag] <= id {
+				t.Errorf("IDS.MARKS %s: got %d, want above the last ID %d", tag, got[tag], id)
+			}
+		}
+		_ = c.Close()
+		s.stop()
+
+		mf, err := segment.OpenMarkFile(filepath.Join(dir, "marks.db"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := map[string]int64{}
+		all, err := mf.AllMarks()
+		_ = mf.Close()
+		if err != nil || len(all) != 3 {
+			t.Fatalf("marks file: got %v, %v; want 3 marks", all, err)
+		}
+		for _, m := range all {
+			want[m.Tag] = m.End
+		}
+
+		s = startServer(t, o)
+		c = s.client(t, proto, "")
+		if tags, err := c.Do(ctx, "IDS.TAGS").StringSlice(); err != nil || len(tags) != 0 {
+			t.Fatalf("IDS.TAGS after the restart: got %v, %v; want none held", tags, err)
+		}
+		v, err = c.Do(ctx, "IDS.MARKS").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := marksReply(t, proto, v); !reflect.DeepEqual(got, want) {
+			t.Errorf("IDS.MARKS after the restart: got %v, want the marks file's %v", got, want)
+		}
+		if v, err := c.Do(ctx, "COMMAND", "INFO", "ids.marks").Slice(); err != nil || len(v) != 1 || v[0] == nil {
+			t.Errorf("COMMAND INFO ids.marks: got %v, %v; want its entry", v, err)
+		}
+		s.stop()
+
+		// Over the output limit: a LIMIT error, and the connection serves on.
+		o.maxOutput = 300 // room for HELLO's reply and the error, not for the marks
+		s = startServer(t, o)
+		c = s.client(t, proto, "")
+		err = c.Do(ctx, "IDS.MARKS").Err()
+		if err == nil || !strings.HasPrefix(err.Error(), "LIMIT IDS.MARKS reply of 3 marks") {
+			t.Errorf("IDS.MARKS over --max-output-buffer: got %v, want LIMIT", err)
+		}
+		if err := c.Ping(ctx).Err(); err != nil {
+			t.Errorf("PING after the refused IDS.MARKS: %v (the connection must stay open)", err)
+		}
+		if st := s.srv.Stats(); st.OutputLimitClosed != 0 {
+			t.Errorf("connections closed for the output limit: %d, want 0", st.OutputLimitClosed)
+		}
+		s.stop()
+
+		// Behind AUTH like the other IDS commands.
+		o.maxOutput, o.requirePass = 0, "pw"
+		s = startServer(t, o)
+		c = s.client(t, proto, "")
+		if err := c.Do(ctx, "IDS.MARKS").Err(); err == nil || !strings.HasPrefix(err.Error(), "NOAUTH") {
+			t.Errorf("IDS.MARKS without AUTH: got %v, want NOAUTH", err)
+		}
+		c = s.client(t, proto, "pw")
+		if v, err := c.Do(ctx, "IDS.MARKS").Result(); err != nil || len(marksReply(t, proto, v)) != 3 {
+			t.Errorf("IDS.MARKS after AUTH: got %v, %v; want 3 marks", v, err)
+		}
+	})
 }

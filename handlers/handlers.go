@@ -25,6 +25,7 @@ type Segments interface {
 	AppendIDs(dst []int64, tag string, n int) ([]int64, error)
 	Info(tag string) (segment.Info, error)
 	Tags() []string
+	Marks() ([]segment.Mark, error)
 	Create(ctx context.Context, t segment.Tag) error
 	Stats() segment.Stats
 	Health() segment.Health

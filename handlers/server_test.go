@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -27,6 +28,7 @@ type testServer struct {
 	srv  *resp.Server
 	seg  *segment.Generator
 	snow *snowflake.Generator
+	stop func() // shuts the server down and closes its files (also run at cleanup)
 }
 
 type serverOpts struct {
@@ -36,11 +38,18 @@ type serverOpts struct {
 	autoCreate    bool
 	disableCreate bool
 	config        func(*Config) // adjusts the handler's configuration
+	dir           string        // data dir (default a new temp dir); reused across restarts
+	markFile      bool          // marks in <dir>/marks.db, as leafd keeps them, not in the store file
+	maxOutput     int           // resp MaxOutputBuffer (default resp's)
+	noWarm        bool          // segment NoWarmStart
 }
 
 func startServer(t testing.TB, o serverOpts) *testServer {
 	t.Helper()
-	dir := t.TempDir()
+	dir := o.dir
+	if dir == "" {
+		dir = t.TempDir()
+	}
 	log := zap.NewNop()
 	store, err := segment.OpenBolt(filepath.Join(dir, "leafd.db"), segment.BoltOptions{})
 	if err != nil {
@@ -49,7 +58,17 @@ func startServer(t testing.TB, o serverOpts) *testServer {
 	scfg := segment.DefaultConfig()
 	scfg.AutoCreate = o.autoCreate
 	scfg.WaitTimeout = 2 * time.Second
-	seg, err := segment.New(scfg, store, store, log)
+	scfg.NoWarmStart = o.noWarm
+	var marks segment.Marks = store
+	closeMarks := func() error { return nil }
+	if o.markFile {
+		mf, err := segment.OpenMarkFile(filepath.Join(dir, "marks.db"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		marks, closeMarks = mf, mf.Close
+	}
+	seg, err := segment.New(scfg, store, marks, log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,6 +97,9 @@ func startServer(t testing.TB, o serverOpts) *testServer {
 	if o.idleTimeout != 0 {
 		rcfg.IdleTimeout = o.idleTimeout
 	}
+	if o.maxOutput != 0 {
+		rcfg.MaxOutputBuffer = o.maxOutput
+	}
 	srv, err := resp.NewServer(rcfg, h, log)
 	if err != nil {
 		t.Fatal(err)
@@ -89,17 +111,22 @@ func startServer(t testing.TB, o serverOpts) *testServer {
 	}
 	done := make(chan struct{})
 	go func() { _ = srv.Serve(); close(done) }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(ctx)
-		<-done
-		_ = seg.Close()
-		_ = snow.Close()
-		_ = src.Close()
-		_ = store.Close()
-	})
-	return &testServer{addr: addr.String(), h: h, srv: srv, seg: seg, snow: snow}
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = srv.Shutdown(ctx)
+			<-done
+			_ = seg.Close()
+			_ = snow.Close()
+			_ = src.Close()
+			_ = closeMarks()
+			_ = store.Close()
+		})
+	}
+	t.Cleanup(stop)
+	return &testServer{addr: addr.String(), h: h, srv: srv, seg: seg, snow: snow, stop: stop}
 }
 
 func (s *testServer) client(t testing.TB, proto int, pass string) *redis.Client {

@@ -18,6 +18,7 @@ func commands() []*command {
 		{name: "ids.segment", arity: -2, group: "segment", summary: "Return count segment IDs of a tag, strictly increasing.", run: cmdIDsSegment},
 		{name: "ids.info", arity: 2, group: "segment", summary: "Show a tag's double buffer.", run: cmdIDsInfo},
 		{name: "ids.tags", arity: 1, group: "segment", summary: "List the tags this server knows.", run: cmdIDsTags},
+		{name: "ids.marks", arity: 1, group: "segment", summary: "List every durable mark of this server: tag, highest range end ever granted.", run: cmdIDsMarks},
 		{name: "ids.create", arity: -2, group: "segment", summary: "Create a tag in the store.", run: cmdIDsCreate},
 		{name: "ids.retire", arity: 2, group: "segment", summary: "Stop serving a tag from this server; its IDs are never reissued.", run: cmdIDsRetire},
 		{name: "ids.snowflake", arity: -1, group: "snowflake", summary: "Return one snowflake ID, or an array of count; STRING: as bulk strings.", run: cmdIDsSnowflake},

@@ -1,6 +1,7 @@
 package resp
 
 import (
+	"math"
 	"sync/atomic"
 	"time"
 
@@ -85,4 +86,15 @@ func (c *Conn) NoteAuthFailure() { c.authFails++ }
 func (c *Conn) OutputExceeded() bool {
 	lim := c.srv.cfg.MaxOutputBuffer
 	return lim > 0 && len(c.out)-c.replyStart > lim
+}
+
+// OutputRoom is how many more bytes the running command may write before its reply passes
+// MaxOutputBuffer (math.MaxInt without a limit). A command that can count its reply first
+// (IDS.MARKS) answers an error instead of a reply that would close the connection.
+func (c *Conn) OutputRoom() int {
+	lim := c.srv.cfg.MaxOutputBuffer
+	if lim <= 0 {
+		return math.MaxInt
+	}
+	return max(0, lim-(len(c.out)-c.replyStart))
 }

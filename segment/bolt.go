@@ -24,6 +24,9 @@ var (
 	_ Marks = (*BoltStore)(nil)
 	_ Marks = (*MarkFile)(nil)
 
+	_ MarkLister = (*BoltStore)(nil)
+	_ MarkLister = (*MarkFile)(nil)
+
 	_ maxIDReader = (*BoltStore)(nil)
 	_ maxIDReader = (*MySQLStore)(nil)
 	_ markLister  = (*MarkFile)(nil)
@@ -284,6 +287,9 @@ func (s *BoltStore) Raise(tag string, end int64) error { return boltRaise(s.db, 
 // RecentTags lists up to n tags with a mark, most recently raised first.
 func (s *BoltStore) RecentTags(n int) ([]string, error) { return boltRecent(s.db, n) }
 
+// AllMarks lists every mark of the file, by tag name.
+func (s *BoltStore) AllMarks() ([]Mark, error) { return boltAll(s.db) }
+
 // Close releases the file and its lock. It is idempotent.
 func (s *BoltStore) Close() error { return s.db.Close() }
 
@@ -318,6 +324,9 @@ func (m *MarkFile) Raise(tag string, end int64) error { return boltRaise(m.db, t
 // RecentTags lists up to n tags with a mark, most recently raised first (the warm start).
 func (m *MarkFile) RecentTags(n int) ([]string, error) { return boltRecent(m.db, n) }
 
+// AllMarks lists every mark of the file, by tag name (IDS.MARKS, raise-max-id).
+func (m *MarkFile) AllMarks() ([]Mark, error) { return boltAll(m.db) }
+
 // MigrateMarks raises the marks of to to those kept inside the embedded store file by
 // earlier versions (which kept them there); marks are never lowered. It returns how many
 // tags it read.
@@ -350,6 +359,26 @@ func MigrateMarks(from *BoltStore, to *MarkFile) (int, error) {
 
 // Close releases the file and its lock. It is idempotent.
 func (m *MarkFile) Close() error { return m.db.Close() }
+
+// boltAll lists every mark of the marks bucket in key order. A corrupt mark is an error: the
+// caller (the failover repair) must not take a tag it cannot read as having no mark.
+func boltAll(db *bolt.DB) ([]Mark, error) {
+	var all []Mark
+	err := db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(boltMarksBucket).ForEach(func(k, v []byte) error {
+			end, _, err := decodeBoltMarkTime(v)
+			if err != nil {
+				return fmt.Errorf("tag %q: %w", k, err)
+			}
+			all = append(all, Mark{Tag: string(k), End: end})
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, boltWrap("all marks", err)
+	}
+	return all, nil
+}
 
 // boltRecent lists up to n tags of the marks bucket, most recently raised first.
 func boltRecent(db *bolt.DB, n int) ([]string, error) {

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -190,6 +191,14 @@ func TestBoltMarks(t *testing.T) {
 			}
 			if err := m.Raise("", 1); !errors.Is(err, ErrInvalidTag) {
 				t.Fatalf("Raise empty tag: got %v, want ErrInvalidTag", err)
+			}
+			// AllMarks: every mark, by tag name, as Mark reads them.
+			if err := m.Raise("a", 7); err != nil {
+				t.Fatal(err)
+			}
+			all, err := m.(MarkLister).AllMarks()
+			if want := []Mark{{"a", 7}, {"t", 5000}}; err != nil || !slices.Equal(all, want) {
+				t.Fatalf("AllMarks: got %v, %v; want %v", all, err, want)
 			}
 		})
 	}

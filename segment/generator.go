@@ -596,6 +596,17 @@ func (g *Generator) Tags() []string {
 	return out
 }
 
+// Marks lists every durable mark of this instance, by tag name (IDS.MARKS): the highest range
+// end ever granted per tag, read from the marks file, for held tags and for tags not loaded
+// since the start (or whose load failed) alike. An error when the Marks cannot list.
+func (g *Generator) Marks() ([]Mark, error) {
+	ml, ok := g.marks.(MarkLister)
+	if !ok {
+		return nil, errors.New("segment: the marks store cannot list its marks")
+	}
+	return ml.AllMarks()
+}
+
 // Create inserts tag t into the store (IDS.CREATE). A zero Step means Config.DefaultStep; a
 // zero MaxID means 1, or this instance's mark of the tag when it issued IDs of it before (a
 // tag retired or deleted and created again continues above them). A START below that mark is

@@ -41,6 +41,18 @@ type Marks interface {
 	Raise(tag string, end int64) error
 }
 
+// Mark is one durable mark: End is the highest range end ever granted for Tag.
+type Mark struct {
+	Tag string
+	End int64
+}
+
+// MarkLister is implemented by Marks that can list every mark they hold, read from the file
+// (*MarkFile, *BoltStore): the tags this instance ever leased, held now or not.
+type MarkLister interface {
+	AllMarks() ([]Mark, error)
+}
+
 // Errors returned by this package, wrapped with %w; match them with errors.Is.
 var (
 	// ErrUnknownTag: the tag has no row in the store.

@@ -2,7 +2,8 @@ package main
 
 // leafd raise-max-id: the operator's command after a database failover (docs/MYSQL.md,
 // "Failover runbook"). It asks each leafd instance, over RESP, for the highest range end it
-// was ever granted per tag (IDS.TAGS, IDS.INFO high_water_mark) and raises leaf_alloc.max_id
+// was ever granted per tag (IDS.MARKS, its durable marks, with IDS.TAGS and IDS.INFO
+// high_water_mark of the tags it holds) and raises leaf_alloc.max_id
 // of each tag to at least the highest of them plus a margin, in one transaction per tag that
 // only ever moves max_id up.
 
@@ -30,8 +31,8 @@ func (quietRedisLog) Printf(context.Context, string, ...any) {}
 // raiseUsage is the subcommand's help header.
 const raiseUsage = `usage: leafd raise-max-id --mysql-dsn DSN --instances host:port[,host:port...] [options]
 
-Reads the highest range end each leafd instance was granted per tag (IDS.INFO
-high_water_mark) and raises leaf_alloc.max_id of each tag above all of them plus
+Reads the highest range end each leafd instance was ever granted per tag (IDS.MARKS:
+its durable marks, held tags or not; IDS.INFO high_water_mark of held tags) and raises leaf_alloc.max_id of each tag above all of them plus
 --margin, only upward, one transaction per tag. Instances that do not answer are
 reported and make the exit status 1; the tags of those that answer are raised anyway.
 
@@ -130,7 +131,11 @@ func cmpInt64(a, b int64) int {
 	return 0
 }
 
-// instanceMarks asks one instance for the high-water mark of every tag it knows.
+// instanceMarks asks one instance for the highest range end it was ever granted per tag: its
+// durable marks (IDS.MARKS, read from its marks file, so the tags it has not loaded since a
+// restart are included), raised by the high_water_mark of the tags it holds (IDS.TAGS,
+// IDS.INFO). An instance without IDS.MARKS (an older version) is an error: its held tags
+// alone could miss the tags it served before its last restart.
 func instanceMarks(ctx context.Context, addr, pass string, timeout time.Duration) (map[string]int64, error) {
 	c := redis.NewClient(&redis.Options{
 		Addr: addr, Password: pass, Protocol: 2, PoolSize: 1, MaxRetries: -1,
@@ -138,11 +143,18 @@ func instanceMarks(ctx context.Context, addr, pass string, timeout time.Duration
 		DisableIdentity: true,
 	})
 	defer c.Close()
+	v, err := c.Do(ctx, "IDS.MARKS").Result()
+	if err != nil {
+		return nil, fmt.Errorf("IDS.MARKS: %w", err)
+	}
+	out, err := marksField(v)
+	if err != nil {
+		return nil, fmt.Errorf("IDS.MARKS: %w", err)
+	}
 	tags, err := c.Do(ctx, "IDS.TAGS").StringSlice()
 	if err != nil {
 		return nil, fmt.Errorf("IDS.TAGS: %w", err)
 	}
-	out := make(map[string]int64, len(tags))
 	for _, tag := range tags {
 		v, err := c.Do(ctx, "IDS.INFO", tag).Result()
 		if err != nil {
@@ -152,7 +164,38 @@ func instanceMarks(ctx context.Context, addr, pass string, timeout time.Duration
 		if !ok {
 			return nil, fmt.Errorf("IDS.INFO %s: no high_water_mark in %v", tag, v)
 		}
-		out[tag] = m
+		out[tag] = max(out[tag], m)
+	}
+	return out, nil
+}
+
+// marksField reads an IDS.MARKS reply (a flat array of tag, end in RESP2, a map in RESP3).
+func marksField(v any) (map[string]int64, error) {
+	out := map[string]int64{}
+	switch r := v.(type) {
+	case []any:
+		if len(r)%2 != 0 {
+			return nil, fmt.Errorf("odd reply length %d", len(r))
+		}
+		for i := 0; i < len(r); i += 2 {
+			k, ok1 := r[i].(string)
+			n, ok2 := r[i+1].(int64)
+			if !ok1 || !ok2 {
+				return nil, fmt.Errorf("bad entry %v %v", r[i], r[i+1])
+			}
+			out[k] = n
+		}
+	case map[any]any:
+		for k, v := range r {
+			ks, ok1 := k.(string)
+			n, ok2 := v.(int64)
+			if !ok1 || !ok2 {
+				return nil, fmt.Errorf("bad entry %v %v", k, v)
+			}
+			out[ks] = n
+		}
+	default:
+		return nil, fmt.Errorf("unexpected reply %T", v)
 	}
 	return out, nil
 }
@@ -187,7 +230,7 @@ func raiseTag(ctx context.Context, db *sql.DB, tag string, target int64, dryRun 
 	defer func() { _ = tx.Rollback() }() // after Commit, a no-op
 	err = tx.QueryRowContext(ctx, "SELECT max_id FROM leaf_alloc WHERE biz_tag = ? FOR UPDATE", tag).Scan(&before)
 	if errors.Is(err, sql.ErrNoRows) {
-		return 0, 0, errors.New("no row in leaf_alloc (create it with at least this max_id)")
+		return 0, 0, fmt.Errorf("no row in leaf_alloc (create it with max_id at least %d)", target)
 	}
 	if err != nil {
 		return 0, 0, err

@@ -33,7 +33,8 @@ func raiseCmd(t *testing.T, args ...string) (string, int) {
 // fence sees nothing); the instances refuse with REGRESSION; `leafd raise-max-id` reads every
 // instance's high-water mark, raises max_id to the highest of them (reporting the instance
 // that does not answer, exit status 1), and both instances serve again, above every ID
-// handed out. A second run never lowers max_id.
+// handed out. A third instance restarted before the repair, holding no tag, is covered by
+// its durable marks (IDS.MARKS). A second run never lowers max_id.
 func TestMySQLRaiseMaxID(t *testing.T) {
 	dsn, db := sharedDB(t)
 	const step = 100
@@ -52,6 +53,38 @@ func TestMySQLRaiseMaxID(t *testing.T) {
 	}
 	lowered := sqlInt(t, db, "SELECT max_id FROM leaf_alloc WHERE biz_tag = 'orders'")
 
+	// A third instance served "payments" alone and was restarted (no warm start) before the
+	// repair, after payments' max_id dropped too: it holds no tag, so IDS.TAGS lists nothing;
+	// only its marks file (IDS.MARKS) knows the range end it was granted.
+	r := mysqlLeafd(t, dsn, "--max-step", strconv.Itoa(step), "--warm-tags", "0")
+	createTag(t, r, db, "payments", step)
+	var served int64
+	for range 250 {
+		v, err := incrOnce(r, "payments")
+		if err != nil {
+			t.Fatalf("INCR payments: %v", err)
+		}
+		served = v
+	}
+	if err := r.stop(10 * time.Second); err != nil {
+		t.Fatalf("stopping the third instance: %v", err)
+	}
+	sqlExec(t, db, "UPDATE leaf_alloc SET max_id = max_id - ? WHERE biz_tag = 'payments'", 10*step)
+	payLowered := sqlInt(t, db, "SELECT max_id FROM leaf_alloc WHERE biz_tag = 'payments'")
+	r.start()
+	if v, err := do(r, "IDS.TAGS"); err != nil || len(v.([]any)) != 0 {
+		t.Fatalf("IDS.TAGS of the restarted instance: got %v, %v; want none held", v, err)
+	}
+	v, err := do(r, "IDS.MARKS")
+	if err != nil {
+		t.Fatalf("IDS.MARKS: %v", err)
+	}
+	rmarks, err := marksField(v)
+	payMark := rmarks["payments"]
+	if err != nil || payMark <= served || payMark <= payLowered {
+		t.Fatalf("IDS.MARKS of the restarted instance: got %v, %v; want payments above %d and %d", v, err, served, payLowered)
+	}
+
 	var highest int64
 	for _, l := range ls {
 		v, err := do(l, "IDS.INFO", "orders")
@@ -64,7 +97,7 @@ func TestMySQLRaiseMaxID(t *testing.T) {
 		}
 		highest = max(highest, m)
 	}
-	out, status := raiseCmd(t, "--mysql-dsn", dsn, "--instances", ls[0].addr+","+ls[1].addr+",127.0.0.1:1")
+	out, status := raiseCmd(t, "--mysql-dsn", dsn, "--instances", ls[0].addr+","+ls[1].addr+","+r.addr+",127.0.0.1:1")
 	t.Logf("raise-max-id (exit %d):\n%s", status, out)
 	if status != 1 || !strings.Contains(out, "127.0.0.1:1") {
 		t.Errorf("with an unreachable instance: got exit %d, want 1 and the instance named", status)
@@ -72,6 +105,12 @@ func TestMySQLRaiseMaxID(t *testing.T) {
 	raised := sqlInt(t, db, "SELECT max_id FROM leaf_alloc WHERE biz_tag = 'orders'")
 	if raised != highest || raised <= lowered {
 		t.Fatalf("max_id after raise-max-id: got %d, want the highest mark %d (was lowered to %d)", raised, highest, lowered)
+	}
+	if got := sqlInt(t, db, "SELECT max_id FROM leaf_alloc WHERE biz_tag = 'payments'"); got != payMark {
+		t.Errorf("payments' max_id after raise-max-id: got %d, want the restarted instance's mark %d (was lowered to %d)", got, payMark, payLowered)
+	}
+	if v, took, err := waitIncr(r, "payments", 5*time.Second); err != nil || v < payMark {
+		t.Errorf("restarted instance after the raise: got %d, %v after %v, want an ID >= %d (above %d served before its restart)", v, err, took, payMark, served)
 	}
 	for i, l := range ls {
 		if v, took, err := waitIncr(l, "orders", 5*time.Second); err != nil || v < raised {
@@ -94,5 +133,5 @@ func TestMySQLRaiseMaxID(t *testing.T) {
 	if out, status := raiseCmd(t); status != 2 || !strings.Contains(out, "usage") {
 		t.Errorf("no arguments: got exit %d, want 2 and the usage\n%s", status, out)
 	}
-	stopClean(t, ls...)
+	stopClean(t, append(ls, r)...)
 }
