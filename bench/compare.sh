@@ -2,7 +2,7 @@
 # bench/compare.sh: leafd against redis-server under the same redis-benchmark load, on a
 # machine with at least two cores. Each server is pinned to one core (SERVER_CPU), the client
 # to another (CLIENT_CPU): unpinned, client and Go server fight over the cores and the
-# comparison says nothing about the server (see ../shared/NOTES.md).
+# comparison says nothing about the server (see docs/HAZARDS.md).
 #
 # The servers run one at a time, alternating (redis, leafd, redis, leafd, ...), RUNS times
 # each, so that background load drifts over both alike. Each run:

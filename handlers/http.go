@@ -1,6 +1,6 @@
 package handlers
 
-// The HTTP admin side (SPEC §5): probes, Prometheus metrics, a status page and Leaf's HTTP
+// The HTTP admin side (docs/CONTRACT.md, HTTP side): probes, Prometheus metrics, a status page and Leaf's HTTP
 // API. With a token configured every endpoint requires it (httpauth.go).
 
 import (

@@ -73,7 +73,7 @@ func TestParserHostile(t *testing.T) {
 		authed bool
 		want   string // protocol error text
 	}{
-		// The two inputs that take down redcon v1.6.4 (NOTES.md), and Redis's protocol.tcl cases.
+		// The two inputs that take down redcon v1.6.4 (docs/HAZARDS.md), and Redis's protocol.tcl cases.
 		{name: "huge bulk", in: "*1\r\n$9223372036854775807\r\nab", authed: true, want: "invalid bulk length"},
 		{name: "huge multibulk", in: "*3000000000\r\n", authed: true, want: "invalid multibulk length"},
 		{name: "max int multibulk", in: "*9223372036854775807\r\n", authed: true, want: "invalid multibulk length"},

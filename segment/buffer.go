@@ -14,7 +14,7 @@ const maxRangeEnd = math.MaxInt64 / 2
 
 // seg is one leased range [start, end). It is immutable except for its cursor, so a taker
 // always compares its candidate with the bound of the range the candidate came from (the
-// switch hazard of NOTES.md cannot occur). Every failed take leaves cursor >= end, so "cursor
+// switch hazard of docs/HAZARDS.md cannot occur). Every failed take leaves cursor >= end, so "cursor
 // >= end" is exactly "exhausted".
 type seg struct {
 	cursor    atomic.Int64 // next value to hand out; may run past end

@@ -212,7 +212,7 @@ func TestSwitchConcurrent(t *testing.T) {
 	}
 }
 
-// TestSwitchInterleaving replays the switch hazard of NOTES.md step by step: a taker reads
+// TestSwitchInterleaving replays the switch hazard of docs/HAZARDS.md step by step: a taker reads
 // the current segment, is paused, the buffer switches (twice) while it is paused, then it
 // takes its candidate. It must compare with its own segment's bound and fail, never return
 // an ID of the new range.

@@ -82,7 +82,7 @@ type Config struct {
 }
 
 // flagSet declares every option with its default and help. The names are the contract of
-// SPEC §6; the environment variable of a flag is LEAFD_ + its name upper-cased, '-' as '_'.
+// docs/CONTRACT.md (operations); the environment variable of a flag is LEAFD_ + its name upper-cased, '-' as '_'.
 func flagSet(c *Config) *flag.FlagSet {
 	fs := flag.NewFlagSet("leafd", flag.ContinueOnError)
 	fs.StringVar(&c.Addr, "addr", "127.0.0.1:6380", "RESP listen address")
