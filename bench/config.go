@@ -56,11 +56,27 @@ type Config struct {
 	// on each connection. Uniqueness across several servers holds only when they share a
 	// store (segment) or have distinct worker ids (snowflake). It costs 8 bytes per ID.
 	Check bool
+	// Tags, when above 1, spreads INCR and IDS.SEGMENT over that many tags, Tag:0 .. Tag:N-1,
+	// round-robin: each connection starts at its own offset and takes the next tag for each
+	// request. Every tag is touched once before the warm-up (its creation and first load are
+	// not measured). Check is not available with Tags > 1 (IDs of different tags are not
+	// ordered).
+	Tags int
+	// Client selects the client library: ClientRaw (default: this package's own, which
+	// allocates nothing per request) or ClientGoRedis (github.com/redis/go-redis/v9, one client
+	// with one connection per connection, requests sent with its pipeline).
+	Client string
 	// DialTimeout bounds connecting (default 5s).
 	DialTimeout time.Duration
 	// Timeout closes a connection whose replies stop for this long (default 10s).
 	Timeout time.Duration
 }
+
+// The client libraries.
+const (
+	ClientRaw     = "raw"
+	ClientGoRedis = "goredis"
+)
 
 // DefaultConfig returns the defaults; Addrs is 127.0.0.1:6380 (leafd's default).
 func DefaultConfig() Config {
@@ -71,6 +87,8 @@ func DefaultConfig() Config {
 		Duration:    10 * time.Second,
 		Command:     CmdIncr,
 		Tag:         "bench",
+		Tags:        1,
+		Client:      ClientRaw,
 		DialTimeout: 5 * time.Second,
 		Timeout:     10 * time.Second,
 	}
@@ -95,6 +113,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Tag == "" {
 		c.Tag = d.Tag
+	}
+	if c.Tags <= 0 {
+		c.Tags = d.Tags
+	}
+	if c.Client == "" {
+		c.Client = d.Client
 	}
 	if c.Batch <= 0 {
 		c.Batch = 1
@@ -122,6 +146,18 @@ func (c Config) Validate() error {
 	if c.Command == CmdIncr && c.Batch != 1 {
 		return errors.New("bench: INCR takes no batch count")
 	}
+	if c.Tags > 1 && c.Command == CmdSnowflake {
+		return errors.New("bench: IDS.SNOWFLAKE has no tag; -tags applies to incr and segment")
+	}
+	if c.Tags > 1 && c.Check {
+		return errors.New("bench: -check needs a single tag (IDs of different tags are not ordered)")
+	}
+	if c.Tags > 1 && c.Client == ClientGoRedis {
+		return errors.New("bench: -tags needs the raw client")
+	}
+	if c.Client != ClientRaw && c.Client != ClientGoRedis {
+		return fmt.Errorf("bench: unknown client %q (want %s or %s)", c.Client, ClientRaw, ClientGoRedis)
+	}
 	if strings.ContainsAny(c.Tag, " \r\n") {
 		return fmt.Errorf("bench: tag %q contains a space or a line break", c.Tag)
 	}
@@ -136,8 +172,19 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// args returns the command's arguments.
-func (c Config) args() []string {
+// args returns the command's arguments (the first tag's when Tags > 1).
+func (c Config) args() []string { return c.argsFor(c.tagName(0)) }
+
+// tagName is the name of tag i: Tag itself with one tag, Tag:i with several.
+func (c Config) tagName(i int) string {
+	if c.Tags <= 1 {
+		return c.Tag
+	}
+	return c.Tag + ":" + strconv.Itoa(i)
+}
+
+// argsFor returns the command's arguments for tag.
+func (c Config) argsFor(tag string) []string {
 	switch c.Command {
 	case CmdSnowflake:
 		if c.Batch > 1 {
@@ -145,9 +192,9 @@ func (c Config) args() []string {
 		}
 		return []string{"IDS.SNOWFLAKE"}
 	case CmdSegment:
-		return []string{"IDS.SEGMENT", c.Tag, strconv.Itoa(c.Batch)}
+		return []string{"IDS.SEGMENT", tag, strconv.Itoa(c.Batch)}
 	}
-	return []string{"INCR", c.Tag}
+	return []string{"INCR", tag}
 }
 
 // encode returns args as a RESP multibulk request.

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -134,4 +135,27 @@ func (r *Result) WriteJSON(w io.Writer) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(r)
+}
+
+// QuantilePoints are the quantiles WriteQuantiles prints: 0 .. 0.9999 spaced evenly on the
+// log scale of 1/(1-q) that latency-percentile plots use (10 points per decade).
+func QuantilePoints() []float64 {
+	var qs []float64
+	for i := 0; i <= 40; i++ {
+		qs = append(qs, 1-math.Pow(10, -float64(i)/10))
+	}
+	return qs
+}
+
+// WriteQuantiles writes the latency distribution as CSV lines "quantile,ms" (with a header),
+// for bench/plot.
+func (r *Result) WriteQuantiles(w io.Writer) error {
+	var b strings.Builder
+	b.WriteString("quantile,ms\n")
+	for _, q := range QuantilePoints() {
+		fmt.Fprintf(&b, "%.6f,%.4f\n", q, ms(r.hist.Quantile(q)))
+	}
+	fmt.Fprintf(&b, "%.6f,%.4f\n", 1.0, ms(r.hist.Max()))
+	_, err := io.WriteString(w, b.String())
+	return err
 }

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // client is one connection and what it measured. Only its own goroutine touches it until the
@@ -17,8 +19,14 @@ type client struct {
 	addr string
 	nc   net.Conn
 	rd   *Reader
-	req  []byte // Pipeline copies of the request
+	req  []byte // Pipeline copies of the request (one tag)
 	one  int    // length of one request in req
+
+	tagReqs [][]byte // with Tags > 1: the request of each tag, shared read-only
+	nextTag int      // with Tags > 1: the tag of the next request
+	batch   []byte   // with Tags > 1: the requests of the current pipeline
+
+	rc *redis.Client // with ClientGoRedis
 
 	hist     *Histogram
 	requests int64 // measured requests answered (errors included)
@@ -40,6 +48,16 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	cfg = cfg.withDefaults()
 	one := encode(cfg.args())
 	req := bytes.Repeat(one, cfg.Pipeline)
+	var tagReqs [][]byte
+	if cfg.Tags > 1 {
+		tagReqs = make([][]byte, cfg.Tags)
+		for i := range tagReqs {
+			tagReqs[i] = encode(cfg.argsFor(cfg.tagName(i)))
+		}
+	}
+	if cfg.Client == ClientGoRedis {
+		return runGoRedis(ctx, cfg)
+	}
 
 	clients := make([]*client, cfg.Clients)
 	closeAll := func() {
@@ -61,6 +79,10 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 			_ = tc.SetNoDelay(true)
 		}
 		c := &client{addr: addr, nc: nc, rd: NewReader(nc, 64<<10), req: req, one: len(one), hist: NewHistogram()}
+		if tagReqs != nil {
+			c.tagReqs = tagReqs
+			c.nextTag = i * cfg.Tags / cfg.Clients
+		}
 		if cfg.Check {
 			c.check = &connCheck{}
 		}
@@ -83,6 +105,15 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		}
 	}()
 	defer func() { close(stopWatch); watch.Wait() }()
+
+	if tagReqs != nil {
+		if err := prime(clients, cfg); err != nil {
+			return nil, err
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+	}
 
 	begin := time.Now()
 	measureFrom := begin.Add(cfg.Warmup)
@@ -151,7 +182,11 @@ func (c *client) run(cfg Config, measureFrom, deadline time.Time, budget *atomic
 				return err
 			}
 		}
-		if _, err := c.nc.Write(c.req[:n*c.one]); err != nil {
+		out := c.req[:n*c.one]
+		if c.tagReqs != nil {
+			out = c.nextBatch(n)
+		}
+		if _, err := c.nc.Write(out); err != nil {
 			return err
 		}
 		for range n {
@@ -179,4 +214,71 @@ func (c *client) run(cfg Config, measureFrom, deadline time.Time, budget *atomic
 			}
 		}
 	}
+}
+
+// nextBatch assembles the next n requests of a many-tag run, round-robin over the tags.
+func (c *client) nextBatch(n int) []byte {
+	c.batch = c.batch[:0]
+	for range n {
+		c.batch = append(c.batch, c.tagReqs[c.nextTag]...)
+		if c.nextTag++; c.nextTag == len(c.tagReqs) {
+			c.nextTag = 0
+		}
+	}
+	return c.batch
+}
+
+// prime sends every tag's request once, connection i taking tags i, i+Clients, ..., so
+// that creating the tags and loading their first segments is not measured. A tag answered
+// with an error (UNAVAILABLE while the server's loaders are busy) is sent again.
+func prime(clients []*client, cfg Config) error {
+	var wg sync.WaitGroup
+	errs := make([]error, len(clients))
+	for i, c := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = c.nc.SetDeadline(time.Now().Add(10 * time.Minute))
+			var todo, sent, again []int
+			for t := i; t < len(c.tagReqs); t += len(clients) {
+				todo = append(todo, t)
+			}
+			var scratch []int64
+			for retries := 0; len(todo) > 0; retries++ {
+				if retries > 1000 {
+					errs[i] = fmt.Errorf("bench: priming the tags: %d tags still failing", len(todo))
+					return
+				}
+				if retries > 0 {
+					time.Sleep(10 * time.Millisecond)
+				}
+				again = again[:0]
+				for len(todo) > 0 {
+					n := min(cfg.Pipeline, len(todo))
+					sent, todo = todo[:n], todo[n:]
+					c.batch = c.batch[:0]
+					for _, t := range sent {
+						c.batch = append(c.batch, c.tagReqs[t]...)
+					}
+					if _, err := c.nc.Write(c.batch); err != nil {
+						errs[i] = err
+						return
+					}
+					for _, t := range sent {
+						var err error
+						var re *ReplyError
+						if scratch, err = c.rd.ReadReply(scratch[:0]); errors.As(err, &re) {
+							again = append(again, t)
+						} else if err != nil {
+							errs[i] = fmt.Errorf("bench: priming the tags: %w", err)
+							return
+						}
+					}
+				}
+				todo, again = again, todo[:0]
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }

@@ -3,6 +3,8 @@
 // throughput and latency quantiles and, with -check, verifies the IDs.
 //
 //	leafd-bench -addr 127.0.0.1:6380 -c 50 -P 16 -d 10s -cmd incr -check
+//	leafd-bench -cmd segment -batch 1000 -P 16 -client goredis    # batches through go-redis
+//	leafd-bench -cmd incr -P 16 -tags 100000                        # many tags, round-robin
 package main
 
 import (
@@ -38,6 +40,9 @@ func realMain(argv []string, stdout, stderr io.Writer) int {
 	cmd := fs.String("cmd", string(d.Command), "command: incr (INCR tag), snowflake (IDS.SNOWFLAKE [batch]), segment (IDS.SEGMENT tag batch)")
 	tag := fs.String("tag", d.Tag, "segment tag")
 	batch := fs.Int("batch", 0, "IDs per request for segment (default 10) and snowflake (default 1)")
+	tags := fs.Int("tags", 1, "spread incr/segment over this many tags (tag:0 .. tag:N-1), round-robin; each is touched once before the warm-up")
+	client := fs.String("client", bench.ClientRaw, "client library: raw (leafd-bench's own) or goredis (github.com/redis/go-redis/v9 pipelines)")
+	quantiles := fs.String("quantiles", "", "write the latency distribution to this file as CSV (quantile,ms) for bench/plot")
 	check := fs.Bool("check", false, "keep every ID; verify uniqueness across connections and strict increase per connection")
 	asJSON := fs.Bool("json", false, "print the result as JSON")
 	if err := fs.Parse(argv); err != nil {
@@ -49,7 +54,7 @@ func realMain(argv []string, stdout, stderr io.Writer) int {
 	cfg := bench.Config{
 		Addrs: strings.Split(*addrs, ","), Clients: *clients, Pipeline: *pipeline, Duration: *dur,
 		Requests: *requests, Warmup: *warmup, Command: bench.Command(*cmd), Tag: *tag,
-		Batch: *batch, Check: *check,
+		Batch: *batch, Check: *check, Tags: *tags, Client: *client,
 	}
 	if err := cfg.Validate(); err != nil {
 		fmt.Fprintln(stderr, "leafd-bench:", err)
@@ -61,6 +66,19 @@ func realMain(argv []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintln(stderr, "leafd-bench:", err)
 		return 1
+	}
+	if *quantiles != "" {
+		f, err := os.Create(*quantiles)
+		if err == nil {
+			err = res.WriteQuantiles(f)
+			if cerr := f.Close(); err == nil {
+				err = cerr
+			}
+		}
+		if err != nil {
+			fmt.Fprintln(stderr, "leafd-bench:", err)
+			return 1
+		}
 	}
 	if *asJSON {
 		err = res.WriteJSON(stdout)
