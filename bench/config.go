@@ -26,6 +26,7 @@ const (
 	CmdIncr      Command = "incr"      // INCR tag
 	CmdSnowflake Command = "snowflake" // IDS.SNOWFLAKE, or IDS.SNOWFLAKE n when Batch > 1
 	CmdSegment   Command = "segment"   // IDS.SEGMENT tag n
+	CmdIncrBy    Command = "incrby"    // INCRBY tag n: a block of n IDs, the reply is its highest
 )
 
 // Config configures a run. A zero field takes its default from DefaultConfig.
@@ -49,7 +50,7 @@ type Config struct {
 	Command Command
 	// Tag is the segment tag of INCR and IDS.SEGMENT (default "bench").
 	Tag string
-	// Batch is the count of IDS.SEGMENT (default 10) and of IDS.SNOWFLAKE (default 1: the
+	// Batch is the count of IDS.SEGMENT and INCRBY (default 10) and of IDS.SNOWFLAKE (default 1: the
 	// command is sent without a count).
 	Batch int
 	// Check keeps every ID and verifies uniqueness across connections and strict increase
@@ -122,7 +123,7 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Batch <= 0 {
 		c.Batch = 1
-		if c.Command == CmdSegment {
+		if c.Command == CmdSegment || c.Command == CmdIncrBy {
 			c.Batch = 10
 		}
 	}
@@ -139,9 +140,9 @@ func (c Config) withDefaults() Config {
 func (c Config) Validate() error {
 	c = c.withDefaults()
 	switch c.Command {
-	case CmdIncr, CmdSnowflake, CmdSegment:
+	case CmdIncr, CmdSnowflake, CmdSegment, CmdIncrBy:
 	default:
-		return fmt.Errorf("bench: unknown command %q (want %s, %s or %s)", c.Command, CmdIncr, CmdSnowflake, CmdSegment)
+		return fmt.Errorf("bench: unknown command %q (want %s, %s, %s or %s)", c.Command, CmdIncr, CmdSnowflake, CmdSegment, CmdIncrBy)
 	}
 	if c.Command == CmdIncr && c.Batch != 1 {
 		return errors.New("bench: INCR takes no batch count")
@@ -193,6 +194,8 @@ func (c Config) argsFor(tag string) []string {
 		return []string{"IDS.SNOWFLAKE"}
 	case CmdSegment:
 		return []string{"IDS.SEGMENT", tag, strconv.Itoa(c.Batch)}
+	case CmdIncrBy:
+		return []string{"INCRBY", tag, strconv.Itoa(c.Batch)}
 	}
 	return []string{"INCR", tag}
 }

@@ -128,7 +128,7 @@ func (c *client) runGoRedis(ctx context.Context, cfg Config, measureFrom, deadli
 			}
 			c.hist.Record(now.Sub(start))
 			c.requests++
-			c.ids += int64(len(ids))
+			c.ids += idsIn(cfg, ids)
 			if err != nil {
 				if c.errs == 0 {
 					c.firstErr = err.Error()

@@ -205,7 +205,7 @@ func (c *client) run(cfg Config, measureFrom, deadline time.Time, budget *atomic
 			}
 			c.hist.Record(now.Sub(start))
 			c.requests++
-			c.ids += int64(len(scratch))
+			c.ids += idsIn(cfg, scratch)
 			if re != nil {
 				if c.errs == 0 {
 					c.firstErr = re.Msg
@@ -281,4 +281,12 @@ func prime(clients []*client, cfg Config) error {
 	}
 	wg.Wait()
 	return errors.Join(errs...)
+}
+
+// idsIn is the number of IDs a reply carries: its integers, or a whole block for INCRBY.
+func idsIn(cfg Config, ids []int64) int64 {
+	if cfg.Command == CmdIncrBy && len(ids) == 1 {
+		return int64(cfg.Batch)
+	}
+	return int64(len(ids))
 }

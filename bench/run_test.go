@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	"github.com/leafd/leafd/resp"
 	"github.com/leafd/leafd/segment"
 	"github.com/leafd/leafd/snowflake"
+	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 )
 
@@ -87,6 +89,10 @@ func TestRunAgainstLeafd(t *testing.T) {
 		{name: "IDS.SEGMENT two servers", cfg: Config{Addrs: []string{one, two}, Clients: 4, Pipeline: 4, Requests: 2000, Command: CmdSegment, Batch: 7, Tag: "seg2"}, wantIDs: 7},
 		{name: "IDS.SNOWFLAKE", cfg: Config{Addrs: []string{one, two}, Clients: 4, Pipeline: 8, Requests: 8000, Command: CmdSnowflake}, wantIDs: 1},
 		{name: "IDS.SNOWFLAKE batches", cfg: Config{Addrs: []string{one}, Clients: 2, Pipeline: 2, Requests: 400, Command: CmdSnowflake, Batch: 100}, wantIDs: 100},
+		{name: "INCRBY blocks", cfg: Config{Addrs: []string{one}, Clients: 3, Pipeline: 4, Requests: 600, Command: CmdIncrBy, Batch: 100, Tag: "blocks"}, wantIDs: 100},
+		{name: "IDS.SEGMENT batches, go-redis", cfg: Config{Addrs: []string{one}, Clients: 3, Pipeline: 4, Requests: 2001, Command: CmdSegment, Batch: 50, Client: ClientGoRedis}, wantIDs: 50},
+		{name: "INCR, go-redis", cfg: Config{Addrs: []string{one, two}, Clients: 4, Pipeline: 8, Requests: 5000, Tag: "gr", Client: ClientGoRedis}, wantIDs: 1},
+		{name: "IDS.SNOWFLAKE batches, go-redis", cfg: Config{Addrs: []string{one}, Clients: 2, Pipeline: 2, Requests: 400, Command: CmdSnowflake, Batch: 100, Client: ClientGoRedis}, wantIDs: 100},
 		{name: "duration with warm-up", cfg: Config{Addrs: []string{one}, Clients: 2, Pipeline: 4, Duration: 200 * time.Millisecond, Warmup: 50 * time.Millisecond}},
 	}
 	for _, tt := range tests {
@@ -114,7 +120,7 @@ func TestRunAgainstLeafd(t *testing.T) {
 			if tt.wantIDs > 0 && res.IDs != res.Requests*tt.wantIDs {
 				t.Errorf("got %d IDs for %d requests, want %d each", res.IDs, res.Requests, tt.wantIDs)
 			}
-			if cfg.Warmup == 0 && res.Check.IDs != res.IDs {
+			if cfg.Warmup == 0 && res.Check.IDs*idsIn(cfg, []int64{0}) != res.IDs {
 				t.Errorf("check saw %d IDs, the counters %d", res.Check.IDs, res.IDs)
 			}
 			if got := res.Histogram().Count(); got != uint64(res.Requests) {
@@ -125,6 +131,39 @@ func TestRunAgainstLeafd(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestRunManyTags: with Tags > 1 every tag is primed before the measurement and the
+// requests go round-robin over the tags, so each tag gets its share.
+func TestRunManyTags(t *testing.T) {
+	addr := startLeafd(t, openStore(t), 7)
+	const tags, clients, pipeline = 40, 3, 4
+	res, err := Run(context.Background(), Config{Addrs: []string{addr}, Clients: clients, Pipeline: pipeline, Requests: 1200, Tags: tags, Tag: "rr"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.OK() || res.Requests != 1200 {
+		t.Fatalf("run not clean: %d requests, errors %d (%s), connection errors %v", res.Requests, res.Errors, res.FirstError, res.ConnErrors)
+	}
+	// Each tag's counter now holds 1 (prime) + its share of the run: INCR it once more.
+	rc := redis.NewClient(&redis.Options{Addr: addr, Protocol: 2, DisableIdentity: true})
+	defer rc.Close()
+	var sum, lo, hi int64 = 0, 1 << 62, 0
+	for i := range tags {
+		v, err := rc.Incr(context.Background(), fmt.Sprintf("rr:%d", i)).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		share := v - 2
+		sum += share
+		lo, hi = min(lo, share), max(hi, share)
+	}
+	// Round-robin: every connection spreads its requests evenly, so tags differ by at most
+	// one request per connection.
+	if sum != 1200 || hi-lo > clients || lo < 1 {
+		t.Errorf("tags got %d requests in all, %d to %d each; want 1200, within %d of each other", sum, lo, hi, clients)
+	}
+	_ = pipeline
 }
 
 // TestRunReportsErrorReplies: error replies are counted, not fatal, and make the run not OK.
@@ -207,6 +246,12 @@ func TestConfigValidate(t *testing.T) {
 		{name: "tag with a space", cfg: Config{Tag: "a b"}},
 		{name: "empty address", cfg: Config{Addrs: []string{"127.0.0.1:1", ""}}},
 		{name: "segment batch", cfg: Config{Command: CmdSegment, Batch: 100}, ok: true},
+		{name: "many tags", cfg: Config{Tags: 1000}, ok: true},
+		{name: "many tags, check", cfg: Config{Tags: 1000, Check: true}},
+		{name: "many tags, snowflake", cfg: Config{Tags: 1000, Command: CmdSnowflake}},
+		{name: "many tags, go-redis", cfg: Config{Tags: 1000, Client: ClientGoRedis}},
+		{name: "unknown client", cfg: Config{Client: "hiredis"}},
+		{name: "go-redis", cfg: Config{Client: ClientGoRedis, Command: CmdSegment, Batch: 1000}, ok: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
