@@ -4,7 +4,7 @@ GO ?= go
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.version=$(VERSION)
 
-.PHONY: build run test unit bench lint fuzz image clean
+.PHONY: build run test unit bench bench-micro lint fuzz image clean
 
 build:
 	CGO_ENABLED=0 $(GO) build -ldflags '$(LDFLAGS)' -o bin/leafd ./cmd/leafd
@@ -19,7 +19,13 @@ test:
 unit:
 	$(GO) test -race ./...
 
+# Every figure of docs/BENCHMARKS.md's issue-10 section against redis-server, medians of
+# alternating runs as ratios, and the latency plot docs/bench-latency.png (about 10 minutes;
+# needs redis-server and two cores). bench-micro: the Go micro-benchmarks.
 bench:
+	bash bench/all.sh
+
+bench-micro:
 	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./segment/ ./snowflake/ ./resp/ ./handlers/
 
 lint:

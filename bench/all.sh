@@ -1,0 +1,235 @@
+#!/usr/bin/env bash
+# bench/all.sh (make bench): every figure of docs/BENCHMARKS.md's "Issue 10" section, each a
+# median of RUNS (>= 3) alternating runs reported as a ratio against a baseline measured in
+# the same script:
+#
+#   compare  bench/compare.sh (redis-benchmark): leafd INCR / IDS.SNOWFLAKE, unpipelined and
+#            -P 16, against redis-server INCR                         (baseline: redis-server)
+#   latency  leafd-bench INCR, 50 connections, -P 1 and -P 16, leafd and redis-server
+#            alternating; latency percentiles, plotted to docs/bench-latency.png
+#                                                                    (baseline: redis-server)
+#   batch    IDS.SEGMENT tag 1000 -P 16 from go-redis and from leafd-bench's own client,
+#            IDS.SNOWFLAKE 1000 -P 16, INCRBY tag 1000 -P 16     (baselines: the targets,
+#            20M IDs/s and 4 096 000 IDs/s per snowflake worker)
+#   tags     INCR -P 16 round-robin over TAGS (100 000) tags against one tag, same server,
+#            alternating; heap per tag                                (baseline: one tag)
+#   cores    leafd unpinned with GOMAXPROCS 2 against GOMAXPROCS 1, INCR -P 1 and -P 16
+#                                                                  (baseline: GOMAXPROCS 1)
+#
+# Servers are pinned to SERVER_CPU and the load generator to CLIENT_CPU (../shared/NOTES.md:
+# unpinned, a Go client and server fight over two cores), except in "cores". leafd runs with
+# its embedded store in a fresh data dir, on /dev/shm when it exists (the tags section creates
+# 100 000 tags, each a durable bbolt commit: on a disk that alone takes minutes).
+#
+# Usage: bash bench/all.sh                  (from the repository root; about 10 minutes)
+# Environment: RUNS (3), DUR (3s measured per run), WARM (500ms), TAGS (100000), SECTIONS
+#   ("compare latency batch tags cores"), OUT (bench/out: raw JSON, quantile CSVs,
+#   summary.md), PNG (docs/bench-latency.png), SERVER_CPU (0), CLIENT_CPU (1), and for the
+#   compare section the variables of bench/compare.sh.
+# Needs: go, redis-server, redis-benchmark, redis-cli, taskset, curl, python3 (summary).
+set -euo pipefail
+
+RUNS=${RUNS:-3}
+DUR=${DUR:-3s}
+WARM=${WARM:-500ms}
+TAGS=${TAGS:-100000}
+SECTIONS=${SECTIONS:-"compare latency batch tags cores"}
+SERVER_CPU=${SERVER_CPU:-0}
+CLIENT_CPU=${CLIENT_CPU:-1}
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+OUT=${OUT:-$root/bench/out}
+PNG=${PNG:-$root/docs/bench-latency.png}
+
+if ((RUNS < 3)); then
+	echo "all.sh: RUNS must be at least 3 (medians of alternating runs)" >&2
+	exit 2
+fi
+for tool in go redis-server redis-benchmark redis-cli taskset curl python3; do
+	command -v "$tool" >/dev/null || { echo "all.sh: $tool not found" >&2; exit 2; }
+done
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/leafd-bench-all.XXXXXX")
+shm=$work
+if [[ -d /dev/shm && -w /dev/shm ]]; then
+	shm=$(mktemp -d /dev/shm/leafd-bench-all.XXXXXX)
+fi
+server_pid=""
+cleanup() {
+	local rc=$?
+	stop_server
+	rm -rf "$work"
+	[[ $shm != "$work" ]] && rm -rf "$shm"
+	exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+stop_server() {
+	if [[ -n "$server_pid" ]]; then
+		kill "$server_pid" 2>/dev/null || true
+		for _ in $(seq 50); do
+			kill -0 "$server_pid" 2>/dev/null || break
+			sleep 0.1
+		done
+		kill -9 "$server_pid" 2>/dev/null || true
+		wait "$server_pid" 2>/dev/null || true
+		server_pid=""
+	fi
+}
+
+free_port() {
+	local p
+	while :; do
+		p=$((20000 + RANDOM % 40000))
+		if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
+			echo "$p"
+			return
+		fi
+	done
+}
+
+wait_ready() {
+	local port=$1
+	for _ in $(seq 300); do
+		[[ "$(redis-cli -p "$port" PING 2>/dev/null)" == PONG ]] && return 0
+		kill -0 "$server_pid" 2>/dev/null || { echo "all.sh: server on port $port exited" >&2; return 1; }
+		sleep 0.1
+	done
+	echo "all.sh: server on port $port not ready" >&2
+	return 1
+}
+
+# start NAME PORT [PIN] [leafd flags...]: PIN is "pin" (SERVER_CPU) or "free"; sets server_pid.
+run_id=0
+start() {
+	local name=$1 port=$2 pin=${3:-pin}
+	shift 3 || shift $#
+	local pre=()
+	[[ $pin == pin ]] && pre=(taskset -c "$SERVER_CPU")
+	run_id=$((run_id + 1))
+	case $name in
+	redis)
+		"${pre[@]}" redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no \
+			--daemonize no >"$work/redis-$run_id.log" 2>&1 &
+		;;
+	leafd)
+		"${pre[@]}" "$work/leafd" --data-dir "$shm/data-$run_id" --addr "127.0.0.1:$port" \
+			--http-addr "" --log-level warn "$@" >"$work/leafd-$run_id.log" 2>&1 &
+		;;
+	esac
+	server_pid=$!
+	wait_ready "$port"
+}
+
+# lb LABEL PORT [leafd-bench flags...]: one measured run of leafd-bench pinned to CLIENT_CPU;
+# the JSON goes to $OUT/raw/LABEL.RUN.json (RUN from the caller's $run).
+lb() {
+	local label=$1 port=$2
+	shift 2
+	local pre=(taskset -c "$CLIENT_CPU")
+	[[ ${CLIENT_FREE:-} == 1 ]] && pre=()
+	GOMAXPROCS=${CLIENT_PROCS:-1} timeout 600 "${pre[@]}" "$work/leafd-bench" -addr "127.0.0.1:$port" \
+		-d "$DUR" -warmup "$WARM" -json "$@" >"$OUT/raw/$label.$run.json" || {
+		echo "all.sh: leafd-bench $label run $run failed:" >&2
+		cat "$OUT/raw/$label.$run.json" >&2
+		return 1
+	}
+	python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print("    %-22s %12.0f req/s %14.0f IDs/s  p50 %7.3f  p99 %7.3f  p99.9 %7.3f ms  errors %d" % (sys.argv[2], r["requests_per_sec"], r["ids_per_sec"], r["latency"]["p50_ms"], r["latency"]["p99_ms"], r["latency"]["p999_ms"], r["errors"]))' \
+		"$OUT/raw/$label.$run.json" "$label"
+}
+
+load() { cut -d' ' -f1-3 /proc/loadavg; }
+
+mkdir -p "$OUT/raw" "$OUT/quantiles"
+rm -f "$OUT"/raw/*.json "$OUT"/quantiles/*.csv "$OUT"/*.txt
+echo "all.sh: building (commit $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?'))" >&2
+(cd "$root" && go build -o "$work/leafd" ./cmd/leafd && go build -o "$work/leafd-bench" ./cmd/leafd-bench)
+(cd "$root/bench/plot" && go build -o "$work/plot" .)
+{
+	echo "commit $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$root" diff --quiet 2>/dev/null || echo ' (modified)')"
+	echo "$(nproc) cpus, $(go version | cut -d' ' -f3), $(redis-server --version | cut -d' ' -f3)"
+	echo "RUNS=$RUNS DUR=$DUR WARM=$WARM TAGS=$TAGS"
+	echo "load average at the start: $(load)"
+} >"$OUT/env.txt"
+cat "$OUT/env.txt" >&2
+start_s=$SECONDS
+
+for section in $SECTIONS; do
+	echo "== $section (load $(load))" >&2
+	case $section in
+	compare)
+		LEAFD=$work/leafd RUNS=$RUNS bash "$root/bench/compare.sh" | tee "$OUT/compare.txt"
+		;;
+	latency)
+		for run in $(seq "$RUNS"); do
+			for srv in redis leafd; do
+				port=$(free_port)
+				start "$srv" "$port" pin
+				lb "$srv-incr" "$port" -c 50 -P 1 -quantiles "$OUT/quantiles/$srv-incr.$run.csv"
+				lb "$srv-incr-p16" "$port" -c 50 -P 16 -quantiles "$OUT/quantiles/$srv-incr-p16.$run.csv"
+				stop_server
+			done
+		done
+		;;
+	batch)
+		for run in $(seq "$RUNS"); do
+			port=$(free_port)
+			start leafd "$port" pin
+			lb segment1000-goredis "$port" -c "${BATCH_CLIENTS:-16}" -P 16 -cmd segment -batch 1000 -client goredis
+			lb segment1000-raw "$port" -c "${BATCH_CLIENTS:-16}" -P 16 -cmd segment -batch 1000
+			lb snowflake1000 "$port" -c "${BATCH_CLIENTS:-16}" -P 16 -cmd snowflake -batch 1000
+			lb incrby1000 "$port" -c "${BATCH_CLIENTS:-16}" -P 16 -cmd incrby -batch 1000
+			stop_server
+		done
+		;;
+	tags)
+		port=$(free_port)
+		http=$(free_port)
+		start leafd "$port" pin --http-addr "127.0.0.1:$http"
+		heap() { curl -fsS "http://127.0.0.1:$http/metrics" | awk '$1 == "go_memstats_heap_inuse_bytes" { printf "%.0f", $2 }'; }
+		run=0
+		lb tags-one-warm "$port" -c 50 -P 16
+		h1=$(heap)
+		echo "    priming $TAGS tags ..." >&2
+		t0=$SECONDS
+		lb tags-prime "$port" -c 50 -P 16 -tags "$TAGS" -d 1s -warmup 0s
+		h2=$(heap)
+		echo "tags=$TAGS heap_inuse_one_tag=$h1 heap_inuse_all_tags=$h2 prime_seconds=$((SECONDS - t0))" >"$OUT/tags-memory.txt"
+		cat "$OUT/tags-memory.txt" >&2
+		for run in $(seq "$RUNS"); do
+			lb tags-one "$port" -c 50 -P 16
+			lb tags-many "$port" -c 50 -P 16 -tags "$TAGS"
+		done
+		stop_server
+		;;
+	cores)
+		for run in $(seq "$RUNS"); do
+			for procs in 1 2; do
+				port=$(free_port)
+				GOMAXPROCS=$procs start leafd "$port" free
+				CLIENT_FREE=1 CLIENT_PROCS=2 lb "cores$procs-incr" "$port" -c 50 -P 1
+				CLIENT_FREE=1 CLIENT_PROCS=2 lb "cores$procs-incr-p16" "$port" -c 50 -P 16
+				stop_server
+			done
+		done
+		;;
+	*)
+		echo "all.sh: unknown section $section" >&2
+		exit 2
+		;;
+	esac
+done
+
+echo "load average at the end: $(load); elapsed $((SECONDS - start_s))s" >>"$OUT/env.txt"
+python3 "$root/bench/summarize.py" "$OUT" | tee "$OUT/summary.md"
+
+# The plot: for each server and depth, the run with the median p99.
+if compgen -G "$OUT/quantiles/*.csv" >/dev/null; then
+	args=()
+	for series in redis-incr leafd-incr redis-incr-p16 leafd-incr-p16; do
+		f=$(python3 "$root/bench/summarize.py" --median-run "$OUT" "$series") || continue
+		[[ -n $f ]] && args+=("$(echo "$series" | sed 's/-incr-p16/ INCR -P 16/; s/-incr$/ INCR/; s/^redis/redis-server/')=$OUT/quantiles/$series.$f.csv")
+	done
+	"$work/plot" -o "$PNG" -title "INCR latency, 50 connections, server on 1 core (run with the median p99 of $RUNS)" "${args[@]}"
+	echo "plot written to $PNG" >&2
+fi

@@ -1,0 +1,154 @@
+#!/usr/bin/env python3
+"""Summarize bench/all.sh's raw leafd-bench JSON (OUT/raw/LABEL.RUN.json) as Markdown tables:
+medians of the runs and ratios against the baseline measured in the same script, both the
+ratio of the medians and the median of the per-run ratios ("paired").
+
+    python3 bench/summarize.py OUT
+    python3 bench/summarize.py --median-run OUT LABEL   # the run whose p99 is the median
+"""
+import glob
+import json
+import os
+import statistics
+import sys
+
+SNOWFLAKE_LIMIT = 4_096_000  # IDs/s of one worker with 12 sequence bits
+SEGMENT_TARGET = 20_000_000  # issue 10's batch target
+
+
+def load(out):
+    runs = {}
+    for f in glob.glob(os.path.join(out, "raw", "*.json")):
+        label, run, _ = os.path.basename(f).rsplit(".", 2)
+        with open(f) as fh:
+            r = json.load(fh)
+        runs.setdefault(label, {})[int(run)] = r
+    return runs
+
+
+def val(r, key):
+    if key in ("p50", "p99", "p999"):
+        return r["latency"][key + "_ms"]
+    return r[key]
+
+
+def med(runs, label, key):
+    rs = runs.get(label, {})
+    if not rs:
+        return None
+    return statistics.median(val(r, key) for r in rs.values())
+
+
+def paired(runs, label, base, key):
+    a, b = runs.get(label, {}), runs.get(base, {})
+    rs = [val(a[i], key) / val(b[i], key) for i in a if i in b and val(b[i], key) > 0]
+    return statistics.median(rs) if rs else None
+
+
+def spread(runs, label, base, key):
+    a, b = runs.get(label, {}), runs.get(base, {})
+    rs = sorted(val(a[i], key) / val(b[i], key) for i in a if i in b and val(b[i], key) > 0)
+    return "%.2f–%.2f" % (rs[0], rs[-1]) if rs else "—"
+
+
+def fmt(v, nd=0):
+    if v is None:
+        return "—"
+    if nd == 0:
+        return "{:,.0f}".format(v).replace(",", " ")
+    return "%.*f" % (nd, v)
+
+
+def ratio(a, b):
+    return a / b if a is not None and b else None
+
+
+def errors(runs, label):
+    return sum(r["errors"] + len(r.get("conn_errors") or []) for r in runs.get(label, {}).values())
+
+
+def pair_table(runs, title, rows, base_name):
+    print("### " + title)
+    print()
+    print("| test | %s req/s | req/s | ratio | paired (range) | p99 %s / test ms | p99 ratio | p99.9 %s / test ms | p99.9 ratio | errors |" % (base_name, base_name, base_name))
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for name, label, base in rows:
+        if label not in runs or base not in runs:
+            continue
+        lr, br = med(runs, label, "requests_per_sec"), med(runs, base, "requests_per_sec")
+        l99, b99 = med(runs, label, "p99"), med(runs, base, "p99")
+        l999, b999 = med(runs, label, "p999"), med(runs, base, "p999")
+        print("| %s | %s | %s | **%s** | %s (%s) | %s / %s | **%s** | %s / %s | %s | %d |" % (
+            name, fmt(br), fmt(lr), fmt(ratio(lr, br), 3),
+            fmt(paired(runs, label, base, "requests_per_sec"), 3), spread(runs, label, base, "requests_per_sec"),
+            fmt(b99, 3), fmt(l99, 3), fmt(ratio(l99, b99), 2),
+            fmt(b999, 3), fmt(l999, 3), fmt(ratio(l999, b999), 2), errors(runs, label)))
+    print()
+
+
+def main(argv):
+    if len(argv) == 4 and argv[1] == "--median-run":
+        rs = load(argv[2]).get(argv[3], {})
+        if not rs:
+            return 1
+        order = sorted(rs, key=lambda i: val(rs[i], "p99"))
+        print(order[(len(order) - 1) // 2])
+        return 0
+    out = argv[1]
+    runs = load(out)
+    n = max((len(v) for v in runs.values()), default=0)
+    print("## bench/all.sh summary")
+    print()
+    with open(os.path.join(out, "env.txt")) as fh:
+        for line in fh:
+            print("    " + line.rstrip())
+    print()
+    print("Medians of %d alternating runs; ratio = test / baseline of the medians, paired = median of the per-run ratios." % n)
+    print()
+    pair_table(runs, "Latency: leafd against redis-server (leafd-bench, 50 connections)", [
+        ("INCR", "leafd-incr", "redis-incr"),
+        ("INCR -P 16", "leafd-incr-p16", "redis-incr-p16"),
+    ], "redis")
+
+    if any(k.startswith(("segment1000", "snowflake1000", "incrby1000")) for k in runs):
+        print("### Batches (leafd alone, pinned; -P 16)")
+        print()
+        print("| test | IDs/s (median) | runs | target | ratio to target | p99 ms | errors |")
+        print("|---|---|---|---|---|---|---|")
+        for name, label, target in [
+            ("IDS.SEGMENT tag 1000, go-redis", "segment1000-goredis", SEGMENT_TARGET),
+            ("IDS.SEGMENT tag 1000, leafd-bench client", "segment1000-raw", SEGMENT_TARGET),
+            ("IDS.SNOWFLAKE 1000", "snowflake1000", SNOWFLAKE_LIMIT),
+            ("INCRBY tag 1000", "incrby1000", None),
+        ]:
+            if label not in runs:
+                continue
+            m = med(runs, label, "ids_per_sec")
+            each = ", ".join(fmt(runs[label][i]["ids_per_sec"]) for i in sorted(runs[label]))
+            print("| %s | %s | %s | %s | %s | %s | %d |" % (
+                name, fmt(m), each, fmt(target) if target else "—",
+                ("**%s**" % fmt(ratio(m, target), 3)) if target else "—", fmt(med(runs, label, "p99"), 3), errors(runs, label)))
+        print()
+
+    pair_table(runs, "Many tags: round-robin over all tags against one tag (same server, INCR -P 16)", [
+        ("INCR, many tags vs one", "tags-many", "tags-one"),
+    ], "one tag")
+    mem = os.path.join(out, "tags-memory.txt")
+    if os.path.exists(mem):
+        with open(mem) as fh:
+            kv = dict(x.split("=") for x in fh.read().split())
+        tags = int(kv["tags"])
+        per = (int(kv["heap_inuse_all_tags"]) - int(kv["heap_inuse_one_tag"])) / tags
+        print("Heap in use: %s bytes with one tag, %s with %s tags: **%.0f bytes per tag** (Go heap, `go_memstats_heap_inuse_bytes`, garbage not yet collected included); priming took %s s." % (
+            fmt(int(kv["heap_inuse_one_tag"])), fmt(int(kv["heap_inuse_all_tags"])), fmt(tags), per, kv["prime_seconds"]))
+        print()
+
+    pair_table(runs, "Cores: leafd GOMAXPROCS 2 against GOMAXPROCS 1 (unpinned, client unpinned)", [
+        ("INCR", "cores2-incr", "cores1-incr"),
+        ("INCR -P 16", "cores2-incr-p16", "cores1-incr-p16"),
+    ], "GOMAXPROCS 1")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
