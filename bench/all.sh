@@ -4,7 +4,8 @@
 # the same script:
 #
 #   compare  bench/compare.sh (redis-benchmark): leafd INCR / IDS.SNOWFLAKE, unpipelined and
-#            -P 16, against redis-server INCR                         (baseline: redis-server)
+#            -P 16, against redis-server INCR, and the server-path variants (VARIANTS: built
+#            without the yield before reads; GOMAXPROCS 2 on one core)  (baseline: redis-server)
 #   latency  leafd-bench INCR, 50 connections, -P 1 and -P 16, leafd and redis-server
 #            alternating; latency percentiles, plotted to docs/bench-latency.png
 #                                                                    (baseline: redis-server)
@@ -158,7 +159,11 @@ for section in $SECTIONS; do
 	echo "== $section (load $(load))" >&2
 	case $section in
 	compare)
-		LEAFD=$work/leafd RUNS=$RUNS bash "$root/bench/compare.sh" | tee "$OUT/compare.txt"
+		# The server-path variants of issue 10 in the same alternation: no runtime.Gosched
+		# before each read, and GOMAXPROCS 2 on the one pinned core.
+		(cd "$root" && go build -ldflags '-X github.com/leafd/leafd/resp.readYield=off' -o "$work/leafd-noyield" ./cmd/leafd)
+		LEAFD=$work/leafd RUNS=$RUNS VARIANTS=${VARIANTS-"noyield:$work/leafd-noyield gmp2:$work/leafd:GOMAXPROCS=2"} \
+			bash "$root/bench/compare.sh" | tee "$OUT/compare.txt"
 		;;
 	latency)
 		for run in $(seq "$RUNS"); do

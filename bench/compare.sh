@@ -15,7 +15,10 @@
 # Usage: bash bench/compare.sh            (from the repository root; a few minutes at most)
 # Environment: RUNS (5), N (200000 unpipelined requests), NP (2000000 requests at -P 16),
 #   CLIENTS (50), PIPELINE (16), SERVER_CPU (0), CLIENT_CPU (1), LEAFD (a leafd binary;
-#   built when unset), KEEP (a directory to keep the raw CSVs and logs in).
+#   built when unset), KEEP (a directory to keep the raw CSVs and logs in), VARIANTS (more
+#   leafd builds or settings run in the same alternation, INCR and INCR -P 16 only:
+#   space-separated name:binary[:ENV=VALUE], e.g.
+#   "noyield:/tmp/leafd-noyield gmp2:/tmp/leafd:GOMAXPROCS=2").
 set -euo pipefail
 
 RUNS=${RUNS:-5}
@@ -115,7 +118,7 @@ start_server() { # name port run
 			--appendonly no --daemonize no >"$work/redis-$run.log" 2>&1 &
 		;;
 	leafd)
-		taskset -c "$SERVER_CPU" "$LEAFD" --data-dir "$work/leafd-data-$run" \
+		taskset -c "$SERVER_CPU" env ${LEAFD_ENV:-} "${LEAFD_BIN:-$LEAFD}" --data-dir "$work/leafd-data-$run" \
 			--addr "127.0.0.1:$port" --http-addr "" --log-level warn >"$work/leafd-$run.log" 2>&1 &
 		;;
 	esac
@@ -140,7 +143,9 @@ bench() {
 run_server() { # name run
 	local name=$1 run=$2 port
 	port=$(free_port)
-	start_server "$name" "$port" "$run"
+	local kind=$name
+	[[ $name == v-* ]] && kind=leafd
+	start_server "$kind" "$port" "$run"
 	# Warm-up, not measured: connections, leafd's first segment and its dynamic step.
 	client timeout "$BENCH_TIMEOUT" taskset -c "$CLIENT_CPU" redis-benchmark -h 127.0.0.1 -p "$port" \
 		-c "$CLIENTS" -n "$NP" -P "$PIPELINE" -t incr -q >/dev/null
@@ -161,6 +166,10 @@ start=$SECONDS
 for run in $(seq "$RUNS"); do
 	run_server redis "$run"
 	run_server leafd "$run"
+	for v in ${VARIANTS:-}; do
+		IFS=: read -r vname vbin venv <<<"$v"
+		LEAFD_BIN=$vbin LEAFD_ENV=$venv run_server "v-$vname" "$run"
+	done
 	echo "  run $run/$RUNS done ($((SECONDS - start))s, load $(cut -d' ' -f1 /proc/loadavg))" >&2
 done
 
@@ -184,7 +193,7 @@ awk -v runs="$RUNS" '
 		if (n == 0) return 0
 		return n % 2 ? v[(n+1)/2] : (v[n/2] + v[n/2+1]) / 2
 	}
-	{ k = $1 " " $2; val[k, $3] = 1; val[k, $3, "rps"] = $4; val[k, $3, "p50"] = $5; val[k, $3, "p99"] = $6 }
+	{ seen[$1] = 1; k = $1 " " $2; val[k, $3] = 1; val[k, $3, "rps"] = $4; val[k, $3, "p50"] = $5; val[k, $3, "p99"] = $6 }
 	function row(label, lk, rk,    lr, rr, l50, r50, l99, r99) {
 		lr = median(lk, "rps"); rr = median(rk, "rps")
 		l50 = median(lk, "p50"); r50 = median(rk, "p50")
@@ -199,6 +208,10 @@ awk -v runs="$RUNS" '
 		row("INCR -P '"$PIPELINE"'", "leafd incr_p", "redis incr_p")
 		row("IDS.SNOWFLAKE vs INCR", "leafd snowflake", "redis incr")
 		row("IDS.SNOWFLAKE -P '"$PIPELINE"' vs INCR -P '"$PIPELINE"'", "leafd snowflake_p", "redis incr_p")
+		for (k in seen) if (k ~ /^v-/) {
+			row("INCR [" substr(k, 3) "]", k " incr", "redis incr")
+			row("INCR -P '"$PIPELINE"' [" substr(k, 3) "]", k " incr_p", "redis incr_p")
+		}
 	}' "$work/results"
 echo
 echo "elapsed $((SECONDS - start))s; load average at the end $(cut -d' ' -f1-3 /proc/loadavg)"

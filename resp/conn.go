@@ -132,6 +132,13 @@ func (c *Conn) Info(now time.Time) ClientInfo {
 	}
 }
 
+// readYield is a build-time switch for benchmarks, not a setting: building with
+// -ldflags '-X github.com/leafd/leafd/resp.readYield=off' drops the runtime.Gosched before
+// each read, so that both variants can be measured side by side (docs/BENCHMARKS.md).
+var readYield = "on"
+
+var yieldBeforeRead = readYield != "off"
+
 const (
 	minReadBuf   = 16 * 1024
 	flushAt      = 64 * 1024
@@ -233,7 +240,9 @@ func (c *Conn) serve() {
 		// of costing an extra read that fails with EAGAIN before the goroutine parks (a third
 		// of all reads in a profile under redis-benchmark). Measured: p99 0.51-0.68 ms instead
 		// of 0.73-0.97 ms unpipelined (docs/BENCHMARKS.md).
-		runtime.Gosched()
+		if yieldBeforeRead {
+			runtime.Gosched()
+		}
 		n, err := c.nc.Read(c.buf[c.w:])
 		c.w += n
 		if err != nil && n == 0 {
