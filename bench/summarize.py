@@ -138,9 +138,12 @@ def main(argv):
         with open(mem) as fh:
             kv = dict(x.split("=") for x in fh.read().split())
         tags = int(kv["tags"])
-        per = (int(kv["heap_inuse_all_tags"]) - int(kv["heap_inuse_one_tag"])) / tags
-        print("Heap in use: %s bytes with one tag, %s with %s tags: **%.0f bytes per tag** (Go heap, `go_memstats_heap_inuse_bytes`, garbage not yet collected included); priming took %s s." % (
-            fmt(int(kv["heap_inuse_one_tag"])), fmt(int(kv["heap_inuse_all_tags"])), fmt(tags), per, kv["prime_seconds"]))
+        h1 = int(kv["heap_inuse_one_tag"])
+        per2 = (int(kv["heap_inuse_all_tags"]) - h1) / tags
+        per3 = (int(kv["heap_inuse_after_runs"]) - h1) / tags
+        print("Go heap in use (`go_memstats_heap_inuse_bytes`, uncollected garbage included): %s bytes with one tag; with %s tags %s bytes right after priming (**%.0f bytes per tag**) and %s after the measured runs (**%.0f bytes per tag**); RSS after the runs %s bytes. Priming (creating and loading every tag) took %s s." % (
+            fmt(h1), fmt(tags), fmt(int(kv["heap_inuse_all_tags"])), per2, fmt(int(kv["heap_inuse_after_runs"])), per3,
+            fmt(int(kv["rss_after_runs"])), kv["prime_seconds"]))
         print()
 
     pair_table(runs, "Cores: leafd GOMAXPROCS 2 against GOMAXPROCS 1 (unpinned, client unpinned)", [
