@@ -129,17 +129,26 @@ lb() {
 	shift 2
 	local pre=(taskset -c "$CLIENT_CPU")
 	[[ ${CLIENT_FREE:-} == 1 ]] && pre=()
+	local c0 w0 c1 w1
+	c0=$(cpu_ticks) w0=$(date +%s%N)
 	GOMAXPROCS=${CLIENT_PROCS:-1} timeout 600 "${pre[@]}" "$work/leafd-bench" -addr "127.0.0.1:$port" \
 		-d "$DUR" -warmup "$WARM" -json "$@" >"$OUT/raw/$label.$run.json" || {
 		echo "all.sh: leafd-bench $label run $run failed:" >&2
 		cat "$OUT/raw/$label.$run.json" >&2
 		return 1
 	}
+	c1=$(cpu_ticks) w1=$(date +%s%N)
+	# The server's CPU use during the run (warm-up included), in cores: below 1 on a pinned
+	# server means the client, not the server, was the bound.
+	echo "$c0 $c1 $w0 $w1 $(getconf CLK_TCK)" | awk '{ printf "%.3f\n", ($2 - $1) / $5 / (($4 - $3) / 1e9) }' >"$OUT/raw/$label.$run.cpu"
 	python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print("    %-22s %12.0f req/s %14.0f IDs/s  p50 %7.3f  p99 %7.3f  p99.9 %7.3f ms  errors %d" % (sys.argv[2], r["requests_per_sec"], r["ids_per_sec"], r["latency"]["p50_ms"], r["latency"]["p99_ms"], r["latency"]["p999_ms"], r["errors"]))' \
 		"$OUT/raw/$label.$run.json" "$label"
 }
 
 load() { cut -d' ' -f1-3 /proc/loadavg; }
+
+# cpu_ticks: user + system clock ticks of the running server.
+cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$server_pid/stat"; }
 
 mkdir -p "$OUT/raw" "$OUT/quantiles"
 rm -f "$OUT"/raw/*.json "$OUT"/quantiles/*.csv "$OUT"/*.txt

@@ -22,11 +22,17 @@ def load(out):
         label, run, _ = os.path.basename(f).rsplit(".", 2)
         with open(f) as fh:
             r = json.load(fh)
+        cpu = f[:-len(".json")] + ".cpu"
+        if os.path.exists(cpu):
+            with open(cpu) as fh:
+                r["server_cpu"] = float(fh.read().strip() or 0)
         runs.setdefault(label, {})[int(run)] = r
     return runs
 
 
 def val(r, key):
+    if key == "cpu":
+        return r.get("server_cpu", 0)
     if key in ("p50", "p99", "p999"):
         return r["latency"][key + "_ms"]
     return r[key]
@@ -68,21 +74,24 @@ def errors(runs, label):
 
 
 def pair_table(runs, title, rows, base_name):
+    if not any(label in runs and base in runs for _, label, base in rows):
+        return
     print("### " + title)
     print()
-    print("| test | %s req/s | req/s | ratio | paired (range) | p99 %s / test ms | p99 ratio | p99.9 %s / test ms | p99.9 ratio | errors |" % (base_name, base_name, base_name))
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("| test | %s req/s | req/s | ratio | paired (range) | p99 %s / test ms | p99 ratio | p99.9 %s / test ms | p99.9 ratio | server CPU %s / test | errors |" % (base_name, base_name, base_name, base_name))
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for name, label, base in rows:
         if label not in runs or base not in runs:
             continue
         lr, br = med(runs, label, "requests_per_sec"), med(runs, base, "requests_per_sec")
         l99, b99 = med(runs, label, "p99"), med(runs, base, "p99")
         l999, b999 = med(runs, label, "p999"), med(runs, base, "p999")
-        print("| %s | %s | %s | **%s** | %s (%s) | %s / %s | **%s** | %s / %s | %s | %d |" % (
+        print("| %s | %s | %s | **%s** | %s (%s) | %s / %s | **%s** | %s / %s | %s | %s / %s | %d |" % (
             name, fmt(br), fmt(lr), fmt(ratio(lr, br), 3),
             fmt(paired(runs, label, base, "requests_per_sec"), 3), spread(runs, label, base, "requests_per_sec"),
             fmt(b99, 3), fmt(l99, 3), fmt(ratio(l99, b99), 2),
-            fmt(b999, 3), fmt(l999, 3), fmt(ratio(l999, b999), 2), errors(runs, label)))
+            fmt(b999, 3), fmt(l999, 3), fmt(ratio(l999, b999), 2),
+            fmt(med(runs, base, "cpu"), 2), fmt(med(runs, label, "cpu"), 2), errors(runs, label)))
     print()
 
 
@@ -113,8 +122,8 @@ def main(argv):
     if any(k.startswith(("segment1000", "snowflake1000", "incrby1000")) for k in runs):
         print("### Batches (leafd alone, pinned; -P 16)")
         print()
-        print("| test | IDs/s (median) | runs | target | ratio to target | p99 ms | errors |")
-        print("|---|---|---|---|---|---|---|")
+        print("| test | IDs/s (median) | runs | target | ratio to target | p99 ms | server CPU (cores) | errors |")
+        print("|---|---|---|---|---|---|---|---|")
         for name, label, target in [
             ("IDS.SEGMENT tag 1000, go-redis", "segment1000-goredis", SEGMENT_TARGET),
             ("IDS.SEGMENT tag 1000, leafd-bench client", "segment1000-raw", SEGMENT_TARGET),
@@ -125,9 +134,10 @@ def main(argv):
                 continue
             m = med(runs, label, "ids_per_sec")
             each = ", ".join(fmt(runs[label][i]["ids_per_sec"]) for i in sorted(runs[label]))
-            print("| %s | %s | %s | %s | %s | %s | %d |" % (
+            print("| %s | %s | %s | %s | %s | %s | %s | %d |" % (
                 name, fmt(m), each, fmt(target) if target else "—",
-                ("**%s**" % fmt(ratio(m, target), 3)) if target else "—", fmt(med(runs, label, "p99"), 3), errors(runs, label)))
+                ("**%s**" % fmt(ratio(m, target), 3)) if target else "—", fmt(med(runs, label, "p99"), 3),
+                fmt(med(runs, label, "cpu"), 2), errors(runs, label)))
         print()
 
     pair_table(runs, "Many tags: round-robin over all tags against one tag (same server, INCR -P 16)", [
