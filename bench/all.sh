@@ -151,7 +151,7 @@ load() { cut -d' ' -f1-3 /proc/loadavg; }
 cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$server_pid/stat"; }
 
 mkdir -p "$OUT/raw" "$OUT/quantiles"
-rm -f "$OUT"/raw/*.json "$OUT"/quantiles/*.csv "$OUT"/*.txt
+rm -f "$OUT"/raw/*.json "$OUT"/raw/*.cpu "$OUT"/quantiles/*.csv "$OUT"/*.txt "$OUT"/summary.md
 echo "all.sh: building (commit $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?'))" >&2
 (cd "$root" && go build -o "$work/leafd" ./cmd/leafd && go build -o "$work/leafd-bench" ./cmd/leafd-bench)
 (cd "$root/bench/plot" && go build -o "$work/plot" .)
