@@ -20,7 +20,7 @@ unit:
 	$(GO) test -race ./...
 
 # Every figure of docs/BENCHMARKS.md's issue-10 section against redis-server, medians of
-# alternating runs as ratios, and the latency plot docs/bench-latency.png (about 10 minutes;
+# alternating runs as ratios, and the latency plot docs/bench-latency.png (about 6 minutes on an idle machine, far longer under load;
 # needs redis-server and two cores). bench-micro: the Go micro-benchmarks.
 bench:
 	bash bench/all.sh
