@@ -246,12 +246,14 @@ func (s *MySQLStore) recordGap(ctx context.Context) error {
 	return err
 }
 
-// createFence runs in Create's transaction before the insert: it locks the database row and,
-// when it names another server, carries an epoch below one seen, or is missing on a database
-// whose leafd_fence has other rows, the database failed over and may have lost tag
-// creations: a tag created and used on the old primary, lost, and created again here would
-// start again at its START. It then returns the gap to add to the new tag's start, and
-// takes the row over in the same transaction.
+// createFence runs in Create's transaction before the insert: it locks the database row and
+// returns how far above its START the new tag starts. When the row names another server,
+// carries an epoch below one seen, or is missing on a database whose leafd_fence has other
+// rows, the database failed over and may have lost tag creations: a tag created and used on
+// the old primary, lost, and created again here would start again at its START. The row is
+// then taken over (next epoch) in the same transaction. Every tag created in epoch e starts
+// (e-1) gaps above its START (createOffset): the jump is not only for the first creation
+// after the failover, since any later one may re-create a lost tag too.
 func (s *MySQLStore) createFence(ctx context.Context, tx *sql.Tx, step int64) (int64, error) {
 	expr, err := s.identExpr(ctx)
 	if err != nil {
@@ -272,15 +274,19 @@ func (s *MySQLStore) createFence(ctx context.Context, tx *sql.Tx, step int64) (i
 		return 0, err
 	}
 	seen := s.seenEpoch(dbFenceKey)
+	// g only grows in the row: every generation's offset is at least the last one's plus the
+	// gap it used.
+	g := max(s.gap(step, 0), recorded)
 	reason := ""
 	switch {
 	case !found:
 		// The largest gap of a per-tag takeover stands in for the lost recorded one.
-		var others int64
+		var others, tagGap int64
 		if err := tx.QueryRowContext(ctx, "SELECT COUNT(*), COALESCE(MAX(gap), 0) FROM leafd_fence WHERE biz_tag <> ?", dbFenceKey).
-			Scan(&others, &recorded); err != nil {
+			Scan(&others, &tagGap); err != nil {
 			return 0, err
 		}
+		g = max(g, tagGap)
 		if others > 0 {
 			reason = "no database fence row on a database with fence rows (a replica that missed it)"
 		}
@@ -290,26 +296,44 @@ func (s *MySQLStore) createFence(ctx context.Context, tx *sql.Tx, step int64) (i
 		reason = fmt.Sprintf("database fence epoch %d is below epoch %d seen before", epoch, seen)
 	default:
 		s.noteEpoch(dbFenceKey, epoch)
-		return 0, nil
-	}
-	g := s.gap(0, 0)
-	var jump int64
-	if reason != "" {
-		jump = max(s.gap(step, 0), recorded)
+		if g > recorded {
+			if _, err := tx.ExecContext(ctx, "UPDATE leafd_fence SET gap = ? WHERE biz_tag = ?", g, dbFenceKey); err != nil {
+				return 0, err
+			}
+		}
+		return createOffset(g, epoch), nil
 	}
 	next := max(epoch, seen) + 1
+	if reason != "" {
+		next = max(next, 2) // a takeover: at least one gap above the tags' START
+	}
 	_, err = tx.ExecContext(ctx, "INSERT INTO leafd_fence (biz_tag, server_id, server_uuid, epoch, token, gap) VALUES (?, ?, ?, ?, ?, ?)"+
-		" ON DUPLICATE KEY UPDATE server_id = VALUES(server_id), server_uuid = VALUES(server_uuid), epoch = VALUES(epoch), token = VALUES(token), gap = GREATEST(gap, VALUES(gap))",
-		dbFenceKey, self.id, self.uuid, next, randToken(), max(g, recorded))
+		" ON DUPLICATE KEY UPDATE server_id = VALUES(server_id), server_uuid = VALUES(server_uuid), epoch = VALUES(epoch), token = VALUES(token), gap = VALUES(gap)",
+		dbFenceKey, self.id, self.uuid, next, randToken(), g)
 	if err != nil {
 		return 0, err
 	}
 	if reason != "" {
-		s.log.Warn("segment: failover fence: database changed since the last tag creation; the new tag starts past the safety gap",
-			zap.String("reason", reason), zap.String("server", self.String()), zap.Int64("gap", jump), zap.Int64("epoch", next))
+		s.log.Warn("segment: failover fence: database changed since the last tag creation; tags created from now on start past one more safety gap",
+			zap.String("reason", reason), zap.String("server", self.String()), zap.Int64("gap", g), zap.Int64("epoch", next),
+			zap.Int64("offset", createOffset(g, next)))
 	}
 	s.pendingEpoch(dbFenceKey, next)
-	return jump, nil
+	return createOffset(g, next), nil
+}
+
+// createOffset is how far above its START a tag created in database generation epoch starts:
+// one gap per takeover of the database row. A tag created (and used for at most
+// FailoverAllocs allocations) in generation e and lost at the failover is created again in
+// a later generation at least one gap higher.
+func createOffset(g, epoch int64) int64 {
+	if epoch <= 1 {
+		return 0
+	}
+	if g > maxRangeEnd/(epoch-1) {
+		return maxRangeEnd // Create refuses it (ErrLimit)
+	}
+	return g * (epoch - 1)
 }
 
 // seenEpoch is the highest fence epoch of tag this process has seen committed.

@@ -315,8 +315,8 @@ func TestMySQLFenceDatabaseRow(t *testing.T) {
 		fake string
 		gap  int64
 	}{
-		{"UPDATE leafd_fence SET server_id = server_id + 1000 WHERE biz_tag = ''", 400}, // the recorded gap
-		{"DELETE FROM leafd_fence WHERE biz_tag = ''", 400},                             // the row lost: the largest per-tag takeover gap
+		{"UPDATE leafd_fence SET server_id = server_id + 1000 WHERE biz_tag = ''", 400}, // epoch 2: one recorded gap
+		{"DELETE FROM leafd_fence WHERE biz_tag = ''", 800},                             // row lost (epoch 2 seen): two gaps of the largest per-tag takeover
 	} {
 		fake := c.fake
 		sqlExec(t, dsn, fake)
@@ -325,9 +325,10 @@ func TestMySQLFenceDatabaseRow(t *testing.T) {
 		if got := maxIDOf(t, dsn, name); got != 100+c.gap {
 			t.Fatalf("%s: tag created after a failover: got max_id %d, want 100 + gap %d", fake, got, c.gap)
 		}
-		create(name+"x", 100) // once: the row names this server again
-		if got := maxIDOf(t, dsn, name+"x"); got != 100 {
-			t.Fatalf("%s: second creation: got max_id %d, want 100", fake, got)
+		// Every later creation too (any may re-create a lost tag), with no further takeover.
+		create(name+"x", 100)
+		if got := maxIDOf(t, dsn, name+"x"); got != 100+c.gap {
+			t.Fatalf("%s: second creation: got max_id %d, want %d", fake, got, 100+c.gap)
 		}
 	}
 	_ = big
