@@ -89,7 +89,13 @@ func (s *MySQLStore) identExpr(ctx context.Context) (string, error) {
 // fence shows that the database changed since the last range was granted, moves max_id
 // forward by the safety gap and takes the fence over. step is the step of the allocation that
 // follows (<= 0: the stored one).
-func (s *MySQLStore) fence(ctx context.Context, tx *sql.Tx, tag string, step int64) (fenceRow, error) {
+//
+// floor is the caller's regression mark (0: none). A takeover moves max_id to at least floor
+// and commits even when stale + gap lands below it: an instance that holds marks above a lost
+// takeover (a second failover that lost the first one's jump) thereby moves the table up for
+// every instance, instead of refusing while the others lease inside its ranges. Refusals
+// without a takeover still never move max_id (AllocateAbove).
+func (s *MySQLStore) fence(ctx context.Context, tx *sql.Tx, tag string, step, floor int64) (fenceRow, error) {
 	expr, err := s.identExpr(ctx)
 	if err != nil {
 		return fenceRow{}, err
@@ -128,9 +134,13 @@ func (s *MySQLStore) fence(ctx context.Context, tx *sql.Tx, tag string, step int
 		return r, nil
 	}
 
-	gap := s.gap(r.step, step)
+	gap, err := s.takeoverGap(ctx, tx, r.step, step)
+	if err != nil {
+		return fenceRow{}, err
+	}
 	next := max(r.epoch, seen) + 1
-	if _, err := tx.ExecContext(ctx, "UPDATE leaf_alloc SET max_id = max_id + ? WHERE biz_tag = ?", gap, tag); err != nil {
+	newMax := max(r.maxID+gap, floor)
+	if _, err := tx.ExecContext(ctx, "UPDATE leaf_alloc SET max_id = ? WHERE biz_tag = ?", newMax, tag); err != nil {
 		return fenceRow{}, err
 	}
 	_, err = tx.ExecContext(ctx, "INSERT INTO leafd_fence (biz_tag, server_id, server_uuid, epoch, token, gap) VALUES (?, ?, ?, ?, ?, ?)"+
@@ -142,9 +152,9 @@ func (s *MySQLStore) fence(ctx context.Context, tx *sql.Tx, tag string, step int
 	// Logged before the commit: if it fails, the next allocation finds the same and retries.
 	s.log.Warn("segment: failover fence: database changed since the last range of the tag was granted; moving max_id forward by the safety gap",
 		zap.String("tag", tag), zap.String("reason", reason), zap.String("server", r.self.String()),
-		zap.Int64("max_id", r.maxID), zap.Int64("gap", gap), zap.Int64("new_max_id", r.maxID+gap), zap.Int64("epoch", next))
+		zap.Int64("max_id", r.maxID), zap.Int64("gap", gap), zap.Int64("floor", floor), zap.Int64("new_max_id", newMax), zap.Int64("epoch", next))
 	s.pendingEpoch(tag, next)
-	r.maxID += gap
+	r.maxID = newMax
 	return r, nil
 }
 
@@ -176,6 +186,154 @@ func (s *MySQLStore) allocateLocked(ctx context.Context, tx *sql.Tx, tag string,
 // caller may have asked for more).
 func (s *MySQLStore) gap(stored, step int64) int64 {
 	return s.failoverAllocs * max(s.maxStep, stored, step, 1)
+}
+
+// takeoverGap is gap, raised to the largest gap any instance has recorded in the database
+// row (recordGap): an instance with a smaller --max-step or --mysql-failover-allocs than
+// the one that lost its ranges still jumps past them. A consistent (non-locking) read: the
+// database row is only locked by Create.
+func (s *MySQLStore) takeoverGap(ctx context.Context, tx *sql.Tx, stored, step int64) (int64, error) {
+	g := s.gap(stored, step)
+	var recorded sql.NullInt64
+	err := tx.QueryRowContext(ctx, "SELECT gap FROM leafd_fence WHERE biz_tag = ?", dbFenceKey).Scan(&recorded)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return 0, err
+	}
+	return max(g, recorded.Int64), nil
+}
+
+// --- the database row ----------------------------------------------------------------------
+
+// dbFenceKey is the biz_tag of the database-wide fence row: the empty string, which
+// ValidateTag forbids as a tag name. The row names the primary that created the last tag,
+// and keeps in gap the largest safety gap any instance was configured with.
+const dbFenceKey = ""
+
+// recordGap writes this instance's gap into the database row (at open): it only ever raises
+// it. A missing row is inserted only on a database whose leafd_fence is empty (a new
+// database); on one with other rows the row's absence means a replica that missed it, which
+// Create must see as a failover.
+func (s *MySQLStore) recordGap(ctx context.Context) error {
+	g := s.gap(0, 0)
+	if _, err := s.db.ExecContext(ctx, "UPDATE leafd_fence SET gap = GREATEST(gap, ?) WHERE biz_tag = ?", g, dbFenceKey); err != nil {
+		return err
+	}
+	var recorded sql.NullInt64
+	err := s.db.QueryRowContext(ctx, "SELECT (SELECT gap FROM leafd_fence WHERE biz_tag = ?)", dbFenceKey).Scan(&recorded)
+	if err != nil {
+		return err
+	}
+	if recorded.Valid {
+		if recorded.Int64 != g {
+			s.log.Warn("segment: failover fence: another instance uses a larger safety gap (--max-step × --mysql-failover-allocs); takeovers use the largest",
+				zap.Int64("gap", g), zap.Int64("recorded_gap", recorded.Int64))
+		}
+		return nil
+	}
+	var others bool
+	if err := s.db.QueryRowContext(ctx, "SELECT EXISTS (SELECT 1 FROM leafd_fence)").Scan(&others); err != nil {
+		return err
+	}
+	if others {
+		return nil
+	}
+	expr, err := s.identExpr(ctx)
+	if err != nil {
+		return err
+	}
+	_, err = s.db.ExecContext(ctx, "INSERT IGNORE INTO leafd_fence (biz_tag, server_id, server_uuid, epoch, token, gap) SELECT ?, "+expr+", 1, ?, ?",
+		dbFenceKey, randToken(), g)
+	return err
+}
+
+// createFence runs in Create's transaction before the insert: it locks the database row and
+// returns how far above its START the new tag starts. When the row names another server,
+// carries an epoch below one seen, or is missing on a database whose leafd_fence has other
+// rows, the database failed over and may have lost tag creations: a tag created and used on
+// the old primary, lost, and created again here would start again at its START. The row is
+// then taken over (next epoch) in the same transaction. Every tag created in epoch e starts
+// (e-1) gaps above its START (createOffset): the jump is not only for the first creation
+// after the failover, since any later one may re-create a lost tag too.
+func (s *MySQLStore) createFence(ctx context.Context, tx *sql.Tx, step int64) (int64, error) {
+	expr, err := s.identExpr(ctx)
+	if err != nil {
+		return 0, err
+	}
+	var self serverIdent
+	if err := tx.QueryRowContext(ctx, "SELECT "+expr).Scan(&self.id, &self.uuid); err != nil {
+		return 0, err
+	}
+	var owner serverIdent
+	var epoch, recorded int64
+	found := true
+	err = tx.QueryRowContext(ctx, "SELECT server_id, server_uuid, epoch, gap FROM leafd_fence WHERE biz_tag = ? FOR UPDATE", dbFenceKey).
+		Scan(&owner.id, &owner.uuid, &epoch, &recorded)
+	if errors.Is(err, sql.ErrNoRows) {
+		found = false
+	} else if err != nil {
+		return 0, err
+	}
+	seen := s.seenEpoch(dbFenceKey)
+	// g only grows in the row: every generation's offset is at least the last one's plus the
+	// gap it used.
+	g := max(s.gap(step, 0), recorded)
+	reason := ""
+	switch {
+	case !found:
+		// The largest gap of a per-tag takeover stands in for the lost recorded one.
+		var others, tagGap int64
+		if err := tx.QueryRowContext(ctx, "SELECT COUNT(*), COALESCE(MAX(gap), 0) FROM leafd_fence WHERE biz_tag <> ?", dbFenceKey).
+			Scan(&others, &tagGap); err != nil {
+			return 0, err
+		}
+		g = max(g, tagGap)
+		if others > 0 {
+			reason = "no database fence row on a database with fence rows (a replica that missed it)"
+		}
+	case owner != self:
+		reason = "the last tag was created on " + owner.String()
+	case epoch < seen:
+		reason = fmt.Sprintf("database fence epoch %d is below epoch %d seen before", epoch, seen)
+	default:
+		s.noteEpoch(dbFenceKey, epoch)
+		if g > recorded {
+			if _, err := tx.ExecContext(ctx, "UPDATE leafd_fence SET gap = ? WHERE biz_tag = ?", g, dbFenceKey); err != nil {
+				return 0, err
+			}
+		}
+		return createOffset(g, epoch), nil
+	}
+	next := max(epoch, seen) + 1
+	if reason != "" {
+		next = max(next, 2) // a takeover: at least one gap above the tags' START
+	}
+	_, err = tx.ExecContext(ctx, "INSERT INTO leafd_fence (biz_tag, server_id, server_uuid, epoch, token, gap) VALUES (?, ?, ?, ?, ?, ?)"+
+		" ON DUPLICATE KEY UPDATE server_id = VALUES(server_id), server_uuid = VALUES(server_uuid), epoch = VALUES(epoch), token = VALUES(token), gap = VALUES(gap)",
+		dbFenceKey, self.id, self.uuid, next, randToken(), g)
+	if err != nil {
+		return 0, err
+	}
+	if reason != "" {
+		s.log.Warn("segment: failover fence: database changed since the last tag creation; tags created from now on start past one more safety gap",
+			zap.String("reason", reason), zap.String("server", self.String()), zap.Int64("gap", g), zap.Int64("epoch", next),
+			zap.Int64("offset", createOffset(g, next)))
+	}
+	s.pendingEpoch(dbFenceKey, next)
+	return createOffset(g, next), nil
+}
+
+// createOffset is how far above its START a tag created in database generation epoch starts:
+// one gap per takeover of the database row. A tag created (and used for at most
+// FailoverAllocs allocations) in generation e and lost at the failover is created again in
+// a later generation at least one gap higher.
+func createOffset(g, epoch int64) int64 {
+	if epoch <= 1 {
+		return 0
+	}
+	if g > maxRangeEnd/(epoch-1) {
+		return maxRangeEnd // Create refuses it (ErrLimit)
+	}
+	return g * (epoch - 1)
 }
 
 // seenEpoch is the highest fence epoch of tag this process has seen committed.

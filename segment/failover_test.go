@@ -179,9 +179,6 @@ func TestMySQLAllocateAbove(t *testing.T) {
 			if err := s.Create(ctx, Tag{Name: tag, Step: 10}); err != nil {
 				t.Fatalf("Create: %v", err)
 			}
-			if fence {
-				sqlExec(t, dsn, "UPDATE leafd_fence SET server_id = server_id + 1000 WHERE biz_tag = '"+tag+"'")
-			}
 			before := maxIDOf(t, dsn, tag)
 			epoch := ""
 			if fence {
@@ -205,12 +202,25 @@ func TestMySQLAllocateAbove(t *testing.T) {
 					t.Fatalf("fence epoch after refused leases: got %s, want %s", got, epoch)
 				}
 			}
-			wantGap := int64(0)
-			if fence {
-				wantGap = 150
+			if !fence {
+				if a, err := s.AllocateAbove(ctx, tag, 0, before); err != nil || a.MaxID != before+10 {
+					t.Fatalf("AllocateAbove at the floor: got %+v, %v, want max_id %d", a, err, before+10)
+				}
+				return
 			}
-			if a, err := s.AllocateAbove(ctx, tag, 0, before+wantGap); err != nil || a.MaxID != before+wantGap+10 {
-				t.Fatalf("AllocateAbove at the floor: got %+v, %v, want max_id %d", a, err, before+wantGap+10)
+			// A takeover moves max_id to max(stale + gap, floor) and commits: an instance
+			// holding marks above a lost takeover moves the table up for every instance.
+			sqlExec(t, dsn, "UPDATE leafd_fence SET server_id = server_id + 1000 WHERE biz_tag = '"+tag+"'")
+			if a, err := s.AllocateAbove(ctx, tag, 0, 100_000); err != nil || a.MaxID != 100_010 {
+				t.Fatalf("takeover below the floor: got %+v, %v, want max_id 100010 (range from the floor)", a, err)
+			}
+			if got := maxIDOf(t, dsn, tag); got != 100_010 {
+				t.Fatalf("max_id after the takeover: got %d, want 100010 (committed)", got)
+			}
+			// Above the floor the takeover is the plain gap.
+			sqlExec(t, dsn, "UPDATE leafd_fence SET server_id = server_id + 1000 WHERE biz_tag = '"+tag+"'")
+			if a, err := s.AllocateAbove(ctx, tag, 0, 100_010); err != nil || a.MaxID != 100_010+150+10 {
+				t.Fatalf("takeover above the floor: got %+v, %v, want max_id %d", a, err, 100_010+150+10)
 			}
 		})
 	}
@@ -273,4 +283,53 @@ func waitUntil(t *testing.T, d time.Duration, what string, ok func() bool) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// TestMySQLFenceDatabaseRow: the database-wide fence row (biz_tag is the empty string). A tag created after a
+// failover (the row names another server, or is missing where other fence rows exist) starts
+// past the safety gap, once; and a takeover uses the largest gap any instance recorded.
+func TestMySQLFenceDatabaseRow(t *testing.T) {
+	dsn := testenv.FreshDatabase(t, testenv.MySQLDSN(t))
+	ctx := context.Background()
+	s := fenced(t, dsn) // gap 3 × 50
+	big := openTestMySQL(t, dsn, func(c *MySQLConfig) { c.FailoverAllocs, c.MaxStep = 4, 100 })
+	if got := sqlQuery(t, dsn, "SELECT gap FROM leafd_fence WHERE biz_tag = ''"); got != "400" {
+		t.Fatalf("recorded gap: got %s, want 400 (the largest configured)", got)
+	}
+	create := func(name string, start int64) {
+		t.Helper()
+		if err := s.Create(ctx, Tag{Name: name, MaxID: start, Step: 10}); err != nil {
+			t.Fatalf("Create %s: %v", name, err)
+		}
+	}
+	create("a", 100)
+	if got := maxIDOf(t, dsn, "a"); got != 100 {
+		t.Fatalf("tag created on the same primary: got max_id %d, want 100", got)
+	}
+	// A takeover by the small instance jumps by the recorded 400, not its own 150.
+	sqlExec(t, dsn, "UPDATE leafd_fence SET server_id = server_id + 1000 WHERE biz_tag = 'a'")
+	if a, err := s.Allocate(ctx, "a", 0); err != nil || a.MaxID != 100+400+10 {
+		t.Fatalf("takeover with a larger recorded gap: got %+v, %v, want max_id %d", a, err, 100+400+10)
+	}
+	for _, c := range []struct {
+		fake string
+		gap  int64
+	}{
+		{"UPDATE leafd_fence SET server_id = server_id + 1000 WHERE biz_tag = ''", 400}, // epoch 2: one recorded gap
+		{"DELETE FROM leafd_fence WHERE biz_tag = ''", 800},                             // row lost (epoch 2 seen): two gaps of the largest per-tag takeover
+	} {
+		fake := c.fake
+		sqlExec(t, dsn, fake)
+		name := "b" + strconv.Itoa(len(fake))
+		create(name, 100)
+		if got := maxIDOf(t, dsn, name); got != 100+c.gap {
+			t.Fatalf("%s: tag created after a failover: got max_id %d, want 100 + gap %d", fake, got, c.gap)
+		}
+		// Every later creation too (any may re-create a lost tag), with no further takeover.
+		create(name+"x", 100)
+		if got := maxIDOf(t, dsn, name+"x"); got != 100+c.gap {
+			t.Fatalf("%s: second creation: got max_id %d, want %d", fake, got, 100+c.gap)
+		}
+	}
+	_ = big
 }

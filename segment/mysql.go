@@ -155,6 +155,7 @@ type MySQLStore struct {
 	maxStep         int64
 	requireSemiSync bool
 	ident           atomic.Pointer[string] // SQL of the server identity, once known
+	gapRecorded     atomic.Bool            // this instance's gap is in the database fence row
 
 	epochMu sync.Mutex
 	epochs  map[string]int64 // per tag: highest fence epoch seen committed
@@ -215,6 +216,8 @@ func OpenMySQL(ctx context.Context, cfg MySQLConfig, log *zap.Logger) (*MySQLSto
 		defer cancel()
 		if err := s.ensureTable(ctx); err != nil {
 			s.log.Warn("mysql unreachable at start; serving will begin when it answers", zap.Error(err))
+		} else if s.failoverAllocs > 0 {
+			s.ensureGap(ctx)
 		}
 	} else {
 		s.tableReady.Store(true)
@@ -292,7 +295,8 @@ func (s *MySQLStore) AllocateAbove(ctx context.Context, tag string, step, floor 
 	}
 	var a Alloc
 	if s.failoverAllocs > 0 {
-		row, ferr := s.fence(ctx, tx, tag, step)
+		s.ensureGap(ctx)
+		row, ferr := s.fence(ctx, tx, tag, step, floor)
 		if ferr != nil {
 			_ = tx.Rollback()
 			s.dropPending(tag)
@@ -452,6 +456,21 @@ func (s *MySQLStore) Create(ctx context.Context, t Tag) error {
 	if err != nil {
 		return s.wrap("create", t.Name, err)
 	}
+	if s.failoverAllocs > 0 {
+		s.ensureGap(ctx)
+		jump, err := s.createFence(ctx, tx, t.Step)
+		if err != nil {
+			_ = tx.Rollback()
+			s.dropPending(dbFenceKey)
+			return s.wrap("create: fence", t.Name, err)
+		}
+		if jump > maxRangeEnd-t.MaxID {
+			_ = tx.Rollback()
+			s.dropPending(dbFenceKey)
+			return fmt.Errorf("%w: start %d + failover gap %d overflows", ErrLimit, t.MaxID, jump)
+		}
+		t.MaxID += jump
+	}
 	_, err = tx.ExecContext(ctx,
 		"INSERT INTO leaf_alloc (biz_tag, max_id, step, description, update_time) VALUES (?, ?, ?, ?, now())",
 		t.Name, t.MaxID, t.Step, desc)
@@ -460,12 +479,28 @@ func (s *MySQLStore) Create(ctx context.Context, t Tag) error {
 	}
 	if err != nil {
 		_ = tx.Rollback()
+		s.dropPending(dbFenceKey)
 		return s.wrap("create", t.Name, err)
 	}
 	if err := tx.Commit(); err != nil {
+		s.dropPending(dbFenceKey)
 		return s.wrap("create: commit", t.Name, err)
 	}
+	s.commitEpoch(dbFenceKey)
 	return nil
+}
+
+// ensureGap records this instance's safety gap in the database fence row once (failover.go).
+// A failure is logged and retried at the next call.
+func (s *MySQLStore) ensureGap(ctx context.Context) {
+	if s.gapRecorded.Load() {
+		return
+	}
+	if err := s.recordGap(ctx); err != nil {
+		s.log.Warn("segment: cannot record the safety gap in leafd_fence; retrying at the next allocation", zap.Error(err))
+		return
+	}
+	s.gapRecorded.Store(true)
 }
 
 // Close closes the connection pool. It is idempotent.
