@@ -257,9 +257,9 @@ func TestCompatRueidis(t *testing.T) {
 		t.Errorf("transaction: %v", err)
 	}
 	r.restart()
-	// INCR is not retried by rueidis (not read-only): the first one may fail on the dead
-	// connection.
-	if v, err := retry(2, func() (int64, error) { return c.Do(ctx, c.B().Incr().Key("order").Build()).AsInt64() }); err == nil {
+	// INCR is not retried by rueidis (not read-only): the first ones may fail on the dead
+	// connections of its pipe and its dedicated pool.
+	if v, err := retry(10, func() (int64, error) { return c.Do(ctx, c.B().Incr().Key("order").Build()).AsInt64() }); err == nil {
 		r.id("order", v)
 		r.pass("reconnect")
 	} else {

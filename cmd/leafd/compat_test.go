@@ -291,6 +291,9 @@ func retry[T any](n int, f func() (T, error)) (v T, err error) {
 		if v, err = f(); err == nil {
 			return v, nil
 		}
+		// A pool may hold several connections to the dead process; each failed call drops
+		// one. Pace the attempts so a slow restart is not counted as a failure.
+		time.Sleep(100 * time.Millisecond)
 	}
 	return v, err
 }
