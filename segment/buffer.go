@@ -99,7 +99,6 @@ type buffer struct {
 	lastErr    error
 	retired    int64 // values used by segments switched out (issued + abandoned)
 	abandoned  int64 // values skipped by NextN
-	loadsOK    int64
 	loads      loadLog
 }
 

@@ -85,7 +85,8 @@ func DefaultConfig() Config {
 	}
 }
 
-// Validate reports the first invalid field. Zero fields are valid (they mean the default).
+// Validate reports every invalid field, joined into one error. Zero fields are valid (they
+// mean the default).
 func (c Config) Validate() error {
 	var errs []error
 	if c.PreloadRatio < 0 || c.PreloadRatio >= 1 {

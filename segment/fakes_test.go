@@ -2,7 +2,6 @@ package segment
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sort"
 	"sync"
@@ -302,5 +301,3 @@ func forceLoad(t *testing.T, g *Generator, tag string) error {
 	defer b.mu.Unlock()
 	return b.lastErr
 }
-
-func isErr(err, target error) bool { return errors.Is(err, target) }

@@ -1,0 +1,63 @@
+package segment
+
+import (
+	"errors"
+)
+
+// Health is what readiness is decided from.
+type Health struct {
+	// StoreOK: the latest store call (tag list or lease) was answered. Errors of one tag
+	// (unknown, regression) count as answers.
+	StoreOK bool
+	// StoreError is the error of the latest store call when it failed.
+	StoreError string
+	// Serving is the number of held tags that can serve now (IDs left in the current
+	// segment, or the next one loaded). Counted only when the store does not answer.
+	Serving int
+	// Warming: the warm start is still loading first segments.
+	Warming bool
+}
+
+// Ready reports whether the instance can serve: the store answers (any tag can then be
+// loaded on its first request), or, while it does not, at least one held tag still has IDs.
+func (h Health) Ready() bool { return h.StoreOK || h.Serving > 0 }
+
+// Health returns the readiness inputs (/readyz). While the store answers it costs nothing;
+// otherwise one pass over the held tags.
+func (g *Generator) Health() Health {
+	h := Health{StoreOK: true}
+	select {
+	case <-g.warmDone:
+	default:
+		h.Warming = true
+	}
+	if e := g.storeErr.Load(); e != nil {
+		h.StoreOK, h.StoreError = false, *e
+		g.tags.Range(func(_, v any) bool {
+			if v.(*buffer).canServe() {
+				h.Serving++
+			}
+			return true
+		})
+	}
+	return h
+}
+
+// WarmDone is closed when the warm start has ended.
+func (g *Generator) WarmDone() <-chan struct{} { return g.warmDone }
+
+// storeAnswered records the outcome of a store call for Health: err is nil or an error of
+// the call; errors of one tag mean the store answered.
+func (g *Generator) storeAnswered(err error) {
+	switch {
+	case err == nil, errors.Is(err, ErrUnknownTag), errors.Is(err, ErrRegression),
+		errors.Is(err, ErrLimit), errors.Is(err, ErrTagExists), errors.Is(err, ErrInvalidTag):
+		if g.storeErr.Load() != nil {
+			g.storeErr.Store(nil)
+		}
+	case errors.Is(err, errRejected), errors.Is(err, errClosed), errors.Is(err, errStale):
+	default:
+		msg := err.Error()
+		g.storeErr.Store(&msg)
+	}
+}

@@ -1,0 +1,144 @@
+package segment
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"go.uber.org/zap"
+)
+
+// refresh drops the held buffers of tags the store no longer lists (buffers created on first
+// use while the list was being read are kept) and returns the listed tags. It creates no
+// buffer: a tag is held only once it is requested or warmed.
+func (g *Generator) refresh(ctx context.Context) (map[string]struct{}, error) {
+	g.mu.Lock()
+	g.gen++
+	gen := g.gen
+	g.mu.Unlock()
+	names, err := g.store.Tags(ctx)
+	g.storeAnswered(err)
+	if err != nil {
+		return nil, fmt.Errorf("segment: list tags: %w", err)
+	}
+	want := make(map[string]struct{}, len(names))
+	// MySQL's default collations compare biz_tag case-insensitively: the store serves "Foo"
+	// from row "foo" but lists "foo". Keep such buffers (tags are ASCII); a buffer whose row
+	// is really gone is dropped by its next load (ErrUnknownTag).
+	folded := make(map[string]struct{}, len(names))
+	for _, n := range names {
+		if err := ValidateTag(n); err != nil {
+			g.log.Warn("segment: store has a tag that cannot be served", zap.Error(err))
+			continue
+		}
+		want[n] = struct{}{}
+		folded[strings.ToLower(n)] = struct{}{}
+	}
+	var dropped []*buffer
+	g.tags.Range(func(k, v any) bool {
+		b := v.(*buffer)
+		if _, ok := folded[strings.ToLower(k.(string))]; !ok {
+			g.mu.Lock()
+			old := b.gen < gen
+			g.mu.Unlock()
+			if old {
+				dropped = append(dropped, b)
+			}
+		}
+		return true
+	})
+	for _, b := range dropped {
+		g.drop(b)
+		g.log.Info("segment: tag no longer in the store; dropped", zap.String("tag", b.tag))
+	}
+	return want, nil
+}
+
+func (g *Generator) refresher(ctx context.Context) {
+	defer g.wg.Done()
+	for {
+		d := g.cfg.RefreshInterval
+		if g.storeErr.Load() != nil {
+			d = min(d, storeProbe)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-g.cfg.after(d):
+		}
+		rctx, cancel := context.WithTimeout(ctx, g.cfg.LoadTimeout)
+		_, err := g.refresh(rctx)
+		cancel()
+		if err != nil && ctx.Err() == nil {
+			g.log.Warn("segment: tag refresh failed", zap.Error(err))
+		}
+	}
+}
+
+// markLister is implemented by Marks that can list the tags they hold, most recently raised
+// first (*MarkFile, *BoltStore): the tags this instance served before a restart.
+type markLister interface {
+	RecentTags(n int) ([]string, error)
+}
+
+// warmList returns the tags to warm: those this instance raised a mark for most recently that
+// the store still lists, at most Config.WarmTags and what Config.MaxTags leaves.
+func (g *Generator) warmList(listed map[string]struct{}) []string {
+	ml, ok := g.marks.(markLister)
+	if !ok {
+		return nil
+	}
+	recent, err := ml.RecentTags(g.cfg.WarmTags)
+	if err != nil {
+		g.log.Warn("segment: warm start: cannot list marks", zap.Error(err))
+		return nil
+	}
+	out := recent[:0]
+	for _, t := range recent {
+		if _, ok := listed[t]; ok {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// warm loads the first segment of each tag, one load at a time (so that a restart does not
+// flood the store), and closes warmDone when done or cancelled.
+func (g *Generator) warm(ctx context.Context, tags []string) {
+	defer g.wg.Done()
+	defer close(g.warmDone)
+	g.log.Info("segment: warm start", zap.Int("tags", len(tags)))
+	for _, t := range tags {
+		if ctx.Err() != nil {
+			return
+		}
+		b, err := g.buffer(t)
+		if err != nil {
+			if errors.Is(err, ErrLimit) {
+				return
+			}
+			continue
+		}
+		b.mu.Lock()
+		if b.loading || b.next != nil || b.cur.Load() != nil || b.dead || b.lastErr != nil {
+			b.mu.Unlock()
+			continue
+		}
+		g.startLoadLocked(b)
+		done := b.done
+		b.mu.Unlock()
+		g.submit(b)
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return
+		}
+		b.mu.Lock()
+		ok := b.next != nil || b.cur.Load() != nil
+		b.mu.Unlock()
+		if ok {
+			g.stats.warmLoads.Add(1)
+		}
+	}
+}

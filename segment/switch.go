@@ -1,0 +1,112 @@
+package segment
+
+import (
+	"errors"
+	"strings"
+	"time"
+)
+
+// waiter bounds the total wait of one request.
+type waiter struct {
+	deadline <-chan time.Time
+	waited   bool // waited for a load that has ended
+	counted  bool // counted in stats.waits
+}
+
+// advance is called after a take from s (b's current segment when read, or nil) failed or did
+// not fit, so s is nil or about to be given up. It makes sure the next segment of b is loaded
+// (starting a load or waiting for the running one, bounded by WaitTimeout) and returns it;
+// with doSwitch it also makes it current. It returns (nil, nil) when b's current segment is
+// no longer s, errStale when b was dropped, and the request's error when no segment can be
+// had.
+func (g *Generator) advance(b *buffer, s *seg, w *waiter, doSwitch bool) (*seg, error) {
+	for {
+		b.mu.Lock()
+		if b.cur.Load() != s {
+			b.mu.Unlock()
+			w.waited = false
+			return nil, nil
+		}
+		if nx := b.next; nx != nil { // never set on a dead buffer
+			if doSwitch {
+				if s != nil {
+					b.retired += s.used()
+				}
+				b.cur.Store(nx)
+				b.next = nil
+				b.setFlagsLocked()
+			}
+			b.mu.Unlock()
+			w.waited = false
+			return nx, nil
+		}
+		if b.loading {
+			done := b.done
+			b.mu.Unlock()
+			if w.deadline == nil {
+				w.deadline = g.cfg.after(g.cfg.WaitTimeout)
+			}
+			if !w.counted {
+				w.counted = true
+				g.stats.waits.Add(1)
+			}
+			select {
+			case <-done:
+				w.waited = true
+				continue
+			case <-w.deadline:
+				b.mu.Lock()
+				err := g.failureLocked(b, "no segment ready within the wait timeout")
+				b.mu.Unlock()
+				return nil, err
+			}
+		}
+		// No segment and no load. A load we waited for has failed, or one failed recently:
+		// report it rather than hit the store again before RetryBackoff.
+		if b.dead && (!w.waited || b.lastErr == nil) && !g.closed.Load() {
+			b.mu.Unlock()
+			w.waited = false // the next buffer of the tag starts afresh
+			return nil, errStale
+		}
+		if w.waited || (b.lastErr != nil && g.cfg.Now().UnixNano() < b.retryAt.Load()) || g.closed.Load() {
+			err := g.failureLocked(b, "no segment ready")
+			b.mu.Unlock()
+			return nil, err
+		}
+		g.startLoadLocked(b)
+		b.mu.Unlock()
+		g.submit(b)
+	}
+}
+
+// failureLocked builds the error of a request that found no segment (b.mu held).
+func (g *Generator) failureLocked(b *buffer, what string) error {
+	err := b.lastErr
+	if g.closed.Load() {
+		err = errClosed
+	}
+	return g.requestError(b.tag, err, what)
+}
+
+// requestError turns the error of a load into the error of a request.
+func (g *Generator) requestError(tag string, err error, what string) error {
+	var te *TagError
+	switch {
+	case errors.Is(err, ErrUnknownTag):
+		g.stats.unknown.Add(1)
+		detail := "no such tag in the store"
+		if !g.cfg.AutoCreate {
+			detail += " (auto-create is off)"
+		}
+		return &TagError{Tag: strings.Clone(tag), Err: ErrUnknownTag, Detail: detail}
+	case errors.Is(err, ErrRegression) && errors.As(err, &te):
+		return te
+	case errors.Is(err, ErrLimit) && errors.As(err, &te):
+		return te
+	}
+	g.stats.unavailable.Add(1)
+	if err != nil {
+		what += "; last load: " + err.Error()
+	}
+	return &TagError{Tag: strings.Clone(tag), Err: ErrUnavailable, Detail: what}
+}

@@ -1,0 +1,224 @@
+package segment
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// buffer returns the live buffer of tag, creating it if needed.
+func (g *Generator) buffer(tag string) (*buffer, error) {
+	if v, ok := g.tags.Load(tag); ok {
+		return v.(*buffer), nil
+	}
+	return g.lookupSlow(tag)
+}
+
+// lookupSlow handles a tag that is not held: validate, consult the negative cache, then
+// create its buffer (loaded by the caller's slow path). Nothing is created when it fails.
+func (g *Generator) lookupSlow(tag string) (*buffer, error) {
+	if err := ValidateTag(tag); err != nil {
+		return nil, err
+	}
+	if err := g.negative(tag); err != nil {
+		return nil, err
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.addLocked(tag)
+}
+
+// addLocked creates the buffer of tag unless one is held (g.mu held). O(1).
+func (g *Generator) addLocked(tag string) (*buffer, error) {
+	if v, ok := g.tags.Load(tag); ok {
+		return v.(*buffer), nil
+	}
+	if g.ntags.Load() >= int64(g.cfg.MaxTags) {
+		return nil, tagError(tag, ErrLimit, fmt.Sprintf("too many tags held by this instance (max %d)", g.cfg.MaxTags))
+	}
+	b := newBuffer(strings.Clone(tag))
+	b.gen = g.gen
+	b.guard = g.acquireGuard(b.tag)
+	b.guardRef = true
+	g.tags.Store(b.tag, b)
+	g.ntags.Add(1)
+	return b, nil
+}
+
+func (g *Generator) acquireGuard(tag string) *tagGuard {
+	g.guardMu.Lock()
+	defer g.guardMu.Unlock()
+	gd := g.guards[tag]
+	if gd == nil {
+		gd = &tagGuard{}
+		g.guards[tag] = gd
+	}
+	gd.refs++
+	return gd
+}
+
+// releaseGuardLocked drops b's reference on its guard (b.mu held). A regressed guard is kept
+// without references, so the regressed state survives the buffers of the tag.
+func (g *Generator) releaseGuardLocked(b *buffer) {
+	if !b.guardRef {
+		return
+	}
+	b.guardRef = false
+	g.guardMu.Lock()
+	defer g.guardMu.Unlock()
+	gd := b.guard
+	gd.refs--
+	if gd.refs == 0 && g.guards[b.tag] == gd {
+		gd.mu.Lock() // no lease runs: refs was > 0 during each
+		regressed := gd.regressed
+		gd.mu.Unlock()
+		if !regressed {
+			delete(g.guards, b.tag)
+		}
+	}
+}
+
+// Tags returns the held tags, sorted (IDS.TAGS).
+func (g *Generator) Tags() []string {
+	out := make([]string, 0, g.ntags.Load())
+	g.tags.Range(func(k, _ any) bool {
+		out = append(out, k.(string))
+		return true
+	})
+	slices.Sort(out)
+	return out
+}
+
+// Create inserts tag t into the store (IDS.CREATE). A zero Step means Config.DefaultStep; a
+// zero MaxID means 1, or this instance's mark of the tag when it issued IDs of it before (a
+// tag retired or deleted and created again continues above them). A START below that mark is
+// refused with ErrLimit. ErrTagExists when it exists, ErrInvalidTag for a bad name, ErrLimit
+// when this instance holds Config.MaxTags tags.
+func (g *Generator) Create(ctx context.Context, t Tag) error {
+	if err := ValidateTag(t.Name); err != nil {
+		return err
+	}
+	t.Name = strings.Clone(t.Name)
+	if t.Step == 0 {
+		t.Step = g.cfg.DefaultStep
+	}
+	if t.Step < 0 || t.MaxID < 0 || t.MaxID >= maxRangeEnd {
+		return &TagError{Tag: t.Name, Err: ErrLimit, Detail: fmt.Sprintf("step %d, start %d: must be positive", t.Step, t.MaxID)}
+	}
+	if _, held := g.tags.Load(t.Name); !held && g.ntags.Load() >= int64(g.cfg.MaxTags) {
+		return &TagError{Tag: t.Name, Err: ErrLimit, Detail: fmt.Sprintf("too many tags held by this instance (max %d)", g.cfg.MaxTags)}
+	}
+	mark, err := g.marks.Mark(t.Name)
+	if err != nil {
+		return fmt.Errorf("segment: create tag %q: read mark: %w", t.Name, err)
+	}
+	switch {
+	case t.MaxID == 0:
+		t.MaxID = max(1, mark)
+	case t.MaxID < mark:
+		return &TagError{Tag: t.Name, Err: ErrLimit, Detail: fmt.Sprintf(
+			"start %d is below %d: this instance already issued IDs of this tag up to there", t.MaxID, mark)}
+	}
+	if err := g.store.Create(ctx, t); err != nil {
+		if errors.Is(err, ErrTagExists) {
+			return &TagError{Tag: t.Name, Err: ErrTagExists, Detail: "tag already exists"}
+		}
+		return fmt.Errorf("segment: create tag %q: %w", t.Name, err)
+	}
+	g.unforget(t.Name)
+	g.log.Info("segment: tag created", zap.String("tag", t.Name), zap.Int64("start", t.MaxID), zap.Int64("step", t.Step))
+	return nil
+}
+
+// Retire stops serving tag from this instance: its buffer is dropped (the rest of its
+// segments is a gap). Its durable mark stays, so a later re-creation of the tag, here or by
+// auto-create, can never reissue its IDs (Create starts above the mark; a lower range is
+// refused as a regression). It reports whether the tag was held.
+func (g *Generator) Retire(tag string) bool {
+	v, ok := g.tags.Load(tag)
+	if !ok {
+		return false
+	}
+	g.drop(v.(*buffer))
+	g.log.Info("segment: tag retired", zap.String("tag", tag))
+	return true
+}
+
+// negative returns the remembered refusal of tag, if any.
+func (g *Generator) negative(tag string) error {
+	g.negMu.Lock()
+	e, ok := g.neg[tag]
+	if ok && g.cfg.Now().UnixNano() >= e.until {
+		delete(g.neg, tag)
+		ok = false
+	}
+	g.negMu.Unlock()
+	if !ok {
+		return nil
+	}
+	what := "no segment ready"
+	if !errors.Is(e.err, ErrUnknownTag) {
+		what = "the latest load of this tag failed; retrying after a back-off"
+	}
+	return g.requestError(tag, e.err, what)
+}
+
+// remember refuses tag (an owned string) for ttl with err, within MaxNegative.
+func (g *Generator) remember(tag string, err error, ttl time.Duration) {
+	now := g.cfg.Now().UnixNano()
+	g.negMu.Lock()
+	defer g.negMu.Unlock()
+	if len(g.neg) >= g.cfg.MaxNegative {
+		for k, e := range g.neg {
+			if e.until <= now {
+				delete(g.neg, k)
+			}
+		}
+		for k := range g.neg { // still full: evict arbitrary entries
+			if len(g.neg) < g.cfg.MaxNegative {
+				break
+			}
+			delete(g.neg, k)
+		}
+	}
+	g.neg[tag] = negEntry{until: now + int64(ttl), err: err}
+}
+
+func (g *Generator) unforget(tag string) {
+	g.negMu.Lock()
+	delete(g.neg, tag)
+	g.negMu.Unlock()
+}
+
+// drop kills b and removes it from the tag map if it is still the buffer of its tag: no load
+// of b starts or publishes any more, and requests holding b look the tag up again. b is dead
+// before it leaves the map (both under g.mu), so no replacement can exist while b may still
+// accept a range: every range of a replacement is leased after b's last one. The guard stays
+// referenced until a load still running on b ends.
+func (g *Generator) drop(b *buffer) {
+	g.mu.Lock()
+	b.mu.Lock()
+	wasDead := b.dead
+	if !wasDead {
+		b.dead = true
+		b.next = nil
+		b.setFlagsLocked()
+		if !b.loading {
+			g.releaseGuardLocked(b)
+		}
+	}
+	if v, ok := g.tags.Load(b.tag); ok && v == b {
+		g.tags.Delete(b.tag)
+		g.ntags.Add(-1)
+	}
+	b.mu.Unlock()
+	g.mu.Unlock()
+	if !wasDead {
+		g.stats.droppedIDs.Add(b.issued())
+	}
+}
