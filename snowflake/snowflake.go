@@ -54,7 +54,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -62,6 +61,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/leafd/leafd/internal/clock"
 )
 
 // DefaultEpochMs is Leaf's epoch, 2010-11-04T01:42:54.657Z, in Unix milliseconds.
@@ -243,7 +244,7 @@ func DefaultConfig() Config {
 		ExtendTimeout: 2 * time.Second,
 		RetryInterval: 100 * time.Millisecond,
 		Now:           time.Now,
-		Sleep:         preciseSleep,
+		Sleep:         clock.PreciseSleep,
 	}
 }
 
@@ -313,28 +314,6 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: layout with %d time bits ends at %v", ErrOverflow, c.Layout.TimeBits, c.Layout.MaxTime())
 	}
 	return nil
-}
-
-// preciseSleep sleeps d. time.Sleep rounds short sleeps up to about a millisecond on Linux, which
-// would lose most of the next millisecond when the sequence is exhausted. So: time.Sleep for the
-// coarse part, a sub-millisecond OS sleep (nanosleep, ~60µs slack) for most of the rest, and the
-// last stretch yielding the processor while watching the monotonic clock. Sleeping rather than
-// spinning also matters on a busy machine: the scheduler favours a thread that slept.
-func preciseSleep(d time.Duration) {
-	const (
-		coarse = 1500 * time.Microsecond
-		slack  = 100 * time.Microsecond
-	)
-	deadline := time.Now().Add(d)
-	if d > coarse {
-		time.Sleep(d - coarse)
-	}
-	if r := time.Until(deadline); r > slack {
-		osSleep(r - slack)
-	}
-	for time.Now().Before(deadline) {
-		runtime.Gosched()
-	}
 }
 
 // Info is a snapshot of the generator's state (INFO snowflake, /status).
