@@ -1,0 +1,175 @@
+package snowflake
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// awaitLease runs without g.mu: the candidate millisecond is not covered by the lease. Wait for
+// the background extension, at most MaxWait in total, unless there is no worker or the last
+// extension failed and no new attempt is in flight: an attempt in flight is waited for even
+// after a failure, since a transient error (a dropped connection) is often gone on the retry.
+// It only decides whether to try again: nextLocked alone checks the millisecond against the
+// published lease, which is never beyond what the source persisted.
+func (g *Generator) awaitLease(waited *time.Duration) error {
+	g.mu.Lock()
+	ok := g.haveWorker && !g.closed
+	g.extendPending = true
+	g.mu.Unlock()
+	select {
+	case g.kick <- struct{}{}:
+	default:
+	}
+	if !ok {
+		return g.noWorkerErr()
+	}
+	for {
+		// extending is read first: an attempt that ended before this read has published its
+		// outcome (lease and status) before clearing it, so the reads below see that outcome.
+		inFlight := g.extending.Load()
+		if g.nowMs() < g.lease.Load() {
+			return nil
+		}
+		st := g.status.Load()
+		if st != nil && !inFlight {
+			return *st
+		}
+		if *waited >= g.cfg.MaxWait {
+			if st != nil {
+				return *st
+			}
+			return fmt.Errorf("%w: lease not extended within %v", ErrNoWorker, g.cfg.MaxWait)
+		}
+		d := time.Millisecond
+		g.cfg.Sleep(d)
+		*waited += d
+	}
+}
+
+func (g *Generator) noWorkerErr() error {
+	if st := g.status.Load(); st != nil {
+		return *st
+	}
+	return fmt.Errorf("%w: no lease", ErrNoWorker)
+}
+
+// run is the background goroutine: acquire when there is no worker yet, then keep the lease
+// ahead of the clock.
+func (g *Generator) run(ctx context.Context) {
+	defer g.wg.Done()
+	if w := g.pending; w != nil {
+		g.pending = nil
+		err := g.waitPast(ctx, w.boundMs())
+		if err == nil {
+			err = g.begin(ctx, *w)
+		}
+		if err != nil && ctx.Err() == nil {
+			g.log.Warn("snowflake: starting after the bound failed; acquiring again", zap.Error(err))
+			g.setStatus(err)
+		}
+	}
+	for !g.hasWorker() {
+		if err := g.start(ctx); err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			if st := g.status.Load(); st == nil || !strings.Contains((*st).Error(), err.Error()) {
+				g.log.Warn("snowflake: acquiring worker id; retrying", zap.Error(err)) // once per distinct error
+			}
+			g.setStatus(err)
+			if !g.pause(ctx, g.cfg.RetryInterval, false) {
+				return
+			}
+		}
+	}
+	window := g.cfg.LeaseWindow.Milliseconds()
+	for {
+		g.evals.Add(1)
+		now := g.nowMs()
+		lease := g.lease.Load()
+		if lease-now <= g.extendAhead {
+			g.extend(ctx, now+window)
+			if ctx.Err() != nil {
+				return
+			}
+			// After a failure, pace the retries: callers at the bound keep kicking.
+			if g.status.Load() != nil && !g.pause(ctx, g.cfg.RetryInterval, false) {
+				return
+			}
+			continue
+		}
+		// Sleep until two thirds of the window are left; wake early on a kick. Real timers
+		// only pace the loop: the decision above always uses the injected clock.
+		d := time.Duration(lease-now-g.extendAhead) * time.Millisecond
+		if !g.pause(ctx, min(d, g.cfg.LeaseWindow/4), true) {
+			return
+		}
+	}
+}
+
+func (g *Generator) hasWorker() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.haveWorker
+}
+
+// pause waits d (real time), or until a kick if onKick; false when the generator is closing.
+func (g *Generator) pause(ctx context.Context, d time.Duration, onKick bool) bool {
+	t := time.NewTimer(max(d, time.Millisecond))
+	defer t.Stop()
+	kick := g.kick
+	if !onKick {
+		kick = nil
+	}
+	select {
+	case <-ctx.Done():
+		return false
+	case <-kick:
+	case <-t.C:
+	}
+	return true
+}
+
+// extend persists a later reserved_until, with no lock held, and publishes it on success.
+// While it runs, g.extending is set; it is cleared only after the outcome (lease or status) is
+// published.
+func (g *Generator) extend(ctx context.Context, until int64) {
+	g.mu.Lock()
+	g.extendPending = false
+	g.mu.Unlock()
+	if until <= g.lease.Load() {
+		return
+	}
+	g.extending.Store(true)
+	defer g.extending.Store(false) // runs after the deferred g.mu.Unlock below
+	ectx, cancel := context.WithTimeout(ctx, g.cfg.ExtendTimeout)
+	err := g.src.Extend(ectx, time.UnixMilli(until))
+	cancel()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if err != nil {
+		g.extendFails++
+		if ctx.Err() == nil {
+			if st := g.status.Load(); st == nil || !strings.Contains((*st).Error(), err.Error()) {
+				g.log.Warn("snowflake: lease extension failed; retrying", zap.Error(err), // once per distinct error
+					zap.Time("reserved_until", time.UnixMilli(g.lease.Load())))
+			}
+			g.setStatus(fmt.Errorf("extending lease: %w", err))
+		}
+		return
+	}
+	g.extensions++
+	if g.closed {
+		return
+	}
+	if until > g.lease.Load() {
+		g.lease.Store(until)
+	}
+	if g.status.Swap(nil) != nil {
+		g.log.Info("snowflake: lease extension recovered", zap.Time("reserved_until", time.UnixMilli(until)))
+	}
+}

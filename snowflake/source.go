@@ -1,0 +1,34 @@
+package snowflake
+
+import (
+	"context"
+	"time"
+)
+
+// Worker is what a WorkerSource hands to the generator.
+type Worker struct {
+	ID int64
+	// Bound is the reserved_until persisted by the previous holder of this worker id (zero when
+	// none): IDs of that run are all in milliseconds < Bound. The generator issues only in
+	// milliseconds > Bound.
+	Bound  time.Time
+	Source string // "static", "file", "zookeeper": for Info
+}
+
+// WorkerSource gives the generator its worker id and persists its time lease.
+type WorkerSource interface {
+	// Acquire returns the worker id and the time bound persisted by the previous run of this
+	// worker id (zero when none); the generator waits until its clock is past it.
+	Acquire(ctx context.Context) (Worker, error)
+	// Extend durably persists reserved_until; IDs are issued only in milliseconds < until. The
+	// generator calls it with a smaller value only on Close, after it has stopped issuing.
+	Extend(ctx context.Context, until time.Time) error
+	Close() error
+}
+
+func (w Worker) boundMs() int64 {
+	if w.Bound.IsZero() {
+		return 0
+	}
+	return w.Bound.UnixMilli()
+}
