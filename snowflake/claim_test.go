@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/go-zookeeper/zk"
+
+	"github.com/leafd/leafd/snowflake/internal/statefile"
 )
 
 // Tests of the exclusive claim, the fence, the data dir's bound and Leaf compatibility. Each
@@ -357,7 +359,7 @@ func TestDataDirBoundAcrossSources(t *testing.T) {
 func TestLegacyCacheMerged(t *testing.T) {
 	dir := t.TempDir()
 	until := time.Now().Add(time.Hour).UnixMilli()
-	b, _ := json.Marshal(localState{WorkerID: 3, ReservedUntilMs: until, Addr: "10.0.0.1:6380", Name: "x"})
+	b, _ := json.Marshal(statefile.State{WorkerID: 3, ReservedUntilMs: until, Addr: "10.0.0.1:6380", Name: "x"})
 	if err := writeFile(dir+"/"+ZKCacheFile, b); err != nil {
 		t.Fatal(err)
 	}

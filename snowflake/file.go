@@ -6,12 +6,22 @@ import (
 	"fmt"
 	"path/filepath"
 	"time"
+
+	"github.com/leafd/leafd/snowflake/internal/statefile"
 )
 
 // LocalStateFile is the name, in the data dir, of the file that FileSource and StaticSource keep
 // their worker id and reserved_until in. Both use the same file, so switching between them keeps
 // the time bound.
-const LocalStateFile = "snowflake.json"
+const LocalStateFile = statefile.Name
+
+// ErrLocked: the data dir's state file is held by another process (or another source in this
+// one).
+var ErrLocked = statefile.ErrLocked
+
+// ErrLayoutChanged (wrapped): the data dir or the worker-id domain was used with another epoch
+// or bit layout. It fails the start.
+var ErrLayoutChanged = statefile.ErrLayoutChanged
 
 var (
 	_ WorkerSource = (*FileSource)(nil)
@@ -31,7 +41,7 @@ func NewFileSource(dataDir string, firstWorkerID int64) (*FileSource, error) {
 	if firstWorkerID < 0 {
 		return nil, fmt.Errorf("snowflake: worker id %d is negative", firstWorkerID)
 	}
-	f, err := openLocalFile(filepath.Join(dataDir, LocalStateFile))
+	f, err := statefile.Open(filepath.Join(dataDir, LocalStateFile))
 	if err != nil {
 		return nil, err
 	}
@@ -50,7 +60,7 @@ func NewStaticSource(dataDir string, workerID int64) (*StaticSource, error) {
 	if workerID < 0 {
 		return nil, fmt.Errorf("snowflake: worker id %d is negative", workerID)
 	}
-	f, err := openLocalFile(filepath.Join(dataDir, LocalStateFile))
+	f, err := statefile.Open(filepath.Join(dataDir, LocalStateFile))
 	if err != nil {
 		return nil, err
 	}
@@ -59,7 +69,7 @@ func NewStaticSource(dataDir string, workerID int64) (*StaticSource, error) {
 
 // localSource implements FileSource and StaticSource.
 type localSource struct {
-	f        *localFile
+	f        *statefile.File
 	id       int64
 	static   bool
 	name     string
@@ -67,16 +77,16 @@ type localSource struct {
 }
 
 func (s *localSource) Acquire(ctx context.Context) (Worker, error) {
-	s.f.mu.Lock()
-	defer s.f.mu.Unlock()
-	if s.f.lock == nil {
+	s.f.Lock()
+	defer s.f.Unlock()
+	if s.f.Closed() {
 		return Worker{}, errors.New("snowflake: source closed")
 	}
-	st, ok, err := s.f.read()
+	st, ok, err := s.f.Read()
 	if err != nil {
 		return Worker{}, err
 	}
-	if err := s.f.checkLayout(st); err != nil {
+	if err := s.f.CheckLayout(st); err != nil {
 		return Worker{}, err
 	}
 	w := Worker{ID: s.id, Source: s.name}
@@ -93,8 +103,8 @@ func (s *localSource) Acquire(ctx context.Context) (Worker, error) {
 	}
 	// Record the id now so that a first start's id survives a crash before the first Extend.
 	if !ok || st.WorkerID != w.ID || st.Source != s.name || st.Layout == nil {
-		st = localState{WorkerID: w.ID, Source: s.name, ReservedUntilMs: st.ReservedUntilMs}
-		if err := s.f.write(st); err != nil {
+		st = statefile.State{WorkerID: w.ID, Source: s.name, ReservedUntilMs: st.ReservedUntilMs}
+		if err := s.f.Write(st); err != nil {
 			return Worker{}, err
 		}
 	}
@@ -103,16 +113,16 @@ func (s *localSource) Acquire(ctx context.Context) (Worker, error) {
 }
 
 func (s *localSource) Extend(ctx context.Context, until time.Time) error {
-	s.f.mu.Lock()
-	defer s.f.mu.Unlock()
-	if s.f.lock == nil {
+	s.f.Lock()
+	defer s.f.Unlock()
+	if s.f.Closed() {
 		return errors.New("snowflake: source closed")
 	}
 	if !s.acquired {
 		return errors.New("snowflake: Extend before Acquire")
 	}
-	return s.f.write(localState{WorkerID: s.id, ReservedUntilMs: until.UnixMilli(), Source: s.name})
+	return s.f.Write(statefile.State{WorkerID: s.id, ReservedUntilMs: until.UnixMilli(), Source: s.name})
 }
 
 // Close releases the lock. It is idempotent.
-func (s *localSource) Close() error { return s.f.close() }
+func (s *localSource) Close() error { return s.f.Close() }

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/leafd/leafd/snowflake/internal/statefile"
 )
 
 func TestMain(m *testing.M) {
@@ -744,7 +746,7 @@ func TestRestartWithRolledBackClock(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := src.localSource.f.write(localState{WorkerID: 0, ReservedUntilMs: ms2024 + 3000, Source: "file"}); err != nil {
+	if err := src.localSource.f.Write(statefile.State{WorkerID: 0, ReservedUntilMs: ms2024 + 3000, Source: "file"}); err != nil {
 		t.Fatal(err)
 	}
 	src.Close()

@@ -18,11 +18,13 @@ import (
 
 	"github.com/go-zookeeper/zk"
 	"go.uber.org/zap"
+
+	"github.com/leafd/leafd/snowflake/internal/statefile"
 )
 
 // ZKCacheFile is the name, in the data dir, of the local cache of earlier versions. Its content
 // is merged into LocalStateFile when a source opens the data dir (see bound.go).
-const ZKCacheFile = "snowflake-zk.json"
+const ZKCacheFile = statefile.LegacyZKFile
 
 // leafReportMs is Leaf's reporting period: a node written by Leaf itself may have been used up
 // to about this long after its timestamp.
@@ -170,7 +172,7 @@ type ZKSource struct {
 	cfg      ZKConfig
 	log      *zap.Logger
 	conn     *zk.Conn
-	cache    *localFile
+	cache    *statefile.File
 	token    string // this process
 	instance string // this data dir
 	root     string
@@ -221,13 +223,13 @@ func NewZKSource(cfg ZKConfig) (*ZKSource, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	cache, err := openLocalFile(filepath.Join(cfg.DataDir, LocalStateFile))
+	cache, err := statefile.Open(filepath.Join(cfg.DataDir, LocalStateFile))
 	if err != nil {
 		return nil, err
 	}
 	var tok [12]byte
 	if _, err := rand.Read(tok[:]); err != nil {
-		cache.close()
+		cache.Close()
 		return nil, err
 	}
 	host, port, _ := net.SplitHostPort(cfg.Addr)
@@ -236,7 +238,7 @@ func NewZKSource(cfg ZKConfig) (*ZKSource, error) {
 		log:       cfg.Logger,
 		cache:     cache,
 		token:     hex.EncodeToString(tok[:]),
-		instance:  cache.instance,
+		instance:  cache.Instance(),
 		root:      cfg.Chroot + "/snowflake/" + cfg.Name,
 		ip:        host,
 		port:      port,
@@ -246,7 +248,7 @@ func NewZKSource(cfg ZKConfig) (*ZKSource, error) {
 	conn, events, err := zk.Connect(cfg.Servers, cfg.SessionTimeout,
 		zk.WithLogger(zkLogger{s.log}), zk.WithLogInfo(false))
 	if err != nil {
-		cache.close()
+		cache.Close()
 		return nil, fmt.Errorf("snowflake: zookeeper: %w", err)
 	}
 	s.conn = conn
@@ -321,13 +323,13 @@ func (s *ZKSource) Acquire(ctx context.Context) (Worker, error) {
 	if s.closed {
 		return Worker{}, errors.New("snowflake: source closed")
 	}
-	cache, _, err := s.cache.read()
+	cache, _, err := s.cache.Read()
 	if err != nil {
 		return Worker{}, err
 	}
-	s.cache.mu.Lock()
-	err = s.cache.checkLayout(cache)
-	s.cache.mu.Unlock()
+	s.cache.Lock()
+	err = s.cache.CheckLayout(cache)
+	s.cache.Unlock()
 	if err != nil {
 		return Worker{}, err
 	}
@@ -426,7 +428,7 @@ func (s *ZKSource) getForever(ctx context.Context, path string) (foreverData, er
 	})
 }
 
-func (s *ZKSource) acquireZK(ctx context.Context, cache localState, dirBound int64) (Worker, error) {
+func (s *ZKSource) acquireZK(ctx context.Context, cache statefile.State, dirBound int64) (Worker, error) {
 	if err := s.ensurePaths(ctx); err != nil {
 		return Worker{}, err
 	}
@@ -505,7 +507,7 @@ func (s *ZKSource) acquireZK(ctx context.Context, cache localState, dirBound int
 	s.id, s.node, s.version, s.acquired, s.dirty = id, path, ver, true, false
 	s.session = s.conn.SessionID()
 	s.zkUntil, s.cacheHigh = bound, bound
-	if err := s.cache.write(s.localState(bound)); err != nil {
+	if err := s.cache.Write(s.localState(bound)); err != nil {
 		return Worker{}, err
 	}
 	s.log.Info("snowflake: worker id from zookeeper", zap.Int64("worker_id", id), zap.String("node", path),
@@ -514,8 +516,8 @@ func (s *ZKSource) acquireZK(ctx context.Context, cache localState, dirBound int
 }
 
 // localState is what the data dir records for bound until.
-func (s *ZKSource) localState(until int64) localState {
-	return localState{WorkerID: s.id, ReservedUntilMs: until, Source: "zookeeper", Addr: s.cfg.Addr, Name: s.cfg.Name,
+func (s *ZKSource) localState(until int64) statefile.State {
+	return statefile.State{WorkerID: s.id, ReservedUntilMs: until, Source: "zookeeper", Addr: s.cfg.Addr, Name: s.cfg.Name,
 		Reuse: s.cfg.Reuse, ZKConfirmedMs: s.zkUntil, ToleranceMs: s.tolerance}
 }
 
@@ -646,7 +648,7 @@ func (s *ZKSource) Extend(ctx context.Context, until time.Time) error {
 			s.tolerance = tol
 		}
 		if zkErr == nil {
-			if err := s.cache.write(s.localState(u)); err != nil {
+			if err := s.cache.Write(s.localState(u)); err != nil {
 				return err
 			}
 			s.cacheHigh, s.dirty = u, false
@@ -660,7 +662,7 @@ func (s *ZKSource) Extend(ctx context.Context, until time.Time) error {
 		return fmt.Errorf("%w: %v; %v is beyond the outage tolerance (%dms) past the bound zookeeper confirmed (%v)",
 			ErrSourceUnavailable, zkErr, msTime(u), s.tolerance, msTime(s.zkUntil))
 	}
-	if err := s.cache.write(s.localState(u)); err != nil {
+	if err := s.cache.Write(s.localState(u)); err != nil {
 		return err
 	}
 	s.cacheHigh, s.dirty = u, true
@@ -743,7 +745,7 @@ func (s *ZKSource) refresh() {
 		if s.cacheHigh <= until { // else an Extend ran meanwhile: still dirty
 			s.dirty = false
 		}
-		_ = s.cache.write(s.localState(s.cacheHigh))
+		_ = s.cache.Write(s.localState(s.cacheHigh))
 		s.mu.Unlock()
 	}
 	if err := s.reportLocked(ctx); err != nil {
@@ -826,7 +828,7 @@ func (s *ZKSource) Close() error {
 		s.zkMu.Unlock()
 		s.conn.Close()
 		s.wg.Wait()
-		err = s.cache.close()
+		err = s.cache.Close()
 	})
 	return err
 }

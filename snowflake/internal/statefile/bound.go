@@ -1,4 +1,4 @@
-package snowflake
+package statefile
 
 import (
 	"crypto/rand"
@@ -14,24 +14,24 @@ import (
 // One time bound per data dir.
 //
 // Every worker-id source (static, file, ZooKeeper) keeps its state in the same file,
-// <data-dir>/snowflake.json (LocalStateFile), under the same lock. Its reserved_until is the
+// <data-dir>/snowflake.json (Name), under the same lock. Its reserved_until is the
 // data dir's time bound: whichever source wrote it, every later start on this data dir, with any
 // source, issues only in milliseconds above it. So switching a data dir between sources (file →
 // ZooKeeper, ZooKeeper → static, ...) cannot reissue the IDs of an earlier run, and two processes
 // cannot use one data dir at the same time, whatever their sources.
 //
-// Earlier versions kept ZooKeeper's state in a separate file, snowflake-zk.json (ZKCacheFile),
+// Earlier versions kept ZooKeeper's state in a separate file, snowflake-zk.json (LegacyZKFile),
 // locked apart. On open its content is merged into snowflake.json (the higher bound wins) and
 // the old file is removed.
 
 // init runs under the lock when the file is opened: merge the legacy ZooKeeper cache, and give
 // the data dir its instance id.
-func (f *localFile) init() error {
-	st, ok, err := f.read()
+func (f *File) init() error {
+	st, ok, err := f.Read()
 	if err != nil {
 		return err
 	}
-	legacyPath := filepath.Join(filepath.Dir(f.path), ZKCacheFile)
+	legacyPath := filepath.Join(filepath.Dir(f.path), LegacyZKFile)
 	legacy, hasLegacy, err := readLegacy(legacyPath)
 	if err != nil {
 		return err
@@ -57,9 +57,9 @@ func (f *localFile) init() error {
 	if changed {
 		if !ok {
 			// No earlier run: only the instance id. Source "" makes no source take its id.
-			st = localState{}
+			st = State{}
 		}
-		if err := f.write(st); err != nil {
+		if err := f.Write(st); err != nil {
 			return err
 		}
 	}
@@ -72,17 +72,17 @@ func (f *localFile) init() error {
 }
 
 // readLegacy reads an old snowflake-zk.json; a corrupt one refuses like a corrupt state file.
-func readLegacy(path string) (localState, bool, error) {
+func readLegacy(path string) (State, bool, error) {
 	b, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return localState{}, false, nil
+		return State{}, false, nil
 	}
 	if err != nil {
-		return localState{}, false, fmt.Errorf("snowflake: read %s: %w", path, err)
+		return State{}, false, fmt.Errorf("snowflake: read %s: %w", path, err)
 	}
-	var st localState
+	var st State
 	if err := json.Unmarshal(b, &st); err != nil {
-		return localState{}, false, fmt.Errorf("snowflake: %s is corrupt (fix or remove it by hand): %w", path, err)
+		return State{}, false, fmt.Errorf("snowflake: %s is corrupt (fix or remove it by hand): %w", path, err)
 	}
 	if st.Source == "" {
 		st.Source = "zookeeper"

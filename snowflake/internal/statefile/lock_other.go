@@ -1,6 +1,6 @@
 //go:build !unix
 
-package snowflake
+package statefile
 
 import (
 	"errors"

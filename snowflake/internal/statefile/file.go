@@ -1,4 +1,8 @@
-package snowflake
+// Package statefile is the data dir's snowflake state: one JSON file, <data-dir>/snowflake.json
+// (Name), shared by every worker-id source (static, file, ZooKeeper) under one exclusive lock,
+// whose reserved_until is the data dir's time bound (bound.go), and which records the ID layout
+// (layout.go). The snowflake package's file and static sources and the snowflake/zk source use it.
+package statefile
 
 import (
 	"encoding/json"
@@ -10,12 +14,19 @@ import (
 	"sync"
 )
 
+// Name is the state file's name in the data dir.
+const Name = "snowflake.json"
+
+// LegacyZKFile is the name, in the data dir, of the ZooKeeper cache of earlier versions. Its
+// content is merged into the state file when the data dir is opened (see bound.go).
+const LegacyZKFile = "snowflake-zk.json"
+
 // ErrLocked: the local state file is held by another process (or another source in this one).
 var ErrLocked = errors.New("snowflake: local state file is locked by another process")
 
-// localState is the JSON kept in a local state file. ReservedUntilMs is the lease bound in Unix
+// State is the JSON kept in a local state file. ReservedUntilMs is the lease bound in Unix
 // milliseconds; the other fields say whose it is.
-type localState struct {
+type State struct {
 	WorkerID        int64  `json:"worker_id"`
 	ReservedUntilMs int64  `json:"reserved_until"`
 	Source          string `json:"source,omitempty"`
@@ -26,7 +37,7 @@ type localState struct {
 	Reuse bool `json:"reuse,omitempty"`
 	// ZKConfirmedMs (zookeeper): the highest reserved_until this data dir has written to
 	// ZooKeeper's state node for WorkerID. Without ZooKeeper the instance never issues beyond
-	// it plus the outage tolerance (see ZKConfig.OutageTolerance).
+	// it plus the outage tolerance (see zk.Config.OutageTolerance).
 	ZKConfirmedMs int64 `json:"zk_confirmed,omitempty"`
 	// ToleranceMs (zookeeper): the outage tolerance the run that wrote ZKConfirmedMs announced
 	// in ZooKeeper; a restart without ZooKeeper uses at most this.
@@ -37,22 +48,24 @@ type localState struct {
 	// else's.
 	Instance string `json:"instance,omitempty"`
 	// Layout: the epoch and bit widths of the IDs issued on this data dir (layout.go).
-	Layout *layoutRec `json:"layout,omitempty"`
+	Layout *LayoutRec `json:"layout,omitempty"`
 }
 
-// localFile is a JSON state file guarded by an exclusive flock on "<path>.lock" (a separate file,
+// File is a JSON state file guarded by an exclusive flock on "<path>.lock" (a separate file,
 // because the state file itself is replaced by rename on every write). Writes are durable: temp
 // file, fsync, rename, fsync of the directory.
-type localFile struct {
+type File struct {
 	path     string
 	mu       sync.Mutex
 	lock     *os.File
-	instance string     // the data dir's identity, written into every state (see localState.Instance)
-	want     *layoutRec // the layout of this run (nil: none given); mu
-	layout   *layoutRec // the layout written into every state once checked; mu
+	instance string     // the data dir's identity, written into every state (see State.Instance)
+	want     *LayoutRec // the layout of this run (nil: none given); mu
+	layout   *LayoutRec // the layout written into every state once checked; mu
 }
 
-func openLocalFile(path string) (*localFile, error) {
+// Open creates the directory of path if needed, takes the lock, merges a legacy ZooKeeper cache
+// and gives the data dir its instance id.
+func Open(path string) (*File, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return nil, fmt.Errorf("snowflake: data dir: %w", err)
 	}
@@ -64,7 +77,7 @@ func openLocalFile(path string) (*localFile, error) {
 		lf.Close()
 		return nil, fmt.Errorf("%w: %s (%v); is another leafd running on this data dir?", ErrLocked, path+".lock", err)
 	}
-	f := &localFile{path: path, lock: lf}
+	f := &File{path: path, lock: lf}
 	if err := f.init(); err != nil {
 		lf.Close()
 		return nil, err
@@ -72,24 +85,24 @@ func openLocalFile(path string) (*localFile, error) {
 	return f, nil
 }
 
-// read returns the state; ok is false when the file does not exist.
-func (f *localFile) read() (st localState, ok bool, err error) {
+// Read returns the state; ok is false when the file does not exist.
+func (f *File) Read() (st State, ok bool, err error) {
 	b, err := os.ReadFile(f.path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return localState{}, false, nil
+		return State{}, false, nil
 	}
 	if err != nil {
-		return localState{}, false, fmt.Errorf("snowflake: read %s: %w", f.path, err)
+		return State{}, false, fmt.Errorf("snowflake: read %s: %w", f.path, err)
 	}
 	if err := json.Unmarshal(b, &st); err != nil {
 		// A corrupt file must not be mistaken for "no previous run": refuse.
-		return localState{}, false, fmt.Errorf("snowflake: %s is corrupt (fix or remove it by hand): %w", f.path, err)
+		return State{}, false, fmt.Errorf("snowflake: %s is corrupt (fix or remove it by hand): %w", f.path, err)
 	}
 	return st, true, nil
 }
 
-// write durably replaces the state. The data dir's instance id is always kept.
-func (f *localFile) write(st localState) error {
+// Write durably replaces the state. The data dir's instance id is always kept.
+func (f *File) Write(st State) error {
 	st.Instance = f.instance
 	if f.layout != nil {
 		st.Layout = f.layout
@@ -130,7 +143,29 @@ func (f *localFile) write(st localState) error {
 	return nil
 }
 
-func (f *localFile) close() error {
+// Lock and Unlock guard the file's state (the layout to check and write) and make a
+// read-modify-write atomic with respect to Close. Read, Write and CheckLayout are called with it
+// held.
+func (f *File) Lock() { f.mu.Lock() }
+
+// Unlock: see Lock.
+func (f *File) Unlock() { f.mu.Unlock() }
+
+// Closed reports whether Close ran; call it with the lock held.
+func (f *File) Closed() bool { return f.lock == nil }
+
+// Instance is the data dir's identity (see State.Instance).
+func (f *File) Instance() string { return f.instance }
+
+// SetWant sets the layout of this run, which CheckLayout compares with the recorded one; call it
+// with the lock held.
+func (f *File) SetWant(r *LayoutRec) { f.want = r }
+
+// Want returns the layout given to SetWant (nil: none); call it with the lock held.
+func (f *File) Want() *LayoutRec { return f.want }
+
+// Close releases the lock. It is idempotent.
+func (f *File) Close() error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.lock == nil {
