@@ -18,8 +18,8 @@
 //
 // Two IDs are equal only if time, worker id and sequence are equal. So uniqueness needs:
 //
-//   - one issuer per worker id at any time: the WorkerSource's job (see ZKSource for the fencing
-//     argument when ids can move between instances);
+//   - one issuer per worker id at any time: the WorkerSource's job (see the ZooKeeper source,
+//     package snowflake/zk, for the fencing argument when ids can move between instances);
 //   - within one process, never the same (millisecond, sequence) twice: the generator keeps the
 //     last millisecond and sequence under a mutex; a clock that moves back by at most MaxBackward
 //     is waited out (up to twice the offset), further back is ErrClockBack;

@@ -24,6 +24,10 @@ var (
 	ErrSourceUnavailable = errors.New("snowflake: worker source unavailable")
 )
 
+// ErrWorkerHeld (wrapped) means the worker id is claimed by another live process. The generator
+// answers NOWORKER and keeps trying, so the instance takes over once the holder is gone.
+var ErrWorkerHeld = errors.New("snowflake: worker id held by another live process")
+
 // ClockBackError is the ErrClockBack error with the offset that was observed.
 type ClockBackError struct {
 	Offset time.Duration // how far the clock is behind the last issued millisecond

@@ -96,7 +96,7 @@ func (s *localSource) Acquire(ctx context.Context) (Worker, error) {
 		if !s.static && (st.Source == "file" || st.Source == "static") {
 			w.ID = st.WorkerID
 		}
-		// The bound is the data dir's, whichever source wrote it (see bound.go).
+		// The bound is the data dir's, whichever source wrote it (see snowflake/internal/statefile/bound.go).
 		if st.ReservedUntilMs > 0 {
 			w.Bound = time.UnixMilli(st.ReservedUntilMs).UTC()
 		}

@@ -96,8 +96,8 @@ func New(cfg Config, src WorkerSource, log *zap.Logger) (*Generator, error) {
 	}
 	cfg = cfg.withDefaults()
 	l := cfg.Layout
-	if ls, ok := src.(layoutSetter); ok {
-		ls.setLayout(l) // Acquire refuses a data dir or domain used with another layout
+	if lu, ok := src.(LayoutUser); ok {
+		lu.UseLayout(l) // Acquire refuses a data dir or domain used with another layout
 	}
 	g := &Generator{
 		cfg:         cfg,

@@ -84,7 +84,7 @@ func TestLayoutRecordedInDataDir(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer src.Close()
-		src.setLayout(l)
+		src.UseLayout(l)
 		_, err = src.Acquire(context.Background())
 		return err
 	}

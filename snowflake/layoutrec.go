@@ -1,72 +1,25 @@
 package snowflake
 
-import (
-	"context"
-	"encoding/json"
-	"errors"
-	"fmt"
+import "github.com/leafd/leafd/snowflake/internal/statefile"
 
-	"github.com/go-zookeeper/zk"
+// The layout record (snowflake/internal/statefile/layout.go): the data dir's snowflake.json, and
+// the ZooKeeper source's /snowflake/<name>/layout node, record the epoch and bit widths of the
+// IDs issued; a start with another layout is refused with ErrLayoutChanged.
 
-	"github.com/leafd/leafd/snowflake/internal/statefile"
-)
+// LayoutUser is implemented by a WorkerSource that records the layout (FileSource, StaticSource,
+// the ZooKeeper source of snowflake/zk): New hands it the generator's layout, defaults filled
+// in, before the first Acquire, which then checks it against the records.
+type LayoutUser interface{ UseLayout(Layout) }
 
-// layoutSetter is implemented by the sources of this package: New hands them the generator's
-// layout before the first Acquire, which then checks it against the records.
-type layoutSetter interface{ setLayout(Layout) }
-
-func (s *localSource) setLayout(l Layout) {
+// UseLayout implements LayoutUser.
+func (s *localSource) UseLayout(l Layout) {
 	s.f.Lock()
-	s.f.SetWant(recOf(l))
+	s.f.SetWant(LayoutRecord(l))
 	s.f.Unlock()
 }
 
-func (s *ZKSource) setLayout(l Layout) {
-	s.cache.Lock()
-	s.cache.SetWant(recOf(l))
-	s.cache.Unlock()
-}
-
-func recOf(l Layout) *statefile.LayoutRec {
+// LayoutRecord is the record of l (defaults filled in) as the data dir and ZooKeeper keep it.
+func LayoutRecord(l Layout) *statefile.LayoutRec {
 	l = l.withDefaults()
 	return &statefile.LayoutRec{EpochMs: l.EpochMs(), TimeBits: l.TimeBits, WorkerBits: l.WorkerBits, SeqBits: l.SeqBits}
-}
-
-// checkZKLayout creates /snowflake/<name>/layout with this run's layout, or compares it with
-// the one there.
-func (s *ZKSource) checkZKLayout(ctx context.Context) error {
-	want := s.cache.Want()
-	if want == nil {
-		return nil
-	}
-	p := s.root + "/layout"
-	b, _ := json.Marshal(want)
-	for range 3 {
-		_, err := call(ctx, func() (string, error) { return s.conn.Create(p, b, 0, zk.WorldACL(zk.PermAll)) })
-		if err == nil {
-			return nil
-		}
-		if !errors.Is(err, zk.ErrNodeExists) {
-			return err
-		}
-		got, err := call(ctx, func() ([]byte, error) {
-			b, _, err := s.conn.Get(p)
-			return b, err
-		})
-		if errors.Is(err, zk.ErrNoNode) {
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		var had statefile.LayoutRec
-		if err := json.Unmarshal(got, &had); err != nil {
-			return fmt.Errorf("snowflake: layout node %s: bad JSON (%w); fix or remove it by hand", p, err)
-		}
-		if had != *want {
-			return statefile.LayoutErr("worker-id domain "+p, &had, want)
-		}
-		return nil
-	}
-	return fmt.Errorf("snowflake: layout node %s keeps changing", p)
 }

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/leafd/leafd/resp"
-	"github.com/leafd/leafd/snowflake"
+	"github.com/leafd/leafd/snowflake/zk"
 )
 
 // Config is everything leafd can be told, from flags, LEAFD_* environment variables and a
@@ -269,7 +269,7 @@ func (c Config) Validate() error {
 		bad("--zk-outage-tolerance %v: must not be negative (0: no tolerance)", c.ZKOutageTolerance)
 	}
 	if c.ZKAddrs != "" {
-		if _, _, err := snowflake.ParseZKConnect(c.ZKAddrs); err != nil {
+		if _, _, err := zk.ParseConnect(c.ZKAddrs); err != nil {
 			bad("--zk-addrs: %v", err)
 		}
 	}

@@ -5,8 +5,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/leafd/leafd/snowflake"
 	"go.uber.org/zap"
+
+	"github.com/leafd/leafd/snowflake/zk"
 )
 
 // TestSnowflakeOptionsNotSilent: a zero or negative snowflake duration never silently means the
@@ -59,7 +60,7 @@ func TestSnowflakeOptionsNotSilent(t *testing.T) {
 // shared by every such host).
 func TestAdvertiseAddrLoopbackRefused(t *testing.T) {
 	old := defaultAdvertiseAddr
-	defaultAdvertiseAddr = func(string) (string, error) { return "", snowflake.ErrNoAdvertiseAddr }
+	defaultAdvertiseAddr = func(string) (string, error) { return "", zk.ErrNoAdvertiseAddr }
 	defer func() { defaultAdvertiseAddr = old }()
 	cfg, err := loadConfig([]string{"--zk-addrs", "127.0.0.1:1", "--data-dir", t.TempDir()}, func(string) string { return "" }, io.Discard)
 	if err != nil {

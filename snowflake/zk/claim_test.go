@@ -1,4 +1,4 @@
-package snowflake
+package zk
 
 import (
 	"bytes"
@@ -11,8 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-zookeeper/zk"
+	gozk "github.com/go-zookeeper/zk"
 
+	"github.com/leafd/leafd/snowflake"
 	"github.com/leafd/leafd/snowflake/internal/statefile"
 )
 
@@ -48,7 +49,7 @@ func parseLeafStrict(b []byte) (leafEndpoint, error) {
 }
 
 // checkLeafTree parses every forever node under root strictly in Leaf's shape.
-func checkLeafTree(t *testing.T, c *zk.Conn, root string) int {
+func checkLeafTree(t *testing.T, c *gozk.Conn, root string) int {
 	t.Helper()
 	kids, _, err := c.Children(root + "/forever")
 	if err != nil {
@@ -103,20 +104,20 @@ func TestZKClaim(t *testing.T) {
 		}
 		b := newZK(t, zkCfg(addr, name, "10.1.0.1:6380", t.TempDir()))
 		_, err := b.Acquire(ctx)
-		for end := time.Now().Add(20 * time.Second); errors.Is(err, ErrSourceUnavailable) && time.Now().Before(end); {
+		for end := time.Now().Add(20 * time.Second); errors.Is(err, snowflake.ErrSourceUnavailable) && time.Now().Before(end); {
 			time.Sleep(50 * time.Millisecond) // a connection dropped on a loaded machine
 			_, err = b.Acquire(ctx)
 		}
-		if !errors.Is(err, ErrWorkerHeld) || !strings.Contains(err.Error(), "held by 10.1.0.1:6380") || !strings.Contains(err.Error(), a.instance) {
+		if !errors.Is(err, snowflake.ErrWorkerHeld) || !strings.Contains(err.Error(), "held by 10.1.0.1:6380") || !strings.Contains(err.Error(), a.instance) {
 			t.Fatalf("second process: got %v, want ErrWorkerHeld naming the holder and its data dir", err)
 		}
 		// The generator keeps such an instance alive in the no-worker state.
-		gb, err := New(Config{ExtendTimeout: 300 * time.Millisecond}, b, nil)
+		gb, err := snowflake.New(snowflake.Config{ExtendTimeout: 300 * time.Millisecond}, b, nil)
 		if err != nil {
 			t.Fatalf("New with the id held: %v", err)
 		}
 		defer gb.Close()
-		if _, err := gb.Next(); !errors.Is(err, ErrNoWorker) {
+		if _, err := gb.Next(); !errors.Is(err, snowflake.ErrNoWorker) {
 			t.Fatalf("Next with the id held: got %v, want ErrNoWorker", err)
 		}
 		a.Close() // the session ends: the claim goes
@@ -137,7 +138,7 @@ func TestZKClaim(t *testing.T) {
 		a.Close()
 		c := adminConn(t, addr)
 		dead, _ := json.Marshal(zkLive{Holder: "10.1.1.1:6380", Instance: inst, Token: "dead"})
-		if _, err := c.Create(fmt.Sprintf("/snowflake/%s/live/%d", name, w.ID), dead, zk.FlagEphemeral, zk.WorldACL(zk.PermAll)); err != nil {
+		if _, err := c.Create(fmt.Sprintf("/snowflake/%s/live/%d", name, w.ID), dead, gozk.FlagEphemeral, gozk.WorldACL(gozk.PermAll)); err != nil {
 			t.Fatal(err)
 		}
 		a2 := newZK(t, zkCfg(addr, name, "10.1.1.1:6380", dir))
@@ -207,7 +208,7 @@ func TestZKClaim(t *testing.T) {
 			t.Fatalf("successor: %+v, want worker %d with a bound not below the holder's last write %v", wb, wa.ID, later)
 		}
 		// And the holder's next write fails: the id is lost.
-		if err := a.Extend(ctx, later.Add(time.Second)); !errors.Is(err, ErrNoWorker) {
+		if err := a.Extend(ctx, later.Add(time.Second)); !errors.Is(err, snowflake.ErrNoWorker) {
 			t.Fatalf("holder after the takeover: got %v, want ErrNoWorker", err)
 		}
 	})
@@ -234,20 +235,20 @@ func TestZKClaim(t *testing.T) {
 		root := chroot + "/snowflake/" + name
 		c := adminConn(t, addr)
 		for _, p := range []string{chroot[:strings.LastIndexByte(chroot, '/')], chroot, chroot + "/snowflake", root, root + "/forever"} {
-			if _, err := c.Create(p, nil, 0, zk.WorldACL(zk.PermAll)); err != nil {
+			if _, err := c.Create(p, nil, 0, gozk.WorldACL(gozk.PermAll)); err != nil {
 				t.Fatal(err)
 			}
 		}
 		ts := time.Now().UnixMilli()
 		for _, ip := range []string{"10.1.5.1", "10.1.5.2"} {
 			b, _ := json.Marshal(map[string]any{"ip": ip, "port": "8080", "timestamp": ts})
-			if _, err := c.Create(root+"/forever/"+ip+":8080-", b, zk.FlagSequence, zk.WorldACL(zk.PermAll)); err != nil {
+			if _, err := c.Create(root+"/forever/"+ip+":8080-", b, gozk.FlagSequence, gozk.WorldACL(gozk.PermAll)); err != nil {
 				t.Fatal(err)
 			}
 		}
-		servers, cr, err := ParseZKConnect(addr + chroot)
+		servers, cr, err := ParseConnect(addr + chroot)
 		if err != nil || cr != chroot {
-			t.Fatalf("ParseZKConnect: %v %q", err, cr)
+			t.Fatalf("ParseConnect: %v %q", err, cr)
 		}
 		cfg := zkCfg(addr, name, "10.1.5.2:8080", t.TempDir())
 		cfg.Servers, cfg.Chroot = servers, cr
@@ -312,7 +313,7 @@ func TestDataDirBoundAcrossSources(t *testing.T) {
 	dir := t.TempDir()
 	until := time.Now().Add(4 * time.Second).Truncate(time.Millisecond)
 
-	f, err := NewFileSource(dir, 0)
+	f, err := snowflake.NewFileSource(dir, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -337,7 +338,7 @@ func TestDataDirBoundAcrossSources(t *testing.T) {
 	z.Close()
 
 	// ZooKeeper → static, → file.
-	st, err := NewStaticSource(dir, 0)
+	st, err := snowflake.NewStaticSource(dir, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -345,7 +346,7 @@ func TestDataDirBoundAcrossSources(t *testing.T) {
 		t.Fatalf("static after ZooKeeper: %+v %v, want a bound not below %v", w, err, later)
 	}
 	st.Close()
-	f2, err := NewFileSource(dir, 0)
+	f2, err := snowflake.NewFileSource(dir, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -360,10 +361,10 @@ func TestLegacyCacheMerged(t *testing.T) {
 	dir := t.TempDir()
 	until := time.Now().Add(time.Hour).UnixMilli()
 	b, _ := json.Marshal(statefile.State{WorkerID: 3, ReservedUntilMs: until, Addr: "10.0.0.1:6380", Name: "x"})
-	if err := writeFile(dir+"/"+ZKCacheFile, b); err != nil {
+	if err := writeFile(dir+"/"+CacheFile, b); err != nil {
 		t.Fatal(err)
 	}
-	f, err := NewFileSource(dir, 0)
+	f, err := snowflake.NewFileSource(dir, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -410,13 +411,13 @@ func TestZKResolveAfterOutageRefusesForeignState(t *testing.T) {
 	a2.id, a2.node, a2.acquired, a2.zkUntil, a2.tolerance, a2.cacheHigh = w.ID, "", true, until.UnixMilli(), 5000, until.UnixMilli()
 	a2.mu.Unlock()
 	a2.zkMu.Unlock()
-	for deadline := time.Now().Add(10 * time.Second); a2.conn.State() != zk.StateHasSession; time.Sleep(time.Millisecond) {
+	for deadline := time.Now().Add(10 * time.Second); a2.conn.State() != gozk.StateHasSession; time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("no ZooKeeper session")
 		}
 	}
 	a2.refresh()
-	if err := a2.Extend(ctx, until.Add(time.Second)); !errors.Is(err, ErrNoWorker) {
+	if err := a2.Extend(ctx, until.Add(time.Second)); !errors.Is(err, snowflake.ErrNoWorker) {
 		t.Fatalf("Extend after another data dir claimed the id: got %v, want ErrNoWorker", err)
 	}
 }

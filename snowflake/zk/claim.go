@@ -1,4 +1,4 @@
-package snowflake
+package zk
 
 import (
 	"context"
@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"strconv"
 
-	"github.com/go-zookeeper/zk"
+	gozk "github.com/go-zookeeper/zk"
 	"go.uber.org/zap"
+
+	"github.com/leafd/leafd/snowflake"
 )
 
 // The exclusive claim and leafd's own state in ZooKeeper.
@@ -26,10 +28,6 @@ import (
 // dir is never replaced: that process may be alive (two processes with the same --advertise-addr
 // on different data dirs, or a paused one). A live node left by this data dir is replaced: its
 // process is dead, since this one holds the data dir's lock.
-
-// ErrWorkerHeld (wrapped) means the worker id is claimed by another live process. The generator
-// answers NOWORKER and keeps trying, so the instance takes over once the holder is gone.
-var ErrWorkerHeld = errors.New("snowflake: worker id held by another live process")
 
 // testHookFence, when set by a test, runs in fence between reading the state node and writing
 // it back.
@@ -54,7 +52,7 @@ type zkState struct {
 	// the live node is gone.
 	Reuse bool `json:"reuse"`
 	// ToleranceMs: how far past ReservedUntil the holder may issue without ZooKeeper (its
-	// ZKConfig.OutageTolerance). A successor from another data dir starts above
+	// Config.OutageTolerance). A successor from another data dir starts above
 	// ReservedUntil+ToleranceMs.
 	ToleranceMs int64 `json:"tolerance_ms"`
 	// Reported: the forever node's timestamp as leafd last wrote it. A larger timestamp there
@@ -62,13 +60,13 @@ type zkState struct {
 	Reported int64 `json:"reported"`
 }
 
-func (s *ZKSource) livePath(id int64) string  { return s.root + "/live/" + strconv.FormatInt(id, 10) }
-func (s *ZKSource) statePath(id int64) string { return s.root + "/state/" + strconv.FormatInt(id, 10) }
+func (s *Source) livePath(id int64) string  { return s.root + "/live/" + strconv.FormatInt(id, 10) }
+func (s *Source) statePath(id int64) string { return s.root + "/state/" + strconv.FormatInt(id, 10) }
 
-func (s *ZKSource) readLive(ctx context.Context, id int64) (zkLive, *zk.Stat, error) {
+func (s *Source) readLive(ctx context.Context, id int64) (zkLive, *gozk.Stat, error) {
 	type got struct {
 		l  zkLive
-		st *zk.Stat
+		st *gozk.Stat
 	}
 	g, err := call(ctx, func() (got, error) {
 		b, st, err := s.conn.Get(s.livePath(id))
@@ -87,21 +85,21 @@ func (s *ZKSource) readLive(ctx context.Context, id int64) (zkLive, *zk.Stat, er
 // claimLive creates the live node of id for this process. It returns an ErrWorkerHeld error
 // naming the holder when another data dir holds it. A node of this data dir's dead predecessor
 // is replaced.
-func (s *ZKSource) claimLive(ctx context.Context, id int64) error {
+func (s *Source) claimLive(ctx context.Context, id int64) error {
 	p := s.livePath(id)
 	b, _ := json.Marshal(zkLive{Holder: s.cfg.Addr, Instance: s.instance, Token: s.token})
 	for range 3 {
 		_, err := call(ctx, func() (string, error) {
-			return s.conn.Create(p, b, zk.FlagEphemeral, zk.WorldACL(zk.PermAll))
+			return s.conn.Create(p, b, gozk.FlagEphemeral, gozk.WorldACL(gozk.PermAll))
 		})
 		if err == nil {
 			return nil
 		}
-		if !errors.Is(err, zk.ErrNodeExists) {
+		if !errors.Is(err, gozk.ErrNodeExists) {
 			return err
 		}
 		l, st, err := s.readLive(ctx, id)
-		if errors.Is(err, zk.ErrNoNode) {
+		if errors.Is(err, gozk.ErrNoNode) {
 			continue
 		}
 		if err != nil {
@@ -112,20 +110,20 @@ func (s *ZKSource) claimLive(ctx context.Context, id int64) error {
 		}
 		if l.Instance != s.instance {
 			return fmt.Errorf("%w: worker id %d is held by %s (data dir instance %s); this process (%s, instance %s) will not serve it "+
-				"while that one lives", ErrWorkerHeld, id, l.Holder, l.Instance, s.cfg.Addr, s.instance)
+				"while that one lives", snowflake.ErrWorkerHeld, id, l.Holder, l.Instance, s.cfg.Addr, s.instance)
 		}
 		// Our data dir's earlier process: dead (we hold the data dir's lock), its session not
 		// yet expired.
 		_, err = call(ctx, func() (struct{}, error) { return struct{}{}, s.conn.Delete(p, st.Version) })
-		if err != nil && !errors.Is(err, zk.ErrNoNode) && !errors.Is(err, zk.ErrBadVersion) {
+		if err != nil && !errors.Is(err, gozk.ErrNoNode) && !errors.Is(err, gozk.ErrBadVersion) {
 			return err
 		}
 	}
-	return fmt.Errorf("%w: live node %s keeps changing", ErrWorkerHeld, p)
+	return fmt.Errorf("%w: live node %s keeps changing", snowflake.ErrWorkerHeld, p)
 }
 
 // readState returns the state node of id; ok is false when there is none.
-func (s *ZKSource) readState(ctx context.Context, id int64) (st zkState, ver int32, ok bool, err error) {
+func (s *Source) readState(ctx context.Context, id int64) (st zkState, ver int32, ok bool, err error) {
 	type got struct {
 		st  zkState
 		ver int32
@@ -141,30 +139,30 @@ func (s *ZKSource) readState(ctx context.Context, id int64) (st zkState, ver int
 		}
 		return got{st, stat.Version}, nil
 	})
-	if errors.Is(err, zk.ErrNoNode) {
+	if errors.Is(err, gozk.ErrNoNode) {
 		return zkState{}, -1, false, nil
 	}
 	return g.st, g.ver, err == nil, err
 }
 
 // myState is the state node content of this process with the given bound.
-func (s *ZKSource) myState(until int64) zkState {
+func (s *Source) myState(until int64) zkState {
 	return zkState{Holder: s.cfg.Addr, Instance: s.instance, Token: s.token, ReservedUntil: until,
 		Reuse: s.cfg.Reuse, ToleranceMs: s.tolerance, Reported: s.reported}
 }
 
 // putState writes the state node: a version-checked set of version ver, or a create when ver
-// is -1 (no node). It returns the new version; zk.ErrBadVersion / zk.ErrNodeExists mean someone
+// is -1 (no node). It returns the new version; gozk.ErrBadVersion / gozk.ErrNodeExists mean someone
 // else wrote first.
-func (s *ZKSource) putState(ctx context.Context, id int64, ver int32, st zkState) (int32, error) {
+func (s *Source) putState(ctx context.Context, id int64, ver int32, st zkState) (int32, error) {
 	b, _ := json.Marshal(st)
 	if ver < 0 {
 		_, err := call(ctx, func() (string, error) {
-			return s.conn.Create(s.statePath(id), b, 0, zk.WorldACL(zk.PermAll))
+			return s.conn.Create(s.statePath(id), b, 0, gozk.WorldACL(gozk.PermAll))
 		})
 		return 0, err
 	}
-	stat, err := call(ctx, func() (*zk.Stat, error) { return s.conn.Set(s.statePath(id), b, ver) })
+	stat, err := call(ctx, func() (*gozk.Stat, error) { return s.conn.Set(s.statePath(id), b, ver) })
 	if err != nil {
 		return 0, err
 	}
@@ -175,7 +173,7 @@ func (s *ZKSource) putState(ctx context.Context, id int64, ver int32, st zkState
 // reads the state, computes the bound this process must start above, and writes the state back
 // with a version check, retrying when another write came in between (its bound then counts).
 // fv is the forever node (zero for a node just created); dirBound the data dir's bound.
-func (s *ZKSource) fence(ctx context.Context, id int64, path string, fv foreverData, dirBound int64) (bound int64, ver int32, prev zkState, err error) {
+func (s *Source) fence(ctx context.Context, id int64, path string, fv foreverData, dirBound int64) (bound int64, ver int32, prev zkState, err error) {
 	for range 5 {
 		st, v, ok, err := s.readState(ctx, id)
 		if err != nil {
@@ -210,7 +208,7 @@ func (s *ZKSource) fence(ctx context.Context, id int64, path string, fv foreverD
 			testHookFence(id)
 		}
 		nv, err := s.putState(ctx, id, v, s.myState(bound))
-		if errors.Is(err, zk.ErrBadVersion) || errors.Is(err, zk.ErrNodeExists) {
+		if errors.Is(err, gozk.ErrBadVersion) || errors.Is(err, gozk.ErrNodeExists) {
 			continue
 		}
 		if err != nil {
@@ -223,7 +221,7 @@ func (s *ZKSource) fence(ctx context.Context, id int64, path string, fv foreverD
 
 // writeStateLocked writes reserved_until to our state node with a version check. A conflict
 // not explained by a write of ours (a reply we missed) means the id was taken: s.lost is set.
-func (s *ZKSource) writeStateLocked(ctx context.Context, until int64) error {
+func (s *Source) writeStateLocked(ctx context.Context, until int64) error {
 	if err := s.lostErr(); err != nil {
 		return err
 	}
@@ -233,35 +231,35 @@ func (s *ZKSource) writeStateLocked(ctx context.Context, until int64) error {
 			s.version, s.zkUntil = v, until
 			return nil
 		}
-		if errors.Is(err, zk.ErrNoNode) {
+		if errors.Is(err, gozk.ErrNoNode) {
 			return s.stateDeleted()
 		}
-		if !errors.Is(err, zk.ErrBadVersion) {
-			return fmt.Errorf("%w: %w", ErrSourceUnavailable, err)
+		if !errors.Is(err, gozk.ErrBadVersion) {
+			return fmt.Errorf("%w: %w", snowflake.ErrSourceUnavailable, err)
 		}
 		cur, ver, ok, err := s.readState(ctx, s.id)
 		if err != nil {
-			return fmt.Errorf("%w: %w", ErrSourceUnavailable, err)
+			return fmt.Errorf("%w: %w", snowflake.ErrSourceUnavailable, err)
 		}
 		if !ok {
 			return s.stateDeleted()
 		}
 		if cur.Token != s.token {
-			err := s.setLost(fmt.Errorf("%w: worker id %d was taken over by %s (instance %s)", ErrNoWorker, s.id, cur.Holder, cur.Instance))
+			err := s.setLost(fmt.Errorf("%w: worker id %d was taken over by %s (instance %s)", snowflake.ErrNoWorker, s.id, cur.Holder, cur.Instance))
 			s.log.Error("snowflake: worker id lost", zap.Error(err))
 			return err
 		}
 		s.version = ver // an earlier write of ours whose reply we missed
 	}
-	return fmt.Errorf("%w: state node %s keeps changing", ErrSourceUnavailable, s.statePath(s.id))
+	return fmt.Errorf("%w: state node %s keeps changing", snowflake.ErrSourceUnavailable, s.statePath(s.id))
 }
 
 // stateDeleted (zkMu held) marks the id lost because its state node was deleted by hand, and
 // schedules the release of the live node past every millisecond this process may issue in.
-func (s *ZKSource) stateDeleted() error {
+func (s *Source) stateDeleted() error {
 	s.releaseAt = max(s.zkUntil, s.cacheHigh) + max(s.tolerance, 0)
 	err := s.setLost(fmt.Errorf("%w: worker id %d: state node %s was deleted; the live node is released after %v",
-		ErrNoWorker, s.id, s.statePath(s.id), msTime(s.releaseAt)))
+		snowflake.ErrNoWorker, s.id, s.statePath(s.id), msTime(s.releaseAt)))
 	s.log.Error("snowflake: worker id lost", zap.Error(err))
 	return err
 }

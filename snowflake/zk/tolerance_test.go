@@ -1,4 +1,4 @@
-package snowflake
+package zk
 
 import (
 	"context"
@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/leafd/leafd/snowflake"
 )
 
 // TestZKCopiedDataDirWaitsTolerance (adversarial review of issue #7): a copy of a data dir has
@@ -18,7 +20,7 @@ func TestZKCopiedDataDirWaitsTolerance(t *testing.T) {
 	name := randomName(t)
 	tol := 30 * time.Second
 	dirA, dirB := t.TempDir(), t.TempDir()
-	cfg := func(dir string) ZKConfig {
+	cfg := func(dir string) Config {
 		c := zkCfg(addr, name, "10.7.0.1:6380", dir)
 		c.OutageTolerance = tol
 		return c
@@ -29,11 +31,11 @@ func TestZKCopiedDataDirWaitsTolerance(t *testing.T) {
 	if err := a.Extend(ctx, until); err != nil {
 		t.Fatal(err)
 	}
-	b, err := os.ReadFile(filepath.Join(dirA, LocalStateFile))
+	b, err := os.ReadFile(filepath.Join(dirA, snowflake.LocalStateFile))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dirB, LocalStateFile), b, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dirB, snowflake.LocalStateFile), b, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	cp := newZK(t, cfg(dirB))
@@ -52,12 +54,12 @@ func TestZKCleanRestartSkipsTolerance(t *testing.T) {
 	name := randomName(t)
 	tol := 30 * time.Second
 	dir := t.TempDir()
-	cfg := func() ZKConfig {
+	cfg := func() Config {
 		c := zkCfg(addr, name, "10.7.0.1:6380", dir)
 		c.OutageTolerance = tol
 		return c
 	}
-	a, err := NewZKSource(cfg())
+	a, err := NewSource(cfg())
 	if err != nil {
 		t.Fatal(err)
 	}

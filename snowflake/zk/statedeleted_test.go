@@ -1,4 +1,4 @@
-package snowflake
+package zk
 
 import (
 	"context"
@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/leafd/leafd/snowflake"
 )
 
 // TestZKStateNodeDeletedWhileHeld (adversarial review of issue #7) pins the documented limit
@@ -33,10 +35,10 @@ func TestZKStateNodeDeletedWhileHeld(t *testing.T) {
 		}
 	}
 	err := a.Extend(ctx, until.Add(time.Second))
-	if !errors.Is(err, ErrNoWorker) {
+	if !errors.Is(err, snowflake.ErrNoWorker) {
 		t.Fatalf("extension after the state node was deleted: got %v, want ErrNoWorker", err)
 	}
-	if err := a.Extend(ctx, until.Add(2*time.Second)); !errors.Is(err, ErrNoWorker) {
+	if err := a.Extend(ctx, until.Add(2*time.Second)); !errors.Is(err, snowflake.ErrNoWorker) {
 		t.Fatalf("the loss is permanent: got %v, want ErrNoWorker", err)
 	}
 	// The documented limit itself: the successor's bound is the report + 3 s, not the lease.
@@ -64,7 +66,7 @@ func TestZKStateNodeDeletedReleasesLive(t *testing.T) {
 	if err := c.Delete(fmt.Sprintf("/snowflake/%s/state/%d", name, w.ID), -1); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.Extend(ctx, until.Add(time.Second)); !errors.Is(err, ErrNoWorker) {
+	if err := a.Extend(ctx, until.Add(time.Second)); !errors.Is(err, snowflake.ErrNoWorker) {
 		t.Fatalf("extension after the state node was deleted: got %v, want ErrNoWorker", err)
 	}
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {

@@ -1,4 +1,4 @@
-package snowflake
+package zk
 
 import (
 	"fmt"
@@ -6,11 +6,11 @@ import (
 	"strings"
 )
 
-// ParseZKConnect splits a ZooKeeper connection string, "host:port[,host:port...][/chroot]" (the
+// ParseConnect splits a ZooKeeper connection string, "host:port[,host:port...][/chroot]" (the
 // form of ZooKeeper's own client, Curator and Leaf's leaf.zk.list), into the server addresses
 // and the chroot ("" for none). With a chroot, every path leafd uses lives below it, as it would
 // for ZooKeeper's Java client; the chroot node is created when missing.
-func ParseZKConnect(s string) (servers []string, chroot string, err error) {
+func ParseConnect(s string) (servers []string, chroot string, err error) {
 	hosts := s
 	if i := strings.IndexByte(s, '/'); i >= 0 {
 		hosts, chroot = s[:i], s[i:]

@@ -1,4 +1,4 @@
-package snowflake
+package zk
 
 import (
 	"context"
@@ -16,28 +16,30 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/go-zookeeper/zk"
+	gozk "github.com/go-zookeeper/zk"
 	"go.uber.org/zap"
 
+	"github.com/leafd/leafd/snowflake"
 	"github.com/leafd/leafd/snowflake/internal/statefile"
 )
 
-// ZKCacheFile is the name, in the data dir, of the local cache of earlier versions. Its content
-// is merged into LocalStateFile when a source opens the data dir (see bound.go).
-const ZKCacheFile = statefile.LegacyZKFile
+// CacheFile is the name, in the data dir, of the local cache of earlier versions. Its content
+// is merged into snowflake.LocalStateFile when a source opens the data dir (see
+// snowflake/internal/statefile/bound.go).
+const CacheFile = statefile.LegacyZKFile
 
 // leafReportMs is Leaf's reporting period: a node written by Leaf itself may have been used up
 // to about this long after its timestamp.
 const leafReportMs = 3000
 
-var _ WorkerSource = (*ZKSource)(nil)
+var _ snowflake.WorkerSource = (*Source)(nil)
 
-// ZKConfig configures a ZKSource. A zero field means its default unless said otherwise.
-type ZKConfig struct {
+// Config configures a Source. A zero field means its default unless said otherwise.
+type Config struct {
 	// Servers: ZooKeeper addresses (host:port). Required.
 	Servers []string
 	// Chroot: a path prefix for every node ("/leaf"), as in the connection string
-	// "host:port/leaf" (see ParseZKConnect). Empty: none.
+	// "host:port/leaf" (see ParseConnect). Empty: none.
 	Chroot string
 	// Name: the cluster name (Leaf's leaf.name): nodes live under /snowflake/<Name>. Default "leafd".
 	Name string
@@ -66,7 +68,7 @@ type ZKConfig struct {
 	Logger *zap.Logger
 }
 
-func (c ZKConfig) withDefaults() ZKConfig {
+func (c Config) withDefaults() Config {
 	if c.Name == "" {
 		c.Name = "leafd"
 	}
@@ -89,13 +91,13 @@ func (c ZKConfig) withDefaults() ZKConfig {
 }
 
 // Validate checks the configuration, defaults applied.
-func (c ZKConfig) Validate() error {
+func (c Config) Validate() error {
 	c = c.withDefaults()
 	if len(c.Servers) == 0 {
-		return errors.New("snowflake: ZKConfig.Servers is empty")
+		return errors.New("snowflake: Config.Servers is empty")
 	}
 	if c.DataDir == "" {
-		return errors.New("snowflake: ZKConfig.DataDir is empty")
+		return errors.New("snowflake: Config.DataDir is empty")
 	}
 	if strings.ContainsAny(c.Name, "/") {
 		return fmt.Errorf("snowflake: cluster name %q contains '/'", c.Name)
@@ -113,10 +115,10 @@ func (c ZKConfig) Validate() error {
 		return fmt.Errorf("snowflake: advertise address %q may not contain '-' or '/'", c.Addr)
 	}
 	if c.MaxWorkerID < 0 || c.SessionTimeout < time.Second || c.ReportInterval < 0 {
-		return errors.New("snowflake: ZKConfig: MaxWorkerID, SessionTimeout (≥ 1s) or ReportInterval out of range")
+		return errors.New("snowflake: Config: MaxWorkerID, SessionTimeout (≥ 1s) or ReportInterval out of range")
 	}
 	if c.OutageTolerance < 0 {
-		return fmt.Errorf("snowflake: ZKConfig.OutageTolerance %v is negative", c.OutageTolerance)
+		return fmt.Errorf("snowflake: Config.OutageTolerance %v is negative", c.OutageTolerance)
 	}
 	return nil
 }
@@ -136,7 +138,7 @@ type foreverData struct {
 	LegacyReservedUntil int64 `json:"reserved_until,omitempty"`
 }
 
-// ZKSource takes worker ids from ZooKeeper, compatible with Leaf's SnowflakeZookeeperHolder:
+// Source takes worker ids from ZooKeeper, compatible with Leaf's SnowflakeZookeeperHolder:
 // persistent sequential nodes /snowflake/<name>/forever/<ip>:<port>-<seq> whose sequence number is
 // the worker id (parsed from the created node on every start, also the first: Leaf PR #108), with
 // Leaf's {"ip","port","timestamp"} JSON and nothing else, the timestamp refreshed every
@@ -168,10 +170,10 @@ type foreverData struct {
 // sources) records the id, ip:port, name, reserved_until and the last bound ZooKeeper confirmed.
 // Its bound is the data dir's: every start on the data dir, with any source, begins above it.
 // If ZooKeeper is unreachable on start, the cached id is used only within the outage tolerance.
-type ZKSource struct {
-	cfg      ZKConfig
+type Source struct {
+	cfg      Config
 	log      *zap.Logger
-	conn     *zk.Conn
+	conn     *gozk.Conn
 	cache    *statefile.File
 	token    string // this process
 	instance string // this data dir
@@ -203,7 +205,7 @@ type ZKSource struct {
 }
 
 // lostErr returns the error that made the id no longer ours, or nil.
-func (s *ZKSource) lostErr() error {
+func (s *Source) lostErr() error {
 	if p := s.lost.Load(); p != nil {
 		return *p
 	}
@@ -211,19 +213,19 @@ func (s *ZKSource) lostErr() error {
 }
 
 // setLost records err as lost and returns it.
-func (s *ZKSource) setLost(err error) error {
+func (s *Source) setLost(err error) error {
 	s.lost.Store(&err)
 	return err
 }
 
-// NewZKSource locks the data dir's state file and starts connecting to ZooKeeper (it does not
+// NewSource locks the data dir's state file and starts connecting to ZooKeeper (it does not
 // wait for the connection; Acquire does).
-func NewZKSource(cfg ZKConfig) (*ZKSource, error) {
+func NewSource(cfg Config) (*Source, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	cache, err := statefile.Open(filepath.Join(cfg.DataDir, LocalStateFile))
+	cache, err := statefile.Open(filepath.Join(cfg.DataDir, snowflake.LocalStateFile))
 	if err != nil {
 		return nil, err
 	}
@@ -233,7 +235,7 @@ func NewZKSource(cfg ZKConfig) (*ZKSource, error) {
 		return nil, err
 	}
 	host, port, _ := net.SplitHostPort(cfg.Addr)
-	s := &ZKSource{
+	s := &Source{
 		cfg:       cfg,
 		log:       cfg.Logger,
 		cache:     cache,
@@ -245,8 +247,8 @@ func NewZKSource(cfg ZKConfig) (*ZKSource, error) {
 		kick:      make(chan struct{}, 1),
 		tolerance: cfg.OutageTolerance.Milliseconds(),
 	}
-	conn, events, err := zk.Connect(cfg.Servers, cfg.SessionTimeout,
-		zk.WithLogger(zkLogger{s.log}), zk.WithLogInfo(false))
+	conn, events, err := gozk.Connect(cfg.Servers, cfg.SessionTimeout,
+		gozk.WithLogger(zkLogger{s.log}), gozk.WithLogInfo(false))
 	if err != nil {
 		cache.Close()
 		return nil, fmt.Errorf("snowflake: zookeeper: %w", err)
@@ -287,8 +289,8 @@ func call[T any](ctx context.Context, f func() (T, error)) (T, error) {
 // unavailable reports whether err means "ZooKeeper cannot be reached now" (as opposed to an
 // answer).
 func unavailable(err error) bool {
-	for _, e := range []error{zk.ErrNoServer, zk.ErrConnectionClosed, zk.ErrSessionExpired, zk.ErrClosing,
-		zk.ErrSessionMoved, context.DeadlineExceeded, context.Canceled, ErrSourceUnavailable} {
+	for _, e := range []error{gozk.ErrNoServer, gozk.ErrConnectionClosed, gozk.ErrSessionExpired, gozk.ErrClosing,
+		gozk.ErrSessionMoved, context.DeadlineExceeded, context.Canceled, snowflake.ErrSourceUnavailable} {
 		if errors.Is(err, e) {
 			return true
 		}
@@ -296,7 +298,7 @@ func unavailable(err error) bool {
 	return false
 }
 
-func (s *ZKSource) forever() string { return s.root + "/forever" }
+func (s *Source) forever() string { return s.root + "/forever" }
 
 // parseNodeName splits "<ip>:<port>-<seq>".
 func parseNodeName(name string) (addr string, seq int64, ok bool) {
@@ -315,23 +317,23 @@ func parseNodeName(name string) (addr string, seq int64, ok bool) {
 // (Reuse), or a new sequential node's. With ZooKeeper unreachable it falls back to the local
 // state within the outage tolerance, or fails with ErrSourceUnavailable. A worker id held by
 // another live process is an ErrWorkerHeld error.
-func (s *ZKSource) Acquire(ctx context.Context) (Worker, error) {
+func (s *Source) Acquire(ctx context.Context) (snowflake.Worker, error) {
 	s.zkMu.Lock()
 	defer s.zkMu.Unlock()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return Worker{}, errors.New("snowflake: source closed")
+		return snowflake.Worker{}, errors.New("snowflake: source closed")
 	}
 	cache, _, err := s.cache.Read()
 	if err != nil {
-		return Worker{}, err
+		return snowflake.Worker{}, err
 	}
 	s.cache.Lock()
 	err = s.cache.CheckLayout(cache)
 	s.cache.Unlock()
 	if err != nil {
-		return Worker{}, err
+		return snowflake.Worker{}, err
 	}
 	dirBound := cache.ReservedUntilMs // the data dir's, whichever source wrote it
 	usable := cache.Source == "zookeeper" && cache.Name == s.cfg.Name && cache.Addr == s.cfg.Addr
@@ -347,20 +349,20 @@ func (s *ZKSource) Acquire(ctx context.Context) (Worker, error) {
 	now := s.cfg.Now().UnixMilli()
 	switch {
 	case !usable:
-		return Worker{}, fmt.Errorf("%w: zookeeper unreachable (%v) and no local state of this identity", ErrSourceUnavailable, err)
+		return snowflake.Worker{}, fmt.Errorf("%w: zookeeper unreachable (%v) and no local state of this identity", snowflake.ErrSourceUnavailable, err)
 	case tol <= 0:
-		return Worker{}, fmt.Errorf("%w: zookeeper unreachable (%v); with no outage tolerance the worker id needs ZooKeeper's confirmation", ErrSourceUnavailable, err)
+		return snowflake.Worker{}, fmt.Errorf("%w: zookeeper unreachable (%v); with no outage tolerance the worker id needs ZooKeeper's confirmation", snowflake.ErrSourceUnavailable, err)
 	case now >= cache.ZKConfirmedMs+tol:
-		return Worker{}, fmt.Errorf("%w: zookeeper unreachable (%v) and the outage tolerance past the last confirmed bound %v is used up",
-			ErrSourceUnavailable, err, msTime(cache.ZKConfirmedMs))
+		return snowflake.Worker{}, fmt.Errorf("%w: zookeeper unreachable (%v) and the outage tolerance past the last confirmed bound %v is used up",
+			snowflake.ErrSourceUnavailable, err, msTime(cache.ZKConfirmedMs))
 	case cache.WorkerID > s.cfg.MaxWorkerID:
-		return Worker{}, fmt.Errorf("snowflake: cached worker id %d above the layout's maximum %d", cache.WorkerID, s.cfg.MaxWorkerID)
+		return snowflake.Worker{}, fmt.Errorf("snowflake: cached worker id %d above the layout's maximum %d", cache.WorkerID, s.cfg.MaxWorkerID)
 	}
 	s.log.Warn("snowflake: zookeeper unreachable; starting from the local state within the outage tolerance", zap.Error(err),
 		zap.Int64("worker_id", cache.WorkerID), zap.Time("until", msTime(cache.ZKConfirmedMs+tol)))
 	s.id, s.node, s.acquired, s.dirty, s.cacheHigh = cache.WorkerID, "", true, true, dirBound
 	s.zkUntil, s.tolerance = cache.ZKConfirmedMs, tol
-	return Worker{ID: cache.WorkerID, Bound: msTime(dirBound), Source: "zookeeper (local cache)"}, nil
+	return snowflake.Worker{ID: cache.WorkerID, Bound: msTime(dirBound), Source: "zookeeper (local cache)"}, nil
 }
 
 func msTime(ms int64) time.Time {
@@ -370,7 +372,7 @@ func msTime(ms int64) time.Time {
 	return time.UnixMilli(ms).UTC()
 }
 
-func (s *ZKSource) ensurePaths(ctx context.Context) error {
+func (s *Source) ensurePaths(ctx context.Context) error {
 	var ps []string
 	if s.cfg.Chroot != "" {
 		parts := strings.Split(s.cfg.Chroot[1:], "/")
@@ -380,8 +382,8 @@ func (s *ZKSource) ensurePaths(ctx context.Context) error {
 	}
 	ps = append(ps, s.cfg.Chroot+"/snowflake", s.root, s.forever(), s.root+"/live", s.root+"/state")
 	for _, p := range ps {
-		_, err := call(ctx, func() (string, error) { return s.conn.Create(p, nil, 0, zk.WorldACL(zk.PermAll)) })
-		if err != nil && !errors.Is(err, zk.ErrNodeExists) {
+		_, err := call(ctx, func() (string, error) { return s.conn.Create(p, nil, 0, gozk.WorldACL(gozk.PermAll)) })
+		if err != nil && !errors.Is(err, gozk.ErrNodeExists) {
 			return err
 		}
 	}
@@ -394,7 +396,7 @@ type foreverChild struct {
 	id   int64
 }
 
-func (s *ZKSource) children(ctx context.Context) ([]foreverChild, error) {
+func (s *Source) children(ctx context.Context) ([]foreverChild, error) {
 	names, err := call(ctx, func() ([]string, error) {
 		c, _, err := s.conn.Children(s.forever())
 		return c, err
@@ -412,7 +414,7 @@ func (s *ZKSource) children(ctx context.Context) ([]foreverChild, error) {
 	return out, nil
 }
 
-func (s *ZKSource) getForever(ctx context.Context, path string) (foreverData, error) {
+func (s *Source) getForever(ctx context.Context, path string) (foreverData, error) {
 	return call(ctx, func() (foreverData, error) {
 		b, _, err := s.conn.Get(path)
 		if err != nil {
@@ -428,16 +430,16 @@ func (s *ZKSource) getForever(ctx context.Context, path string) (foreverData, er
 	})
 }
 
-func (s *ZKSource) acquireZK(ctx context.Context, cache statefile.State, dirBound int64) (Worker, error) {
+func (s *Source) acquireZK(ctx context.Context, cache statefile.State, dirBound int64) (snowflake.Worker, error) {
 	if err := s.ensurePaths(ctx); err != nil {
-		return Worker{}, err
+		return snowflake.Worker{}, err
 	}
 	if err := s.checkZKLayout(ctx); err != nil {
-		return Worker{}, err
+		return snowflake.Worker{}, err
 	}
 	kids, err := s.children(ctx)
 	if err != nil {
-		return Worker{}, err
+		return snowflake.Worker{}, err
 	}
 	var own *foreverChild
 	for i := range kids {
@@ -458,65 +460,65 @@ func (s *ZKSource) acquireZK(ctx context.Context, cache statefile.State, dirBoun
 		switch {
 		case err == nil:
 			id, path, how = own.id, s.forever()+"/"+own.name, "own node"
-		case errors.Is(err, ErrWorkerHeld):
+		case errors.Is(err, snowflake.ErrWorkerHeld):
 			l, _, lerr := s.readLive(ctx, own.id)
 			if !s.cfg.Reuse || lerr != nil || l.Holder == s.cfg.Addr {
 				if msg := err.Error(); msg != s.lastHeld { // once per holder: the retries run every 100ms
 					s.lastHeld = msg
 					s.log.Warn("snowflake: worker id held by another live process; not serving it", zap.Error(err))
 				}
-				return Worker{}, err
+				return snowflake.Worker{}, err
 			}
 			// Taken over by another identity (worker reuse): look for another id.
 			s.log.Warn("snowflake: our worker id is held by another live instance", zap.Int64("worker_id", own.id),
 				zap.String("holder", l.Holder))
 		default:
-			return Worker{}, err
+			return snowflake.Worker{}, err
 		}
 	}
 	if id < 0 && s.cfg.Reuse {
 		if id, path, err = s.takeOver(ctx, kids); err != nil {
-			return Worker{}, err
+			return snowflake.Worker{}, err
 		}
 		how = "taken over"
 	}
 	if id < 0 {
 		if id, path, err = s.createNode(ctx); err != nil {
-			return Worker{}, err
+			return snowflake.Worker{}, err
 		}
 		if err := s.claimLive(ctx, id); err != nil {
-			return Worker{}, fmt.Errorf("snowflake: live node of new worker id %d: %w", id, err)
+			return snowflake.Worker{}, fmt.Errorf("snowflake: live node of new worker id %d: %w", id, err)
 		}
 		how, fresh = "new node", true
 	}
 	if id > s.cfg.MaxWorkerID {
-		return Worker{}, fmt.Errorf("snowflake: worker id %d (node %s) is above the layout's maximum %d: "+
+		return snowflake.Worker{}, fmt.Errorf("snowflake: worker id %d (node %s) is above the layout's maximum %d: "+
 			"the worker ids of /snowflake/%s are exhausted (use a new --name, more worker bits, or --worker-reuse)",
 			id, path, s.cfg.MaxWorkerID, s.cfg.Name)
 	}
 	var fv foreverData
 	if !fresh {
 		if fv, err = s.getForever(ctx, path); err != nil {
-			return Worker{}, err
+			return snowflake.Worker{}, err
 		}
 	}
 	bound, ver, prev, err := s.fence(ctx, id, path, fv, dirBound)
 	if err != nil {
-		return Worker{}, err
+		return snowflake.Worker{}, err
 	}
 	s.id, s.node, s.version, s.acquired, s.dirty = id, path, ver, true, false
 	s.session = s.conn.SessionID()
 	s.zkUntil, s.cacheHigh = bound, bound
 	if err := s.cache.Write(s.localState(bound)); err != nil {
-		return Worker{}, err
+		return snowflake.Worker{}, err
 	}
 	s.log.Info("snowflake: worker id from zookeeper", zap.Int64("worker_id", id), zap.String("node", path),
 		zap.String("how", how), zap.Time("bound", msTime(bound)), zap.String("previous_holder", prev.Holder))
-	return Worker{ID: id, Bound: msTime(bound), Source: "zookeeper"}, nil
+	return snowflake.Worker{ID: id, Bound: msTime(bound), Source: "zookeeper"}, nil
 }
 
 // localState is what the data dir records for bound until.
-func (s *ZKSource) localState(until int64) statefile.State {
+func (s *Source) localState(until int64) statefile.State {
 	return statefile.State{WorkerID: s.id, ReservedUntilMs: until, Source: "zookeeper", Addr: s.cfg.Addr, Name: s.cfg.Name,
 		Reuse: s.cfg.Reuse, ZKConfirmedMs: s.zkUntil, ToleranceMs: s.tolerance}
 }
@@ -524,11 +526,11 @@ func (s *ZKSource) localState(until int64) statefile.State {
 // createNode creates our persistent sequential node (Leaf's data only) and parses the worker id
 // from its name, on the first start too (Leaf PR #108 returned 0 there). Ids above the maximum
 // are deleted and reported as exhaustion.
-func (s *ZKSource) createNode(ctx context.Context) (int64, string, error) {
+func (s *Source) createNode(ctx context.Context) (int64, string, error) {
 	now := s.cfg.Now().UnixMilli()
 	b, _ := json.Marshal(zkNode{IP: s.ip, Port: s.port, Timestamp: now})
 	path, err := call(ctx, func() (string, error) {
-		return s.conn.Create(s.forever()+"/"+s.cfg.Addr+"-", b, zk.FlagSequence, zk.WorldACL(zk.PermAll))
+		return s.conn.Create(s.forever()+"/"+s.cfg.Addr+"-", b, gozk.FlagSequence, gozk.WorldACL(gozk.PermAll))
 	})
 	if err != nil {
 		return 0, "", err
@@ -549,7 +551,7 @@ func (s *ZKSource) createNode(ctx context.Context) (int64, string, error) {
 
 // takeOver claims the live node of an id whose holder ran with reuse and is gone. It returns
 // id -1 when there is none. The caller fences the state node.
-func (s *ZKSource) takeOver(ctx context.Context, kids []foreverChild) (int64, string, error) {
+func (s *Source) takeOver(ctx context.Context, kids []foreverChild) (int64, string, error) {
 	for _, k := range kids {
 		if k.id > s.cfg.MaxWorkerID || k.addr == s.cfg.Addr {
 			continue
@@ -565,7 +567,7 @@ func (s *ZKSource) takeOver(ctx context.Context, kids []foreverChild) (int64, st
 			continue // its holder may serve beyond what ZooKeeper knows, or is Leaf: never reuse
 		}
 		if err := s.claimLive(ctx, k.id); err != nil {
-			if errors.Is(err, ErrWorkerHeld) {
+			if errors.Is(err, snowflake.ErrWorkerHeld) {
 				continue // live, and not ours
 			}
 			return -1, "", err
@@ -581,7 +583,7 @@ func (s *ZKSource) takeOver(ctx context.Context, kids []foreverChild) (int64, st
 // a report when the clock is behind the last one. The state node records the timestamp first,
 // so that a later timestamp in the forever node can only have been written by someone else
 // (Leaf, see fence).
-func (s *ZKSource) reportLocked(ctx context.Context) error {
+func (s *Source) reportLocked(ctx context.Context) error {
 	now := s.cfg.Now().UnixMilli()
 	if now < s.reported {
 		return nil
@@ -595,11 +597,11 @@ func (s *ZKSource) reportLocked(ctx context.Context) error {
 		n.IP, n.Port = ip, port // keep Leaf's view of the node: the identity in its name
 	}
 	b, _ := json.Marshal(n)
-	_, err := call(ctx, func() (*zk.Stat, error) { return s.conn.Set(s.node, b, -1) })
+	_, err := call(ctx, func() (*gozk.Stat, error) { return s.conn.Set(s.node, b, -1) })
 	return err
 }
 
-func (s *ZKSource) nodeAddr() string {
+func (s *Source) nodeAddr() string {
 	addr, _, _ := parseNodeName(s.node[strings.LastIndexByte(s.node, '/')+1:])
 	return addr
 }
@@ -608,7 +610,7 @@ func (s *ZKSource) nodeAddr() string {
 // the data dir. When ZooKeeper cannot be reached, the data dir alone is enough while until stays
 // within the outage tolerance past the last bound ZooKeeper confirmed; the state node is updated
 // in the background when ZooKeeper returns.
-func (s *ZKSource) Extend(ctx context.Context, until time.Time) error {
+func (s *Source) Extend(ctx context.Context, until time.Time) error {
 	s.zkMu.Lock()
 	defer s.zkMu.Unlock()
 	s.mu.Lock()
@@ -627,7 +629,7 @@ func (s *ZKSource) Extend(ctx context.Context, until time.Time) error {
 	switch {
 	case s.node == "":
 		zkErr = errors.New("worker id not yet confirmed by zookeeper")
-	case s.conn.State() != zk.StateHasSession:
+	case s.conn.State() != gozk.StateHasSession:
 		zkErr = fmt.Errorf("zookeeper %v", s.conn.State())
 	default:
 		zctx := ctx
@@ -660,7 +662,7 @@ func (s *ZKSource) Extend(ctx context.Context, until time.Time) error {
 	}
 	if u > s.zkUntil+s.tolerance {
 		return fmt.Errorf("%w: %v; %v is beyond the outage tolerance (%dms) past the bound zookeeper confirmed (%v)",
-			ErrSourceUnavailable, zkErr, msTime(u), s.tolerance, msTime(s.zkUntil))
+			snowflake.ErrSourceUnavailable, zkErr, msTime(u), s.tolerance, msTime(s.zkUntil))
 	}
 	if err := s.cache.Write(s.localState(u)); err != nil {
 		return err
@@ -677,7 +679,7 @@ func (s *ZKSource) Extend(ctx context.Context, until time.Time) error {
 // session expiry, copy a local bound to ZooKeeper, report the timestamp. It ends when the
 // connection's event channel is closed (after Close), which also means the client's own
 // goroutines have ended.
-func (s *ZKSource) maintain(events <-chan zk.Event) {
+func (s *Source) maintain(events <-chan gozk.Event) {
 	defer s.wg.Done()
 	var tick <-chan time.Time
 	if s.cfg.ReportInterval > 0 {
@@ -692,9 +694,9 @@ func (s *ZKSource) maintain(events <-chan zk.Event) {
 				return
 			}
 			switch ev.State {
-			case zk.StateExpired:
+			case gozk.StateExpired:
 				s.log.Warn("snowflake: zookeeper session expired")
-			case zk.StateHasSession:
+			case gozk.StateHasSession:
 				s.refresh()
 			}
 		case <-tick:
@@ -707,12 +709,12 @@ func (s *ZKSource) maintain(events <-chan zk.Event) {
 
 // refresh confirms an id taken from the local state, re-claims the live node in a new session,
 // copies a bound kept only locally to the state node, and reports the timestamp.
-func (s *ZKSource) refresh() {
+func (s *Source) refresh() {
 	ctx, cancel := context.WithTimeout(context.Background(), min(s.cfg.SessionTimeout, 2*time.Second))
 	defer cancel()
 	s.zkMu.Lock()
 	defer s.zkMu.Unlock()
-	if !s.acquired || s.closed || s.conn.State() != zk.StateHasSession {
+	if !s.acquired || s.closed || s.conn.State() != gozk.StateHasSession {
 		return
 	}
 	if s.lostErr() != nil {
@@ -728,8 +730,8 @@ func (s *ZKSource) refresh() {
 		}
 	} else if sid := s.conn.SessionID(); sid != s.session {
 		if err := s.claimLive(ctx, s.id); err != nil {
-			if errors.Is(err, ErrWorkerHeld) {
-				err := s.setLost(fmt.Errorf("%w: %w", ErrNoWorker, err))
+			if errors.Is(err, snowflake.ErrWorkerHeld) {
+				err := s.setLost(fmt.Errorf("%w: %w", snowflake.ErrNoWorker, err))
 				s.log.Error("snowflake: worker id lost", zap.Error(err))
 			}
 			return
@@ -756,7 +758,7 @@ func (s *ZKSource) refresh() {
 // resolveLocked confirms, once ZooKeeper is back, an id taken from the local state during an
 // outage: the node must still exist, the live node must be ours to claim, and the state must
 // not have been rewritten by another data dir.
-func (s *ZKSource) resolveLocked(ctx context.Context) error {
+func (s *Source) resolveLocked(ctx context.Context) error {
 	kids, err := s.children(ctx)
 	if err != nil {
 		return err
@@ -768,13 +770,13 @@ func (s *ZKSource) resolveLocked(ctx context.Context) error {
 		}
 	}
 	if path == "" {
-		err := s.setLost(fmt.Errorf("%w: zookeeper has no node %s-%010d for the cached worker id (was its data lost?)", ErrNoWorker, s.cfg.Addr, s.id))
+		err := s.setLost(fmt.Errorf("%w: zookeeper has no node %s-%010d for the cached worker id (was its data lost?)", snowflake.ErrNoWorker, s.cfg.Addr, s.id))
 		s.log.Error("snowflake: cached worker id not confirmed", zap.Error(err))
 		return err
 	}
 	if err := s.claimLive(ctx, s.id); err != nil {
-		if errors.Is(err, ErrWorkerHeld) {
-			err = s.setLost(fmt.Errorf("%w: %w", ErrNoWorker, err))
+		if errors.Is(err, snowflake.ErrWorkerHeld) {
+			err = s.setLost(fmt.Errorf("%w: %w", snowflake.ErrNoWorker, err))
 			s.log.Error("snowflake: cached worker id not confirmed", zap.Error(err))
 		}
 		return err
@@ -784,7 +786,7 @@ func (s *ZKSource) resolveLocked(ctx context.Context) error {
 		return err
 	}
 	if ok && st.Instance != s.instance {
-		err := s.setLost(fmt.Errorf("%w: worker id %d was claimed by %s (instance %s) during the outage", ErrNoWorker, s.id, st.Holder, st.Instance))
+		err := s.setLost(fmt.Errorf("%w: worker id %d was claimed by %s (instance %s) during the outage", snowflake.ErrNoWorker, s.id, st.Holder, st.Instance))
 		s.log.Error("snowflake: cached worker id not confirmed", zap.Error(err))
 		return err
 	}
@@ -801,7 +803,7 @@ func (s *ZKSource) resolveLocked(ctx context.Context) error {
 // waiting for this process to restart. Not before: the generator may issue up to the lease it
 // last extended, and the successor, with no state node, starts only above the forever node's
 // report + 3 s (docs/SNOWFLAKE.md, "Never delete state/ or live/ by hand").
-func (s *ZKSource) releaseLiveLocked(ctx context.Context) {
+func (s *Source) releaseLiveLocked(ctx context.Context) {
 	if s.releaseAt <= 0 || s.cfg.Now().UnixMilli() <= s.releaseAt {
 		return
 	}
@@ -809,7 +811,7 @@ func (s *ZKSource) releaseLiveLocked(ctx context.Context) {
 	if err == nil && l.Token == s.token {
 		_, err = call(ctx, func() (struct{}, error) { return struct{}{}, s.conn.Delete(s.livePath(s.id), st.Version) })
 	}
-	if err == nil || errors.Is(err, zk.ErrNoNode) || errors.Is(err, zk.ErrBadVersion) {
+	if err == nil || errors.Is(err, gozk.ErrNoNode) || errors.Is(err, gozk.ErrBadVersion) {
 		s.log.Warn("snowflake: state node deleted; live node released", zap.Int64("worker_id", s.id))
 		s.releaseAt = 0
 	}
@@ -818,7 +820,7 @@ func (s *ZKSource) releaseLiveLocked(ctx context.Context) {
 // Close stops the background work, closes the ZooKeeper session (the live node goes with it)
 // and releases the data dir. The generator has lowered the bound before (Extend). It is
 // idempotent.
-func (s *ZKSource) Close() error {
+func (s *Source) Close() error {
 	var err error
 	s.once.Do(func() {
 		s.zkMu.Lock()
@@ -834,7 +836,7 @@ func (s *ZKSource) Close() error {
 }
 
 // WorkerID returns the acquired worker id (-1 before Acquire).
-func (s *ZKSource) WorkerID() int64 {
+func (s *Source) WorkerID() int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.acquired {

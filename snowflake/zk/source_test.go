@@ -1,4 +1,4 @@
-package snowflake
+package zk
 
 import (
 	"context"
@@ -15,10 +15,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-zookeeper/zk"
+	gozk "github.com/go-zookeeper/zk"
 	"go.uber.org/zap"
 
+	"github.com/leafd/leafd/internal/clock"
 	"github.com/leafd/leafd/internal/testenv"
+	"github.com/leafd/leafd/snowflake"
 )
 
 // zkServer returns the address of the ZooKeeper in LEAFD_TEST_ZK, or of a private one started
@@ -38,14 +40,14 @@ func randomName(t *testing.T) string {
 	return "t" + hex.EncodeToString(b[:])
 }
 
-func zkCfg(addr, name, ip string, dir string) ZKConfig {
-	return ZKConfig{Servers: []string{addr}, Name: name, Addr: ip, DataDir: dir, SessionTimeout: 2 * time.Second,
+func zkCfg(addr, name, ip string, dir string) Config {
+	return Config{Servers: []string{addr}, Name: name, Addr: ip, DataDir: dir, SessionTimeout: 2 * time.Second,
 		ReportInterval: 200 * time.Millisecond}
 }
 
-func newZK(t *testing.T, cfg ZKConfig) *ZKSource {
+func newZK(t *testing.T, cfg Config) *Source {
 	t.Helper()
-	s, err := NewZKSource(cfg)
+	s, err := NewSource(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +57,7 @@ func newZK(t *testing.T, cfg ZKConfig) *ZKSource {
 
 // acquire acquires, retrying for up to 20s while ZooKeeper is unreachable (a connection
 // dropped on a loaded machine is not what the tests are about).
-func acquire(t *testing.T, s *ZKSource) Worker {
+func acquire(t *testing.T, s *Source) snowflake.Worker {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
@@ -65,7 +67,7 @@ func acquire(t *testing.T, s *ZKSource) Worker {
 		if err == nil {
 			return w
 		}
-		if !errors.Is(err, ErrSourceUnavailable) || time.Now().After(deadline) {
+		if !errors.Is(err, snowflake.ErrSourceUnavailable) || time.Now().After(deadline) {
 			t.Fatalf("Acquire: %v", err)
 		}
 		time.Sleep(50 * time.Millisecond)
@@ -73,9 +75,9 @@ func acquire(t *testing.T, s *ZKSource) Worker {
 }
 
 // adminConn is a plain client for inspecting and tampering with nodes.
-func adminConn(t *testing.T, addr string) *zk.Conn {
+func adminConn(t *testing.T, addr string) *gozk.Conn {
 	t.Helper()
-	c, ev, err := zk.Connect([]string{addr}, 5*time.Second, zk.WithLogInfo(false), zk.WithLogger(zkLogger{zap.NewNop()}))
+	c, ev, err := gozk.Connect([]string{addr}, 5*time.Second, gozk.WithLogInfo(false), gozk.WithLogger(zkLogger{zap.NewNop()}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +91,7 @@ func adminConn(t *testing.T, addr string) *zk.Conn {
 	return c
 }
 
-func readNode(t *testing.T, c *zk.Conn, path string) zkNode {
+func readNode(t *testing.T, c *gozk.Conn, path string) zkNode {
 	t.Helper()
 	b, _, err := c.Get(path)
 	if err != nil {
@@ -103,7 +105,7 @@ func readNode(t *testing.T, c *zk.Conn, path string) zkNode {
 }
 
 // readState returns the state node of worker id of name.
-func readState(t *testing.T, c *zk.Conn, name string, id int64) zkState {
+func readState(t *testing.T, c *gozk.Conn, name string, id int64) zkState {
 	t.Helper()
 	p := fmt.Sprintf("/snowflake/%s/state/%d", name, id)
 	b, _, err := c.Get(p)
@@ -162,18 +164,18 @@ func TestDefaultAdvertiseAddr(t *testing.T) {
 }
 
 func TestZKConfigValidate(t *testing.T) {
-	good := ZKConfig{Servers: []string{"127.0.0.1:2181"}, Addr: "10.0.0.1:6380", DataDir: "/tmp/x"}
+	good := Config{Servers: []string{"127.0.0.1:2181"}, Addr: "10.0.0.1:6380", DataDir: "/tmp/x"}
 	tests := []struct {
 		name   string
-		mutate func(*ZKConfig)
+		mutate func(*Config)
 		ok     bool
 	}{
-		{"good", func(*ZKConfig) {}, true},
-		{"no servers", func(c *ZKConfig) { c.Servers = nil }, false},
-		{"no addr", func(c *ZKConfig) { c.Addr = "" }, false},
-		{"addr without port", func(c *ZKConfig) { c.Addr = "10.0.0.1" }, false},
-		{"no data dir", func(c *ZKConfig) { c.DataDir = "" }, false},
-		{"slash in name", func(c *ZKConfig) { c.Name = "a/b" }, false},
+		{"good", func(*Config) {}, true},
+		{"no servers", func(c *Config) { c.Servers = nil }, false},
+		{"no addr", func(c *Config) { c.Addr = "" }, false},
+		{"addr without port", func(c *Config) { c.Addr = "10.0.0.1" }, false},
+		{"no data dir", func(c *Config) { c.DataDir = "" }, false},
+		{"slash in name", func(c *Config) { c.Name = "a/b" }, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -269,18 +271,18 @@ func TestZooKeeper(t *testing.T) {
 		cfg.MaxWorkerID = 1
 		s := newZK(t, cfg)
 		_, err := s.Acquire(context.Background())
-		if err == nil || !strings.Contains(err.Error(), "exhausted") || errors.Is(err, ErrSourceUnavailable) {
+		if err == nil || !strings.Contains(err.Error(), "exhausted") || errors.Is(err, snowflake.ErrSourceUnavailable) {
 			t.Fatalf("got %v, want a permanent 'exhausted' error", err)
 		}
-		c := newFakeClock(time.Now().UnixMilli())
+		c := clock.NewFakeMs(time.Now().UnixMilli())
 		gcfg := testConfig(c)
-		gcfg.Layout = Layout{TimeBits: 41, WorkerBits: 1, SeqBits: 21}
+		gcfg.Layout = snowflake.Layout{TimeBits: 41, WorkerBits: 1, SeqBits: 21}
 		cfg.DataDir = t.TempDir()
-		s2, err := NewZKSource(cfg)
+		s2, err := NewSource(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := New(gcfg, s2, nil); err == nil || !strings.Contains(err.Error(), "exhausted") {
+		if _, err := snowflake.New(gcfg, s2, nil); err == nil || !strings.Contains(err.Error(), "exhausted") {
 			t.Fatalf("New: got %v, want the exhaustion error", err)
 		}
 	})
@@ -288,7 +290,7 @@ func TestZooKeeper(t *testing.T) {
 	t.Run("generator on zookeeper", func(t *testing.T) {
 		name := randomName(t)
 		s := newZK(t, zkCfg(addr, name, "10.0.3.1:6380", t.TempDir()))
-		g, err := New(Config{LeaseWindow: time.Second}, s, nil)
+		g, err := snowflake.New(snowflake.Config{LeaseWindow: time.Second}, s, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -411,14 +413,14 @@ func TestZooKeeper(t *testing.T) {
 			t.Fatal(err)
 		}
 		other, _ := json.Marshal(zkLive{Holder: "10.0.7.2:6380", Instance: "elsewhere", Token: "other"})
-		if _, err := c.Create(live, other, zk.FlagEphemeral, zk.WorldACL(zk.PermAll)); err != nil {
+		if _, err := c.Create(live, other, gozk.FlagEphemeral, gozk.WorldACL(gozk.PermAll)); err != nil {
 			t.Fatal(err)
 		}
 		a.zkMu.Lock()
 		a.session = 0
 		a.zkMu.Unlock()
 		a.refresh()
-		if err := a.Extend(context.Background(), time.Now().Add(2*time.Second)); !errors.Is(err, ErrNoWorker) {
+		if err := a.Extend(context.Background(), time.Now().Add(2*time.Second)); !errors.Is(err, snowflake.ErrNoWorker) {
 			t.Fatalf("Extend after the id was taken: got %v, want ErrNoWorker", err)
 		}
 	})
@@ -429,7 +431,7 @@ func TestZooKeeper(t *testing.T) {
 		cfgA.Reuse = true
 		cfgA.ReportInterval = time.Hour // "stalled": no background activity of its own
 		a := newZK(t, cfgA)
-		ga, err := New(Config{LeaseWindow: time.Second, MaxWait: 5 * time.Millisecond}, a, nil)
+		ga, err := snowflake.New(snowflake.Config{LeaseWindow: time.Second, MaxWait: 5 * time.Millisecond}, a, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -445,7 +447,7 @@ func TestZooKeeper(t *testing.T) {
 		cfgB := zkCfg(addr, name, "10.0.5.2:6380", t.TempDir())
 		cfgB.Reuse = true
 		b := newZK(t, cfgB)
-		gb, err := New(Config{LeaseWindow: time.Second}, b, nil)
+		gb, err := snowflake.New(snowflake.Config{LeaseWindow: time.Second}, b, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -467,7 +469,7 @@ func TestZooKeeper(t *testing.T) {
 			}
 			aIDs = append(aIDs, id)
 		}
-		if !errors.Is(aErr, ErrNoWorker) {
+		if !errors.Is(aErr, snowflake.ErrNoWorker) {
 			t.Fatalf("stalled holder: got %v, want ErrNoWorker", aErr)
 		}
 		if maxA := aIDs[len(aIDs)-1]; maxA >= bFirst {
@@ -490,7 +492,7 @@ func TestZooKeeperOutage(t *testing.T) {
 	dir := t.TempDir()
 	tolCfg := zkCfg(z.Addr(), name, "10.0.6.1:6380", dir)
 	tolCfg.OutageTolerance = 5 * time.Second
-	s1, err := NewZKSource(tolCfg)
+	s1, err := NewSource(tolCfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -519,7 +521,7 @@ func TestZooKeeperOutage(t *testing.T) {
 		t.Errorf("Extend took %v during the outage", el)
 	}
 	// Beyond it: refused.
-	if err := s1.Extend(ctx, confirmed.Add(5*time.Second+time.Millisecond)); !errors.Is(err, ErrSourceUnavailable) {
+	if err := s1.Extend(ctx, confirmed.Add(5*time.Second+time.Millisecond)); !errors.Is(err, snowflake.ErrSourceUnavailable) {
 		t.Fatalf("Extend beyond the tolerance: got %v, want ErrSourceUnavailable", err)
 	}
 	// No tolerance (reuse on, the default 0): the bound must reach ZooKeeper.
@@ -531,7 +533,7 @@ func TestZooKeeperOutage(t *testing.T) {
 	s1.Close()
 
 	// Restart while ZooKeeper is down: the data dir gives the id and the bound.
-	s2, err := NewZKSource(tolCfg)
+	s2, err := NewSource(tolCfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -541,21 +543,21 @@ func TestZooKeeperOutage(t *testing.T) {
 		t.Fatalf("from the data dir: got %+v, want id %d bound %v", w2, w.ID, until)
 	}
 	// Still within the tolerance of the last confirmed bound, not beyond.
-	if err := s2.Extend(ctx, confirmed.Add(6*time.Second)); !errors.Is(err, ErrSourceUnavailable) {
+	if err := s2.Extend(ctx, confirmed.Add(6*time.Second)); !errors.Is(err, snowflake.ErrSourceUnavailable) {
 		t.Fatalf("restarted: Extend beyond the tolerance: got %v", err)
 	}
 
 	// A new instance with neither ZooKeeper nor local state: the generator starts without a worker.
-	s3, err := NewZKSource(zkCfg(z.Addr(), name, "10.0.6.3:6380", t.TempDir()))
+	s3, err := NewSource(zkCfg(z.Addr(), name, "10.0.6.3:6380", t.TempDir()))
 	if err != nil {
 		t.Fatal(err)
 	}
-	g3, err := New(Config{ExtendTimeout: 500 * time.Millisecond}, s3, nil)
+	g3, err := snowflake.New(snowflake.Config{ExtendTimeout: 500 * time.Millisecond}, s3, nil)
 	if err != nil {
 		t.Fatalf("New without ZooKeeper and local state: %v", err)
 	}
 	defer g3.Close()
-	if _, err := g3.Next(); !errors.Is(err, ErrNoWorker) {
+	if _, err := g3.Next(); !errors.Is(err, snowflake.ErrNoWorker) {
 		t.Fatalf("got %v, want ErrNoWorker", err)
 	}
 
@@ -605,7 +607,7 @@ func TestZKCacheOfReuseRunNotUsedWithoutZooKeeper(t *testing.T) {
 
 	cfgA := zkCfg(addr, name, "10.0.8.1:6380", dirA)
 	cfgA.Reuse = true
-	a, err := NewZKSource(cfgA)
+	a, err := NewSource(cfgA)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -631,7 +633,7 @@ func TestZKCacheOfReuseRunNotUsedWithoutZooKeeper(t *testing.T) {
 	if err == nil {
 		t.Fatalf("A without reuse and without ZooKeeper: got worker %+v from the cache, held by B; want an error", w)
 	}
-	if !errors.Is(err, ErrSourceUnavailable) {
+	if !errors.Is(err, snowflake.ErrSourceUnavailable) {
 		t.Fatalf("got %v, want ErrSourceUnavailable (retry until ZooKeeper answers)", err)
 	}
 }
@@ -643,23 +645,23 @@ func TestZKLayoutNode(t *testing.T) {
 	addr := zkServer(t)
 	name := randomName(t)
 	a := newZK(t, zkCfg(addr, name, "10.7.0.1:6380", t.TempDir()))
-	a.setLayout(Layout{})
+	a.UseLayout(snowflake.Layout{})
 	acquire(t, a)
 	b, _, err := adminConn(t, addr).Get("/snowflake/" + name + "/layout")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := fmt.Sprintf(`{"epoch_ms":%d,"time_bits":41,"worker_bits":10,"seq_bits":12}`, DefaultEpochMs); string(b) != want {
+	if want := fmt.Sprintf(`{"epoch_ms":%d,"time_bits":41,"worker_bits":10,"seq_bits":12}`, snowflake.DefaultEpochMs); string(b) != want {
 		t.Fatalf("layout node %s, want %s", b, want)
 	}
 	other := newZK(t, zkCfg(addr, name, "10.7.0.2:6380", t.TempDir()))
-	other.setLayout(Layout{Epoch: time.UnixMilli(DefaultEpochMs + 1000)})
+	other.UseLayout(snowflake.Layout{Epoch: time.UnixMilli(snowflake.DefaultEpochMs + 1000)})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	if _, err := other.Acquire(ctx); !errors.Is(err, ErrLayoutChanged) || !strings.Contains(err.Error(), "--snowflake-epoch") {
+	if _, err := other.Acquire(ctx); !errors.Is(err, snowflake.ErrLayoutChanged) || !strings.Contains(err.Error(), "--snowflake-epoch") {
 		t.Fatalf("another epoch in the same domain: want ErrLayoutChanged naming the option, got %v", err)
 	}
 	same := newZK(t, zkCfg(addr, name, "10.7.0.3:6380", t.TempDir()))
-	same.setLayout(DefaultLayout())
+	same.UseLayout(snowflake.DefaultLayout())
 	acquire(t, same)
 }
