@@ -1,0 +1,195 @@
+package zk
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/leafd/leafd/snowflake"
+	"github.com/leafd/leafd/snowflake/internal/statefile"
+)
+
+// Acquire claims this instance's worker id: its own node's (by ip:port), a taken-over one
+// (Reuse), or a new sequential node's. With ZooKeeper unreachable it falls back to the local
+// state within the outage tolerance, or fails with ErrSourceUnavailable. A worker id held by
+// another live process is an ErrWorkerHeld error.
+func (s *Source) Acquire(ctx context.Context) (snowflake.Worker, error) {
+	s.zkMu.Lock()
+	defer s.zkMu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return snowflake.Worker{}, errors.New("snowflake: source closed")
+	}
+	cache, _, err := s.cache.Read()
+	if err != nil {
+		return snowflake.Worker{}, err
+	}
+	s.cache.Lock()
+	err = s.cache.CheckLayout(cache)
+	s.cache.Unlock()
+	if err != nil {
+		return snowflake.Worker{}, err
+	}
+	dirBound := cache.ReservedUntilMs // the data dir's, whichever source wrote it
+	usable := cache.Source == "zookeeper" && cache.Name == s.cfg.Name && cache.Addr == s.cfg.Addr
+	if cache.Source == "zookeeper" && !usable {
+		s.log.Warn("snowflake: local state is for another identity; keeping only its time bound",
+			zap.String("cache_name", cache.Name), zap.String("cache_addr", cache.Addr))
+	}
+	w, err := s.acquireZK(ctx, cache, dirBound)
+	if err == nil || !unavailable(err) {
+		return w, err
+	}
+	tol := min(s.tolerance, cache.ToleranceMs)
+	now := s.cfg.Now().UnixMilli()
+	switch {
+	case !usable:
+		return snowflake.Worker{}, fmt.Errorf("%w: zookeeper unreachable (%v) and no local state of this identity", snowflake.ErrSourceUnavailable, err)
+	case tol <= 0:
+		return snowflake.Worker{}, fmt.Errorf("%w: zookeeper unreachable (%v); with no outage tolerance the worker id needs ZooKeeper's confirmation", snowflake.ErrSourceUnavailable, err)
+	case now >= cache.ZKConfirmedMs+tol:
+		return snowflake.Worker{}, fmt.Errorf("%w: zookeeper unreachable (%v) and the outage tolerance past the last confirmed bound %v is used up",
+			snowflake.ErrSourceUnavailable, err, msTime(cache.ZKConfirmedMs))
+	case cache.WorkerID > s.cfg.MaxWorkerID:
+		return snowflake.Worker{}, fmt.Errorf("snowflake: cached worker id %d above the layout's maximum %d", cache.WorkerID, s.cfg.MaxWorkerID)
+	}
+	s.log.Warn("snowflake: zookeeper unreachable; starting from the local state within the outage tolerance", zap.Error(err),
+		zap.Int64("worker_id", cache.WorkerID), zap.Time("until", msTime(cache.ZKConfirmedMs+tol)))
+	s.id, s.node, s.acquired, s.dirty, s.cacheHigh = cache.WorkerID, "", true, true, dirBound
+	s.zkUntil, s.tolerance = cache.ZKConfirmedMs, tol
+	return snowflake.Worker{ID: cache.WorkerID, Bound: msTime(dirBound), Source: "zookeeper (local cache)"}, nil
+}
+
+func msTime(ms int64) time.Time {
+	if ms <= 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(ms).UTC()
+}
+
+func (s *Source) acquireZK(ctx context.Context, cache statefile.State, dirBound int64) (snowflake.Worker, error) {
+	if err := s.ensurePaths(ctx); err != nil {
+		return snowflake.Worker{}, err
+	}
+	if err := s.checkZKLayout(ctx); err != nil {
+		return snowflake.Worker{}, err
+	}
+	kids, err := s.children(ctx)
+	if err != nil {
+		return snowflake.Worker{}, err
+	}
+	var own *foreverChild
+	for i := range kids {
+		if kids[i].addr == s.cfg.Addr {
+			own = &kids[i]
+			break
+		}
+	}
+	var (
+		id    int64 = -1
+		path  string
+		how   string
+		fresh bool
+	)
+	s.reported = 0 // set from the nodes below
+	if own != nil {
+		err := s.claimLive(ctx, own.id)
+		switch {
+		case err == nil:
+			id, path, how = own.id, s.forever()+"/"+own.name, "own node"
+		case errors.Is(err, snowflake.ErrWorkerHeld):
+			l, _, lerr := s.readLive(ctx, own.id)
+			if !s.cfg.Reuse || lerr != nil || l.Holder == s.cfg.Addr {
+				if msg := err.Error(); msg != s.lastHeld { // once per holder: the retries run every 100ms
+					s.lastHeld = msg
+					s.log.Warn("snowflake: worker id held by another live process; not serving it", zap.Error(err))
+				}
+				return snowflake.Worker{}, err
+			}
+			// Taken over by another identity (worker reuse): look for another id.
+			s.log.Warn("snowflake: our worker id is held by another live instance", zap.Int64("worker_id", own.id),
+				zap.String("holder", l.Holder))
+		default:
+			return snowflake.Worker{}, err
+		}
+	}
+	if id < 0 && s.cfg.Reuse {
+		if id, path, err = s.takeOver(ctx, kids); err != nil {
+			return snowflake.Worker{}, err
+		}
+		how = "taken over"
+	}
+	if id < 0 {
+		if id, path, err = s.createNode(ctx); err != nil {
+			return snowflake.Worker{}, err
+		}
+		if err := s.claimLive(ctx, id); err != nil {
+			return snowflake.Worker{}, fmt.Errorf("snowflake: live node of new worker id %d: %w", id, err)
+		}
+		how, fresh = "new node", true
+	}
+	if id > s.cfg.MaxWorkerID {
+		return snowflake.Worker{}, fmt.Errorf("snowflake: worker id %d (node %s) is above the layout's maximum %d: "+
+			"the worker ids of /snowflake/%s are exhausted (use a new --name, more worker bits, or --worker-reuse)",
+			id, path, s.cfg.MaxWorkerID, s.cfg.Name)
+	}
+	var fv foreverData
+	if !fresh {
+		if fv, err = s.getForever(ctx, path); err != nil {
+			return snowflake.Worker{}, err
+		}
+	}
+	bound, ver, prev, err := s.fence(ctx, id, path, fv, dirBound)
+	if err != nil {
+		return snowflake.Worker{}, err
+	}
+	s.id, s.node, s.version, s.acquired, s.dirty = id, path, ver, true, false
+	s.session = s.conn.SessionID()
+	s.zkUntil, s.cacheHigh = bound, bound
+	if err := s.cache.Write(s.localState(bound)); err != nil {
+		return snowflake.Worker{}, err
+	}
+	s.log.Info("snowflake: worker id from zookeeper", zap.Int64("worker_id", id), zap.String("node", path),
+		zap.String("how", how), zap.Time("bound", msTime(bound)), zap.String("previous_holder", prev.Holder))
+	return snowflake.Worker{ID: id, Bound: msTime(bound), Source: "zookeeper"}, nil
+}
+
+// localState is what the data dir records for bound until.
+func (s *Source) localState(until int64) statefile.State {
+	return statefile.State{WorkerID: s.id, ReservedUntilMs: until, Source: "zookeeper", Addr: s.cfg.Addr, Name: s.cfg.Name,
+		Reuse: s.cfg.Reuse, ZKConfirmedMs: s.zkUntil, ToleranceMs: s.tolerance}
+}
+
+// takeOver claims the live node of an id whose holder ran with reuse and is gone. It returns
+// id -1 when there is none. The caller fences the state node.
+func (s *Source) takeOver(ctx context.Context, kids []foreverChild) (int64, string, error) {
+	for _, k := range kids {
+		if k.id > s.cfg.MaxWorkerID || k.addr == s.cfg.Addr {
+			continue
+		}
+		st, _, ok, err := s.readState(ctx, k.id)
+		if err != nil {
+			if unavailable(err) {
+				return -1, "", err
+			}
+			continue
+		}
+		if !ok || !st.Reuse {
+			continue // its holder may serve beyond what ZooKeeper knows, or is Leaf: never reuse
+		}
+		if err := s.claimLive(ctx, k.id); err != nil {
+			if errors.Is(err, snowflake.ErrWorkerHeld) {
+				continue // live, and not ours
+			}
+			return -1, "", err
+		}
+		s.log.Warn("snowflake: taking over the worker id of a dead instance", zap.Int64("worker_id", k.id),
+			zap.String("previous_holder", st.Holder))
+		return k.id, s.forever() + "/" + k.name, nil
+	}
+	return -1, "", nil
+}
