@@ -89,18 +89,13 @@ func (s *Source) acquireZK(ctx context.Context, cache statefile.State, dirBound 
 			break
 		}
 	}
-	var (
-		id    int64 = -1
-		path  string
-		how   string
-		fresh bool
-	)
+	var c *claim   // the id whose live node this process holds
 	s.reported = 0 // set from the nodes below
 	if own != nil {
 		err := s.claimLive(ctx, own.id)
 		switch {
 		case err == nil:
-			id, path, how = own.id, s.forever()+"/"+own.name, "own node"
+			c = &claim{id: own.id, path: s.forever() + "/" + own.name, how: "own node"}
 		case errors.Is(err, snowflake.ErrWorkerHeld):
 			l, _, lerr := s.readLive(ctx, own.id)
 			if !s.cfg.Reuse || lerr != nil || l.Holder == s.cfg.Addr {
@@ -117,45 +112,42 @@ func (s *Source) acquireZK(ctx context.Context, cache statefile.State, dirBound 
 			return snowflake.Worker{}, err
 		}
 	}
-	if id < 0 && s.cfg.Reuse {
-		if id, path, err = s.takeOver(ctx, kids); err != nil {
+	if c == nil && s.cfg.Reuse {
+		if c, err = s.takeOver(ctx, kids); err != nil {
 			return snowflake.Worker{}, err
 		}
-		how = "taken over"
 	}
-	if id < 0 {
-		if id, path, err = s.createNode(ctx); err != nil {
+	if c == nil {
+		if c, err = s.createNode(ctx); err != nil {
 			return snowflake.Worker{}, err
 		}
-		if err := s.claimLive(ctx, id); err != nil {
-			return snowflake.Worker{}, fmt.Errorf("snowflake: live node of new worker id %d: %w", id, err)
+		if err := s.claimLive(ctx, c.id); err != nil {
+			return snowflake.Worker{}, fmt.Errorf("snowflake: live node of new worker id %d: %w", c.id, err)
 		}
-		how, fresh = "new node", true
 	}
-	if id > s.cfg.MaxWorkerID {
+	if c.id > s.cfg.MaxWorkerID {
 		return snowflake.Worker{}, fmt.Errorf("snowflake: worker id %d (node %s) is above the layout's maximum %d: "+
 			"the worker ids of /snowflake/%s are exhausted (use a new --name, more worker bits, or --worker-reuse)",
-			id, path, s.cfg.MaxWorkerID, s.cfg.Name)
+			c.id, c.path, s.cfg.MaxWorkerID, s.cfg.Name)
 	}
 	var fv foreverData
-	if !fresh {
-		if fv, err = s.getForever(ctx, path); err != nil {
+	if !c.fresh {
+		if fv, err = s.getForever(ctx, c.path); err != nil {
 			return snowflake.Worker{}, err
 		}
 	}
-	bound, ver, prev, err := s.fence(ctx, id, path, fv, dirBound)
-	if err != nil {
+	if err := s.fence(ctx, c, fv, dirBound); err != nil {
 		return snowflake.Worker{}, err
 	}
-	s.id, s.node, s.version, s.acquired, s.dirty = id, path, ver, true, false
+	s.id, s.node, s.version, s.acquired, s.dirty = c.id, c.path, c.ver, true, false
 	s.session = s.conn.SessionID()
-	s.zkUntil, s.cacheHigh = bound, bound
-	if err := s.cache.Write(s.localState(bound)); err != nil {
+	s.zkUntil, s.cacheHigh = c.bound, c.bound
+	if err := s.cache.Write(s.localState(c.bound)); err != nil {
 		return snowflake.Worker{}, err
 	}
-	s.log.Info("snowflake: worker id from zookeeper", zap.Int64("worker_id", id), zap.String("node", path),
-		zap.String("how", how), zap.Time("bound", msTime(bound)), zap.String("previous_holder", prev.Holder))
-	return snowflake.Worker{ID: id, Bound: msTime(bound), Source: "zookeeper"}, nil
+	s.log.Info("snowflake: worker id from zookeeper", zap.Int64("worker_id", c.id), zap.String("node", c.path),
+		zap.String("how", c.how), zap.Time("bound", msTime(c.bound)), zap.String("previous_holder", c.prev.Holder))
+	return snowflake.Worker{ID: c.id, Bound: msTime(c.bound), Source: "zookeeper"}, nil
 }
 
 // localState is what the data dir records for bound until.
@@ -165,8 +157,8 @@ func (s *Source) localState(until int64) statefile.State {
 }
 
 // takeOver claims the live node of an id whose holder ran with reuse and is gone. It returns
-// id -1 when there is none. The caller fences the state node.
-func (s *Source) takeOver(ctx context.Context, kids []foreverChild) (int64, string, error) {
+// nil when there is none. The caller fences the state node.
+func (s *Source) takeOver(ctx context.Context, kids []foreverChild) (*claim, error) {
 	for _, k := range kids {
 		if k.id > s.cfg.MaxWorkerID || k.addr == s.cfg.Addr {
 			continue
@@ -174,7 +166,7 @@ func (s *Source) takeOver(ctx context.Context, kids []foreverChild) (int64, stri
 		st, _, ok, err := s.readState(ctx, k.id)
 		if err != nil {
 			if unavailable(err) {
-				return -1, "", err
+				return nil, err
 			}
 			continue
 		}
@@ -185,11 +177,11 @@ func (s *Source) takeOver(ctx context.Context, kids []foreverChild) (int64, stri
 			if errors.Is(err, snowflake.ErrWorkerHeld) {
 				continue // live, and not ours
 			}
-			return -1, "", err
+			return nil, err
 		}
 		s.log.Warn("snowflake: taking over the worker id of a dead instance", zap.Int64("worker_id", k.id),
 			zap.String("previous_holder", st.Holder))
-		return k.id, s.forever() + "/" + k.name, nil
+		return &claim{id: k.id, path: s.forever() + "/" + k.name, how: "taken over"}, nil
 	}
-	return -1, "", nil
+	return nil, nil
 }

@@ -33,6 +33,20 @@ import (
 // it back.
 var testHookFence func(id int64)
 
+// claim is a worker id whose live node this process has claimed (claimLive), and, once fence
+// has run, the state node it wrote.
+type claim struct {
+	id    int64
+	path  string // the forever node
+	how   string // "own node", "taken over" or "new node", for the log
+	fresh bool   // the forever node was just created: nothing to read from it
+
+	// Set by fence.
+	bound int64   // the start bound: this process issues only in milliseconds above it
+	ver   int32   // the state node's version after our write
+	prev  zkState // the state node before our write (its previous holder)
+}
+
 // zkLive is the data of a live (ephemeral) node.
 type zkLive struct {
 	Holder   string `json:"holder"`   // ip:port
@@ -172,14 +186,16 @@ func (s *Source) putState(ctx context.Context, id int64, ver int32, st zkState) 
 // fence makes this process the state node's holder of id, once it holds the live node: it
 // reads the state, computes the bound this process must start above, and writes the state back
 // with a version check, retrying when another write came in between (its bound then counts).
-// fv is the forever node (zero for a node just created); dirBound the data dir's bound.
-func (s *Source) fence(ctx context.Context, id int64, path string, fv foreverData, dirBound int64) (bound int64, ver int32, prev zkState, err error) {
+// fv is the forever node (zero for a node just created); dirBound the data dir's bound. It sets
+// c.bound, c.ver and c.prev.
+func (s *Source) fence(ctx context.Context, c *claim, fv foreverData, dirBound int64) error {
+	id, path := c.id, c.path
 	for range 5 {
 		st, v, ok, err := s.readState(ctx, id)
 		if err != nil {
-			return 0, 0, zkState{}, err
+			return err
 		}
-		bound = max(dirBound, fv.LegacyReservedUntil, fv.Timestamp)
+		bound := max(dirBound, fv.LegacyReservedUntil, fv.Timestamp)
 		if fv.Timestamp > 0 && (!ok || fv.Timestamp > st.Reported) {
 			// Written by Leaf (no state node, or a timestamp leafd did not write): Leaf may
 			// have issued up to a report period past it.
@@ -187,7 +203,7 @@ func (s *Source) fence(ctx context.Context, id int64, path string, fv foreverDat
 		}
 		if ok {
 			if st.Reuse && !s.cfg.Reuse && st.Holder != s.cfg.Addr {
-				return 0, 0, zkState{}, fmt.Errorf("snowflake: worker id %d (node %s) was taken over by %s (worker reuse); "+
+				return fmt.Errorf("snowflake: worker id %d (node %s) was taken over by %s (worker reuse); "+
 					"start this instance with --worker-reuse too, or with a new identity", id, path, st.Holder)
 			}
 			b := st.ReservedUntil
@@ -212,11 +228,12 @@ func (s *Source) fence(ctx context.Context, id int64, path string, fv foreverDat
 			continue
 		}
 		if err != nil {
-			return 0, 0, zkState{}, err
+			return err
 		}
-		return bound, nv, st, nil
+		c.bound, c.ver, c.prev = bound, nv, st
+		return nil
 	}
-	return 0, 0, zkState{}, fmt.Errorf("snowflake: state node %s keeps changing", s.statePath(id))
+	return fmt.Errorf("snowflake: state node %s keeps changing", s.statePath(id))
 }
 
 // writeStateLocked writes reserved_until to our state node with a version check. A conflict

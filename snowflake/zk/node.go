@@ -104,27 +104,27 @@ func (s *Source) getForever(ctx context.Context, path string) (foreverData, erro
 // createNode creates our persistent sequential node (Leaf's data only) and parses the worker id
 // from its name, on the first start too (Leaf PR #108 returned 0 there). Ids above the maximum
 // are deleted and reported as exhaustion.
-func (s *Source) createNode(ctx context.Context) (int64, string, error) {
+func (s *Source) createNode(ctx context.Context) (*claim, error) {
 	now := s.cfg.Now().UnixMilli()
 	b, _ := json.Marshal(zkNode{IP: s.ip, Port: s.port, Timestamp: now})
 	path, err := call(ctx, func() (string, error) {
 		return s.conn.Create(s.forever()+"/"+s.cfg.Addr+"-", b, gozk.FlagSequence, gozk.WorldACL(gozk.PermAll))
 	})
 	if err != nil {
-		return 0, "", err
+		return nil, err
 	}
 	_, id, ok := parseNodeName(path[strings.LastIndexByte(path, '/')+1:])
 	if !ok {
-		return 0, "", fmt.Errorf("snowflake: unexpected sequential node name %q", path)
+		return nil, fmt.Errorf("snowflake: unexpected sequential node name %q", path)
 	}
 	if id > s.cfg.MaxWorkerID {
 		_, _ = call(ctx, func() (struct{}, error) { return struct{}{}, s.conn.Delete(path, -1) })
-		return 0, "", fmt.Errorf("snowflake: new worker id %d is above the layout's maximum %d: "+
+		return nil, fmt.Errorf("snowflake: new worker id %d is above the layout's maximum %d: "+
 			"the worker ids of /snowflake/%s are exhausted (use a new --name, more worker bits, or --worker-reuse)",
 			id, s.cfg.MaxWorkerID, s.cfg.Name)
 	}
 	s.reported = now
-	return id, path, nil
+	return &claim{id: id, path: path, how: "new node", fresh: true}, nil
 }
 
 // reportLocked refreshes the forever node's timestamp with Leaf's data only. Like Leaf, it skips
