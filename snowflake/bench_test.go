@@ -5,6 +5,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/leafd/leafd/internal/clock"
 )
 
 // instantSource persists nothing: benchmarks measure the generator, not a disk.
@@ -100,8 +102,7 @@ func BenchmarkBaselineAtomic(b *testing.B) {
 func BenchmarkUnthrottled(b *testing.B) {
 	var ms atomic.Int64
 	ms.Store(time.Now().UnixMilli())
-	g, err := New(Config{SequenceStartZero: true, Now: func() time.Time { return time.UnixMilli(ms.Add(1)) },
-		LeaseWindow: time.Hour}, instantSource{}, nil)
+	g, err := New(Config{SequenceStartZero: true, Clock: tickClock{ms: &ms}, LeaseWindow: time.Hour}, instantSource{}, nil)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -114,3 +115,11 @@ func BenchmarkUnthrottled(b *testing.B) {
 		}
 	}
 }
+
+// tickClock advances 1ms on every Now; its waits are real.
+type tickClock struct {
+	clock.Real
+	ms *atomic.Int64
+}
+
+func (c tickClock) Now() time.Time { return time.UnixMilli(c.ms.Add(1)) }

@@ -33,12 +33,11 @@ type Config struct {
 	ExtendTimeout time.Duration
 	// RetryInterval: pause between failed background Acquire/Extend attempts. Default 100ms.
 	RetryInterval time.Duration
-	// Now is the clock. Default time.Now.
-	Now func() time.Time
-	// Sleep pauses the calling goroutine for d. Default: a sleep that is precise to a few
-	// microseconds (time.Sleep for the coarse part, then yielding), so that waiting for the next
-	// millisecond loses little of it.
-	Sleep func(d time.Duration)
+	// Clock gives the time and every wait: the next millisecond, a clock step back, the start
+	// bound, New's retries, the pacing of the background goroutine. Default clock.Real, whose
+	// Sleep is precise to a few microseconds (time.Sleep for the coarse part, then yielding), so
+	// that waiting for the next millisecond loses little of it. Tests use clock.Fake.
+	Clock clock.Clock
 	// Rand draws the random sequence starts. Default: a PCG seeded at random. Used under the
 	// generator's lock, so it need not be safe for concurrent use.
 	Rand rand.Source
@@ -55,8 +54,7 @@ func DefaultConfig() Config {
 		MaxBatch:      4096,
 		ExtendTimeout: 2 * time.Second,
 		RetryInterval: 100 * time.Millisecond,
-		Now:           time.Now,
-		Sleep:         clock.PreciseSleep,
+		Clock:         clock.Real{},
 	}
 }
 
@@ -84,11 +82,8 @@ func (c Config) withDefaults() Config {
 	if c.RetryInterval == 0 {
 		c.RetryInterval = d.RetryInterval
 	}
-	if c.Now == nil {
-		c.Now = d.Now
-	}
-	if c.Sleep == nil {
-		c.Sleep = d.Sleep
+	if c.Clock == nil {
+		c.Clock = d.Clock
 	}
 	if c.Rand == nil {
 		c.Rand = rand.NewPCG(rand.Uint64(), rand.Uint64())
@@ -118,7 +113,7 @@ func (c Config) Validate() error {
 	if c.MaxBatch < 1 {
 		return fmt.Errorf("snowflake: MaxBatch %d is below 1", c.MaxBatch)
 	}
-	now := c.Now()
+	now := c.Clock.Now()
 	if c.Layout.Epoch.After(now) {
 		return fmt.Errorf("snowflake: epoch %v is in the future (clock %v)", c.Layout.Epoch, now.UTC())
 	}

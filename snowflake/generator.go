@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/leafd/leafd/internal/clock"
 )
 
 // Info is a snapshot of the generator's state (INFO snowflake, /status).
@@ -125,18 +127,20 @@ func New(cfg Config, src WorkerSource, log *zap.Logger) (*Generator, error) {
 	}
 	// A source that is unavailable for a moment (a ZooKeeper connection dropped while the
 	// machine is loaded) is retried within ExtendTimeout before New settles for the no-worker
-	// state, so that a healthy start does not answer ErrNoWorker.
-	deadline := time.Now().Add(cfg.ExtendTimeout)
+	// state, so that a healthy start does not answer ErrNoWorker. The number of tries is
+	// bounded too, so that a clock that does not move (a frozen clock.Fake) cannot hold New.
+	deadline := cfg.Clock.Now().Add(cfg.ExtendTimeout)
+	maxTries := int(cfg.ExtendTimeout/cfg.RetryInterval) + 1
 	w, err := g.acquire(ctx, deadline)
-	for try := 1; errors.Is(err, ErrSourceUnavailable); try++ {
-		left := time.Until(deadline)
+	for try := 1; errors.Is(err, ErrSourceUnavailable) && try <= maxTries; try++ {
+		left := clock.Until(cfg.Clock, deadline)
 		if left <= cfg.RetryInterval {
 			break
 		}
 		if try == 1 {
 			log.Info("snowflake: worker source unavailable; retrying", zap.Error(err), zap.Duration("for", left))
 		}
-		time.Sleep(cfg.RetryInterval)
+		cfg.Clock.Sleep(cfg.RetryInterval)
 		w, err = g.acquire(ctx, deadline)
 	}
 	switch {
@@ -192,7 +196,7 @@ func (g *Generator) start(ctx context.Context) error {
 func (g *Generator) acquire(ctx context.Context, deadline time.Time) (Worker, error) {
 	timeout := g.cfg.ExtendTimeout
 	if !deadline.IsZero() {
-		timeout = min(timeout, max(time.Until(deadline), time.Millisecond))
+		timeout = min(timeout, max(clock.Until(g.cfg.Clock, deadline), time.Millisecond))
 	}
 	actx, cancel := context.WithTimeout(ctx, timeout)
 	w, err := g.src.Acquire(actx)
@@ -264,7 +268,7 @@ func (g *Generator) waitPast(ctx context.Context, boundMs int64) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		g.cfg.Sleep(min(d, 100*time.Millisecond))
+		g.cfg.Clock.Sleep(min(d, 100*time.Millisecond))
 		waited += min(d, 100*time.Millisecond)
 	}
 }
@@ -274,8 +278,8 @@ func (g *Generator) setStatus(err error) {
 	g.status.Store(&e)
 }
 
-func (g *Generator) nowNs() int64 { return g.cfg.Now().UnixNano() }
-func (g *Generator) nowMs() int64 { return g.cfg.Now().UnixMilli() }
+func (g *Generator) nowNs() int64 { return g.cfg.Clock.Now().UnixNano() }
+func (g *Generator) nowMs() int64 { return g.cfg.Clock.Now().UnixMilli() }
 
 // Next returns a new ID.
 func (g *Generator) Next() (int64, error) {
@@ -376,11 +380,11 @@ func (g *Generator) startSeq() int64 {
 func (g *Generator) clockBackLocked(now int64, waited *time.Duration) (int64, error) {
 	offset := time.Duration(g.lastMs-now) * time.Millisecond
 	g.cbEvents++
-	g.lastCB = g.cfg.Now()
+	g.lastCB = g.cfg.Clock.Now()
 	g.lastCBOffset = offset
 	if offset <= g.cfg.MaxBackward && *waited+2*offset <= g.cfg.MaxWait {
 		g.log.Warn("snowflake: clock moved backwards; waiting", zap.Duration("offset", offset))
-		g.cfg.Sleep(2 * offset)
+		g.cfg.Clock.Sleep(2 * offset)
 		*waited += 2 * offset
 		now = g.nowMs()
 		if now >= g.lastMs {
@@ -408,7 +412,7 @@ func (g *Generator) nextMsLocked(waited *time.Duration) (int64, error) {
 			return 0, &ClockBackError{Offset: off}
 		}
 		d := time.Duration(target - ns)
-		g.cfg.Sleep(d)
+		g.cfg.Clock.Sleep(d)
 		*waited += max(d, time.Microsecond)
 	}
 }

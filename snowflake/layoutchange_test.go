@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/leafd/leafd/internal/clock"
 )
 
 // TestRestartWithChangedLayoutDoesNotReissue (adversarial review of issue #7): the data dir's
@@ -19,7 +21,7 @@ import (
 // The data dir records the layout (layout.go): the restart is refused, naming the options.
 func TestRestartWithChangedLayoutDoesNotReissue(t *testing.T) {
 	dir := t.TempDir()
-	c := newFakeClock(ms2024)
+	c := clock.NewFakeMs(ms2024)
 	run := func(epochMs int64, n int) ([]int64, error) {
 		src, err := NewFileSource(dir, 0)
 		if err != nil {
@@ -119,7 +121,7 @@ func (s failSource) Close() error                            { return nil }
 
 // TestErrorPrefixOnce: the errors New returns say "snowflake: " once, however deep the cause.
 func TestErrorPrefixOnce(t *testing.T) {
-	c := newFakeClock(ms2024)
+	c := clock.NewFakeMs(ms2024)
 	_, err := New(testConfig(c), failSource{errors.New("snowflake: broken source")}, nil)
 	if err == nil || strings.Count(err.Error(), "snowflake:") != 1 {
 		t.Fatalf("got %v, want one \"snowflake:\"", err)

@@ -45,7 +45,7 @@ func (g *Generator) awaitLease(waited *time.Duration) error {
 			return fmt.Errorf("%w: lease not extended within %v", ErrNoWorker, g.cfg.MaxWait)
 		}
 		d := time.Millisecond
-		g.cfg.Sleep(d)
+		g.cfg.Clock.Sleep(d)
 		*waited += d
 	}
 }
@@ -119,7 +119,7 @@ func (g *Generator) hasWorker() bool {
 
 // pause waits d (real time), or until a kick if onKick; false when the generator is closing.
 func (g *Generator) pause(ctx context.Context, d time.Duration, onKick bool) bool {
-	t := time.NewTimer(max(d, time.Millisecond))
+	t := g.cfg.Clock.NewTimer(max(d, time.Millisecond))
 	defer t.Stop()
 	kick := g.kick
 	if !onKick {
@@ -129,7 +129,7 @@ func (g *Generator) pause(ctx context.Context, d time.Duration, onKick bool) boo
 	case <-ctx.Done():
 		return false
 	case <-kick:
-	case <-t.C:
+	case <-t.C():
 	}
 	return true
 }

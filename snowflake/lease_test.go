@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/leafd/leafd/internal/clock"
 )
 
 // scriptSource is a WorkerSource whose Acquire and Extend outcomes the test scripts: Acquire
@@ -93,7 +95,7 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 // The request waits for that retry (within MaxWait) and gets an ID below the new persisted
 // bound, instead of failing at once with the stale error.
 func TestAwaitLeaseWaitsForRetryAfterFailure(t *testing.T) {
-	c := newFakeClock(ms2024)
+	c := clock.NewFakeMs(ms2024)
 	src := &scriptSource{w: Worker{ID: 4}}
 	var (
 		g       *Generator
@@ -104,15 +106,14 @@ func TestAwaitLeaseWaitsForRetryAfterFailure(t *testing.T) {
 	cfg.LeaseWindow = 300 * time.Millisecond
 	cfg.MaxWait = 50 * time.Millisecond
 	// The first wait of the request at the bound lets the retry in flight complete.
-	cfg.Sleep = func(d time.Duration) {
+	cfg.Clock = sleepHook{c, func(time.Duration) {
 		if armed.CompareAndSwap(true, false) {
 			close(release)
 			waitFor(t, 5*time.Second, "retry published", func() bool {
 				return g.Info().ReservedUntil.UnixMilli() > ms2024+300
 			})
 		}
-		c.Sleep(d)
-	}
+	}}
 	g = newGen(t, cfg, src)
 	t.Cleanup(func() { src.set(func(s *scriptSource) { s.gate = nil }) })
 
@@ -154,7 +155,7 @@ func TestAwaitLeaseWaitsForRetryAfterFailure(t *testing.T) {
 // (the source keeps failing), a request at the bound gets the failure, and no ID is issued at
 // or past the persisted bound.
 func TestAwaitLeaseFailsWithoutExtension(t *testing.T) {
-	c := newFakeClock(ms2024)
+	c := clock.NewFakeMs(ms2024)
 	src := &scriptSource{w: Worker{ID: 4}}
 	cfg := testConfig(c)
 	cfg.LeaseWindow = 300 * time.Millisecond
@@ -177,7 +178,7 @@ func TestAwaitLeaseFailsWithoutExtension(t *testing.T) {
 // TestExtendsAtTwoThirdsOfWindow: the background extension starts once two thirds of the window
 // or less are left (not half), so a slow write has more time before requests reach the bound.
 func TestExtendsAtTwoThirdsOfWindow(t *testing.T) {
-	c := newFakeClock(ms2024)
+	c := clock.NewFakeMs(ms2024)
 	src := &scriptSource{w: Worker{ID: 4}}
 	cfg := testConfig(c)
 	cfg.LeaseWindow = 300 * time.Millisecond
@@ -203,7 +204,7 @@ func TestExtendsAtTwoThirdsOfWindow(t *testing.T) {
 // (a ZooKeeper connection dropped on a loaded machine) is retried: New returns a generator
 // that serves at once, not one in the no-worker state.
 func TestNewRetriesTransientAcquireFailure(t *testing.T) {
-	c := newFakeClock(ms2024)
+	c := clock.NewFakeMs(ms2024)
 	src := &scriptSource{w: Worker{ID: 6}, acquireErrs: []error{fmt.Errorf("zk: connection closed: %w", ErrSourceUnavailable)}}
 	cfg := testConfig(c)
 	cfg.RetryInterval = 200 * time.Millisecond // the background acquisition would come too late
@@ -219,7 +220,7 @@ func TestNewRetriesTransientAcquireFailure(t *testing.T) {
 // TestNewGivesUpOnLastingUnavailability: a source that stays unavailable makes New return in
 // the no-worker state after about ExtendTimeout.
 func TestNewGivesUpOnLastingUnavailability(t *testing.T) {
-	c := newFakeClock(ms2024)
+	c := clock.NewFakeMs(ms2024)
 	errs := make([]error, 1000)
 	for i := range errs {
 		errs[i] = fmt.Errorf("zk down: %w", ErrSourceUnavailable)
@@ -242,4 +243,15 @@ func TestNewGivesUpOnLastingUnavailability(t *testing.T) {
 	if n < 2 {
 		t.Errorf("%d Acquire calls in New, want retries", n)
 	}
+}
+
+// sleepHook is the fake clock with before run on every Sleep.
+type sleepHook struct {
+	*clock.Fake
+	before func(time.Duration)
+}
+
+func (h sleepHook) Sleep(d time.Duration) {
+	h.before(d)
+	h.Fake.Sleep(d)
 }

@@ -14,56 +14,12 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/leafd/leafd/internal/clock"
 	"github.com/leafd/leafd/snowflake/internal/statefile"
 )
 
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
-}
-
-// fakeClock is a settable clock whose Sleep advances it by the requested duration (after a tiny
-// real pause, so background goroutines get to run).
-type fakeClock struct {
-	mu     sync.Mutex
-	t      time.Time
-	frozen bool // Sleep does not advance the clock
-	slept  []time.Duration
-}
-
-func newFakeClock(ms int64) *fakeClock { return &fakeClock{t: time.UnixMilli(ms)} }
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Sleep(d time.Duration) {
-	c.mu.Lock()
-	c.slept = append(c.slept, d)
-	if !c.frozen {
-		c.t = c.t.Add(d)
-	}
-	c.mu.Unlock()
-	time.Sleep(20 * time.Microsecond)
-}
-
-func (c *fakeClock) Set(ms int64) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = time.UnixMilli(ms)
-}
-
-func (c *fakeClock) Add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
-func (c *fakeClock) Sleeps() []time.Duration {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return append([]time.Duration(nil), c.slept...)
 }
 
 // fakeSource is an in-memory WorkerSource.
@@ -122,11 +78,10 @@ func (s *fakeSource) persisted() time.Time {
 
 const ms2024 = 1704067200000 // 2024-01-01T00:00:00Z
 
-func testConfig(c *fakeClock) Config {
+func testConfig(c *clock.Fake) Config {
 	return Config{
 		SequenceStartZero: true,
-		Now:               c.Now,
-		Sleep:             c.Sleep,
+		Clock:             c,
 		RetryInterval:     time.Millisecond,
 	}
 }
@@ -178,7 +133,7 @@ func TestGoldenIDs(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c := newFakeClock(tt.nowMs)
+			c := clock.NewFakeMs(tt.nowMs)
 			cfg := testConfig(c)
 			cfg.Layout = tt.layout
 			g := newGen(t, cfg, &fakeSource{w: Worker{ID: tt.worker}})
@@ -201,7 +156,7 @@ func TestDecodeRoundTrip(t *testing.T) {
 	layouts := []Layout{{}, {TimeBits: 41, WorkerBits: 2, SeqBits: 20}, {TimeBits: 50, WorkerBits: 1, SeqBits: 12}}
 	for _, l := range layouts {
 		t.Run(fmt.Sprintf("%d/%d/%d", l.withDefaults().TimeBits, l.withDefaults().WorkerBits, l.withDefaults().SeqBits), func(t *testing.T) {
-			c := newFakeClock(ms2024 + 123)
+			c := clock.NewFakeMs(ms2024 + 123)
 			cfg := testConfig(c)
 			cfg.Layout = l
 			w := l.MaxWorkerID()
@@ -222,7 +177,7 @@ func TestDecodeRoundTrip(t *testing.T) {
 }
 
 func TestRandomSequenceStart(t *testing.T) {
-	c := newFakeClock(ms2024)
+	c := clock.NewFakeMs(ms2024)
 	cfg := testConfig(c)
 	cfg.SequenceStartZero = false
 	g := newGen(t, cfg, &fakeSource{})
@@ -256,14 +211,12 @@ func TestClockBack(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c := newFakeClock(ms2024)
+			c := clock.NewFakeMs(ms2024)
 			g := newGen(t, testConfig(c), &fakeSource{})
 			first := mustNext(t, g)
 			c.Add(-tt.back)
-			c.mu.Lock()
-			c.frozen = tt.frozen
-			c.slept = nil
-			c.mu.Unlock()
+			c.SetFrozen(tt.frozen)
+			c.ResetSleeps()
 			id, err := g.Next()
 			var sleptTotal time.Duration
 			for _, d := range c.Sleeps() {
@@ -302,7 +255,7 @@ func TestClockBack(t *testing.T) {
 }
 
 func TestSequenceExhaustion(t *testing.T) {
-	c := newFakeClock(ms2024)
+	c := clock.NewFakeMs(ms2024)
 	cfg := testConfig(c)
 	cfg.Layout = Layout{TimeBits: 41, WorkerBits: 19, SeqBits: 3} // 8 per ms
 	g := newGen(t, cfg, &fakeSource{w: Worker{ID: 1}})
@@ -329,9 +282,7 @@ func TestSequenceExhaustion(t *testing.T) {
 	for i := 0; i < 7; i++ {
 		mustNext(t, g)
 	}
-	c.mu.Lock()
-	c.frozen = true
-	c.mu.Unlock()
+	c.SetFrozen(true)
 	start := time.Now()
 	if _, err := g.Next(); !errors.Is(err, ErrClockBack) {
 		t.Errorf("frozen clock: got %v, want ErrClockBack", err)
@@ -353,7 +304,7 @@ func TestOverflow(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			l := tt.layout.withDefaults()
 			last := l.MaxTime().UnixMilli()
-			c := newFakeClock(last - 1)
+			c := clock.NewFakeMs(last - 1)
 			cfg := testConfig(c)
 			cfg.Layout = tt.layout
 			g := newGen(t, cfg, &fakeSource{w: Worker{ID: l.MaxWorkerID()}})
@@ -382,14 +333,14 @@ func TestOverflow(t *testing.T) {
 }
 
 func TestConfigValidate(t *testing.T) {
-	c := newFakeClock(ms2024)
+	c := clock.NewFakeMs(ms2024)
 	tests := []struct {
 		name   string
 		mutate func(*Config)
 		ok     bool
 	}{
 		{"zero is default", func(*Config) {}, true},
-		{"default config", func(cf *Config) { d := DefaultConfig(); d.Now = c.Now; *cf = d }, true},
+		{"default config", func(cf *Config) { d := DefaultConfig(); d.Clock = c; *cf = d }, true},
 		{"bits sum 62", func(cf *Config) { cf.Layout = Layout{TimeBits: 40, WorkerBits: 10, SeqBits: 12} }, false},
 		{"zero worker bits", func(cf *Config) { cf.Layout = Layout{TimeBits: 51, WorkerBits: 0, SeqBits: 12} }, false},
 		{"epoch in the future", func(cf *Config) { cf.Layout = Layout{Epoch: time.UnixMilli(ms2024 + 1000)} }, false},
@@ -409,7 +360,7 @@ func TestConfigValidate(t *testing.T) {
 }
 
 func TestWorkerIDOutOfRange(t *testing.T) {
-	c := newFakeClock(ms2024)
+	c := clock.NewFakeMs(ms2024)
 	cfg := testConfig(c)
 	cfg.Layout = Layout{TimeBits: 41, WorkerBits: 2, SeqBits: 20}
 	for _, tt := range []struct {
@@ -446,7 +397,7 @@ func TestStartWaitsPastPersistedBound(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c := newFakeClock(ms2024)
+			c := clock.NewFakeMs(ms2024)
 			bound := time.UnixMilli(ms2024).Add(tt.ahead)
 			src := &fakeSource{w: Worker{ID: 1, Bound: bound}}
 			g, err := New(testConfig(c), src, nil)
@@ -476,7 +427,7 @@ func TestStartWaitsPastPersistedBound(t *testing.T) {
 // millisecond, so a clock that steps back below it after the start is refused, never used to
 // issue in the previous run's milliseconds.
 func TestClockBackBelowStartBound(t *testing.T) {
-	c := newFakeClock(ms2024 + 1)
+	c := clock.NewFakeMs(ms2024 + 1)
 	src := &fakeSource{w: Worker{ID: 1, Bound: time.UnixMilli(ms2024)}}
 	g := newGen(t, testConfig(c), src)
 	waitReady(t, g)
@@ -487,7 +438,7 @@ func TestClockBackBelowStartBound(t *testing.T) {
 }
 
 func TestLease(t *testing.T) {
-	c := newFakeClock(ms2024)
+	c := clock.NewFakeMs(ms2024)
 	cfg := testConfig(c)
 	cfg.LeaseWindow = 100 * time.Millisecond
 	cfg.MaxWait = 20 * time.Millisecond
@@ -551,7 +502,7 @@ func TestLease(t *testing.T) {
 }
 
 func TestNoWorkerStateThenAcquire(t *testing.T) {
-	c := newFakeClock(ms2024)
+	c := clock.NewFakeMs(ms2024)
 	src := &fakeSource{w: Worker{ID: 9}, acquireErr: fmt.Errorf("zk down, no cache: %w", ErrSourceUnavailable)}
 	cfg := testConfig(c)
 	cfg.ExtendTimeout = 100 * time.Millisecond // New retries the unavailable source this long
@@ -586,7 +537,7 @@ func TestNoWorkerStateThenAcquire(t *testing.T) {
 }
 
 func TestNewFailsOnPermanentAcquireError(t *testing.T) {
-	c := newFakeClock(ms2024)
+	c := clock.NewFakeMs(ms2024)
 	src := &fakeSource{acquireErr: ErrLocked}
 	if _, err := New(testConfig(c), src, nil); !errors.Is(err, ErrLocked) {
 		t.Fatalf("got %v, want ErrLocked", err)
@@ -597,7 +548,7 @@ func TestNewFailsOnPermanentAcquireError(t *testing.T) {
 }
 
 func TestAppendIDs(t *testing.T) {
-	c := newFakeClock(ms2024)
+	c := clock.NewFakeMs(ms2024)
 	cfg := testConfig(c)
 	cfg.MaxBatch = 10000
 	g := newGen(t, cfg, &fakeSource{w: Worker{ID: 1}})
@@ -687,7 +638,7 @@ func TestConcurrentUnique(t *testing.T) {
 }
 
 func TestCloseIdempotentAndLowersBound(t *testing.T) {
-	c := newFakeClock(ms2024)
+	c := clock.NewFakeMs(ms2024)
 	src := &fakeSource{w: Worker{ID: 1}}
 	g, err := New(testConfig(c), src, nil)
 	if err != nil {
@@ -715,7 +666,7 @@ func TestCloseIdempotentAndLowersBound(t *testing.T) {
 // time it last issued at; the persisted lease keeps the new IDs above the old ones.
 func TestRestartWithRolledBackClock(t *testing.T) {
 	dir := t.TempDir()
-	c := newFakeClock(ms2024)
+	c := clock.NewFakeMs(ms2024)
 	run := func(n int) []int64 {
 		src, err := NewFileSource(dir, 0)
 		if err != nil {

@@ -45,7 +45,7 @@ func (s *Source) Acquire(ctx context.Context) (snowflake.Worker, error) {
 		return w, err
 	}
 	tol := min(s.tolerance, cache.ToleranceMs)
-	now := s.cfg.Now().UnixMilli()
+	now := s.cfg.Clock.Now().UnixMilli()
 	switch {
 	case !usable:
 		return snowflake.Worker{}, fmt.Errorf("%w: zookeeper unreachable (%v) and no local state of this identity", snowflake.ErrSourceUnavailable, err)

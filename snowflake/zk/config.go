@@ -9,6 +9,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/leafd/leafd/internal/clock"
 	"github.com/leafd/leafd/snowflake/internal/statefile"
 )
 
@@ -49,8 +50,9 @@ type Config struct {
 	// ReportInterval: how often the forever node's timestamp is refreshed (Leaf: 3s) and a bound
 	// kept only locally during an outage is copied to ZooKeeper. Default 3s.
 	ReportInterval time.Duration
-	// Now is the clock for the reported timestamps. Default time.Now.
-	Now func() time.Time
+	// Clock gives the reported timestamps, the release time of a deleted state node and the
+	// pacing of the reports. Default clock.Real.
+	Clock clock.Clock
 	// Logger; default none.
 	Logger *zap.Logger
 }
@@ -68,8 +70,8 @@ func (c Config) withDefaults() Config {
 	if c.ReportInterval == 0 {
 		c.ReportInterval = 3 * time.Second
 	}
-	if c.Now == nil {
-		c.Now = time.Now
+	if c.Clock == nil {
+		c.Clock = clock.Real{}
 	}
 	if c.Logger == nil {
 		c.Logger = zap.NewNop()

@@ -16,7 +16,7 @@ func TestMain(m *testing.M) {
 
 // testConfig is a generator configuration on the fake clock c.
 func testConfig(c *clock.Fake) snowflake.Config {
-	return snowflake.Config{SequenceStartZero: true, Now: c.Now, Sleep: c.Sleep, RetryInterval: time.Millisecond}
+	return snowflake.Config{SequenceStartZero: true, Clock: c, RetryInterval: time.Millisecond}
 }
 
 // waitReady waits until g issues: New leaves the wait for the start bound to the background.

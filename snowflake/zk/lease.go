@@ -9,6 +9,7 @@ import (
 	gozk "github.com/go-zookeeper/zk"
 	"go.uber.org/zap"
 
+	"github.com/leafd/leafd/internal/clock"
 	"github.com/leafd/leafd/snowflake"
 )
 
@@ -87,12 +88,23 @@ func (s *Source) Extend(ctx context.Context, until time.Time) error {
 // goroutines have ended.
 func (s *Source) maintain(events <-chan gozk.Event) {
 	defer s.wg.Done()
-	var tick <-chan time.Time
-	if s.cfg.ReportInterval > 0 {
-		t := time.NewTicker(s.cfg.ReportInterval)
-		defer t.Stop()
-		tick = t.C
+	// The report timer, re-armed after each report.
+	var (
+		timer clock.Timer
+		tick  <-chan time.Time
+	)
+	arm := func() {
+		if s.cfg.ReportInterval > 0 {
+			timer = s.cfg.Clock.NewTimer(s.cfg.ReportInterval)
+			tick = timer.C()
+		}
 	}
+	arm()
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
 	for {
 		select {
 		case ev, ok := <-events:
@@ -107,6 +119,7 @@ func (s *Source) maintain(events <-chan gozk.Event) {
 			}
 		case <-tick:
 			s.refresh()
+			arm()
 		case <-s.kick:
 			s.refresh()
 		}
@@ -210,7 +223,7 @@ func (s *Source) resolveLocked(ctx context.Context) error {
 // last extended, and the successor, with no state node, starts only above the forever node's
 // report + 3 s (docs/SNOWFLAKE.md, "Never delete state/ or live/ by hand").
 func (s *Source) releaseLiveLocked(ctx context.Context) {
-	if s.releaseAt <= 0 || s.cfg.Now().UnixMilli() <= s.releaseAt {
+	if s.releaseAt <= 0 || s.cfg.Clock.Now().UnixMilli() <= s.releaseAt {
 		return
 	}
 	l, st, err := s.readLive(ctx, s.id)

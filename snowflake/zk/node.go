@@ -105,7 +105,7 @@ func (s *Source) getForever(ctx context.Context, path string) (foreverData, erro
 // from its name, on the first start too (Leaf PR #108 returned 0 there). Ids above the maximum
 // are deleted and reported as exhaustion.
 func (s *Source) createNode(ctx context.Context) (*claim, error) {
-	now := s.cfg.Now().UnixMilli()
+	now := s.cfg.Clock.Now().UnixMilli()
 	b, _ := json.Marshal(zkNode{IP: s.ip, Port: s.port, Timestamp: now})
 	path, err := call(ctx, func() (string, error) {
 		return s.conn.Create(s.forever()+"/"+s.cfg.Addr+"-", b, gozk.FlagSequence, gozk.WorldACL(gozk.PermAll))
@@ -132,7 +132,7 @@ func (s *Source) createNode(ctx context.Context) (*claim, error) {
 // so that a later timestamp in the forever node can only have been written by someone else
 // (Leaf, see fence).
 func (s *Source) reportLocked(ctx context.Context) error {
-	now := s.cfg.Now().UnixMilli()
+	now := s.cfg.Clock.Now().UnixMilli()
 	if now < s.reported {
 		return nil
 	}
