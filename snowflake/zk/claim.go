@@ -82,7 +82,7 @@ func (s *Source) readLive(ctx context.Context, id int64) (zkLive, *gozk.Stat, er
 		l  zkLive
 		st *gozk.Stat
 	}
-	g, err := call(ctx, func() (got, error) {
+	g, err := call(s, ctx, func() (got, error) {
 		b, st, err := s.conn.Get(s.livePath(id))
 		if err != nil {
 			return got{}, err
@@ -103,7 +103,7 @@ func (s *Source) claimLive(ctx context.Context, id int64) error {
 	p := s.livePath(id)
 	b, _ := json.Marshal(zkLive{Holder: s.cfg.Addr, Instance: s.instance, Token: s.token})
 	for range 3 {
-		_, err := call(ctx, func() (string, error) {
+		_, err := call(s, ctx, func() (string, error) {
 			return s.conn.Create(p, b, gozk.FlagEphemeral, gozk.WorldACL(gozk.PermAll))
 		})
 		if err == nil {
@@ -128,7 +128,7 @@ func (s *Source) claimLive(ctx context.Context, id int64) error {
 		}
 		// Our data dir's earlier process: dead (we hold the data dir's lock), its session not
 		// yet expired.
-		_, err = call(ctx, func() (struct{}, error) { return struct{}{}, s.conn.Delete(p, st.Version) })
+		_, err = call(s, ctx, func() (struct{}, error) { return struct{}{}, s.conn.Delete(p, st.Version) })
 		if err != nil && !errors.Is(err, gozk.ErrNoNode) && !errors.Is(err, gozk.ErrBadVersion) {
 			return err
 		}
@@ -142,7 +142,7 @@ func (s *Source) readState(ctx context.Context, id int64) (st zkState, ver int32
 		st  zkState
 		ver int32
 	}
-	g, err := call(ctx, func() (got, error) {
+	g, err := call(s, ctx, func() (got, error) {
 		b, stat, err := s.conn.Get(s.statePath(id))
 		if err != nil {
 			return got{}, err
@@ -171,12 +171,12 @@ func (s *Source) myState(until int64) zkState {
 func (s *Source) putState(ctx context.Context, id int64, ver int32, st zkState) (int32, error) {
 	b, _ := json.Marshal(st)
 	if ver < 0 {
-		_, err := call(ctx, func() (string, error) {
+		_, err := call(s, ctx, func() (string, error) {
 			return s.conn.Create(s.statePath(id), b, 0, gozk.WorldACL(gozk.PermAll))
 		})
 		return 0, err
 	}
-	stat, err := call(ctx, func() (*gozk.Stat, error) { return s.conn.Set(s.statePath(id), b, ver) })
+	stat, err := call(s, ctx, func() (*gozk.Stat, error) { return s.conn.Set(s.statePath(id), b, ver) })
 	if err != nil {
 		return 0, err
 	}

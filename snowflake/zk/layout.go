@@ -29,14 +29,14 @@ func (s *Source) checkZKLayout(ctx context.Context) error {
 	p := s.root + "/layout"
 	b, _ := json.Marshal(want)
 	for range 3 {
-		_, err := call(ctx, func() (string, error) { return s.conn.Create(p, b, 0, gozk.WorldACL(gozk.PermAll)) })
+		_, err := call(s, ctx, func() (string, error) { return s.conn.Create(p, b, 0, gozk.WorldACL(gozk.PermAll)) })
 		if err == nil {
 			return nil
 		}
 		if !errors.Is(err, gozk.ErrNodeExists) {
 			return err
 		}
-		got, err := call(ctx, func() ([]byte, error) {
+		got, err := call(s, ctx, func() ([]byte, error) {
 			b, _, err := s.conn.Get(p)
 			return b, err
 		})

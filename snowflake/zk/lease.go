@@ -228,7 +228,7 @@ func (s *Source) releaseLiveLocked(ctx context.Context) {
 	}
 	l, st, err := s.readLive(ctx, s.id)
 	if err == nil && l.Token == s.token {
-		_, err = call(ctx, func() (struct{}, error) { return struct{}{}, s.conn.Delete(s.livePath(s.id), st.Version) })
+		_, err = call(s, ctx, func() (struct{}, error) { return struct{}{}, s.conn.Delete(s.livePath(s.id), st.Version) })
 	}
 	if err == nil || errors.Is(err, gozk.ErrNoNode) || errors.Is(err, gozk.ErrBadVersion) {
 		s.log.Warn("snowflake: state node deleted; live node released", zap.Int64("worker_id", s.id))

@@ -53,7 +53,7 @@ func (s *Source) ensurePaths(ctx context.Context) error {
 	}
 	ps = append(ps, s.cfg.Chroot+"/snowflake", s.root, s.forever(), s.root+"/live", s.root+"/state")
 	for _, p := range ps {
-		_, err := call(ctx, func() (string, error) { return s.conn.Create(p, nil, 0, gozk.WorldACL(gozk.PermAll)) })
+		_, err := call(s, ctx, func() (string, error) { return s.conn.Create(p, nil, 0, gozk.WorldACL(gozk.PermAll)) })
 		if err != nil && !errors.Is(err, gozk.ErrNodeExists) {
 			return err
 		}
@@ -68,7 +68,7 @@ type foreverChild struct {
 }
 
 func (s *Source) children(ctx context.Context) ([]foreverChild, error) {
-	names, err := call(ctx, func() ([]string, error) {
+	names, err := call(s, ctx, func() ([]string, error) {
 		c, _, err := s.conn.Children(s.forever())
 		return c, err
 	})
@@ -86,7 +86,7 @@ func (s *Source) children(ctx context.Context) ([]foreverChild, error) {
 }
 
 func (s *Source) getForever(ctx context.Context, path string) (foreverData, error) {
-	return call(ctx, func() (foreverData, error) {
+	return call(s, ctx, func() (foreverData, error) {
 		b, _, err := s.conn.Get(path)
 		if err != nil {
 			return foreverData{}, err
@@ -107,7 +107,7 @@ func (s *Source) getForever(ctx context.Context, path string) (foreverData, erro
 func (s *Source) createNode(ctx context.Context) (*claim, error) {
 	now := s.cfg.Clock.Now().UnixMilli()
 	b, _ := json.Marshal(zkNode{IP: s.ip, Port: s.port, Timestamp: now})
-	path, err := call(ctx, func() (string, error) {
+	path, err := call(s, ctx, func() (string, error) {
 		return s.conn.Create(s.forever()+"/"+s.cfg.Addr+"-", b, gozk.FlagSequence, gozk.WorldACL(gozk.PermAll))
 	})
 	if err != nil {
@@ -118,7 +118,7 @@ func (s *Source) createNode(ctx context.Context) (*claim, error) {
 		return nil, fmt.Errorf("snowflake: unexpected sequential node name %q", path)
 	}
 	if id > s.cfg.MaxWorkerID {
-		_, _ = call(ctx, func() (struct{}, error) { return struct{}{}, s.conn.Delete(path, -1) })
+		_, _ = call(s, ctx, func() (struct{}, error) { return struct{}{}, s.conn.Delete(path, -1) })
 		return nil, fmt.Errorf("snowflake: new worker id %d is above the layout's maximum %d: "+
 			"the worker ids of /snowflake/%s are exhausted (use a new --name, more worker bits, or --worker-reuse)",
 			id, s.cfg.MaxWorkerID, s.cfg.Name)
@@ -145,7 +145,7 @@ func (s *Source) reportLocked(ctx context.Context) error {
 		n.IP, n.Port = ip, port // keep Leaf's view of the node: the identity in its name
 	}
 	b, _ := json.Marshal(n)
-	_, err := call(ctx, func() (*gozk.Stat, error) { return s.conn.Set(s.node, b, -1) })
+	_, err := call(s, ctx, func() (*gozk.Stat, error) { return s.conn.Set(s.node, b, -1) })
 	return err
 }
 

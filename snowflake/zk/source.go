@@ -63,8 +63,15 @@ type Source struct {
 	ip       string
 	port     string
 	kick     chan struct{}
-	wg       sync.WaitGroup
+	wg       sync.WaitGroup // the maintain goroutine
 	once     sync.Once
+
+	// The goroutines of call: each runs one ZooKeeper operation and may outlive the context of
+	// its caller. Close stops them (closing the connection fails every pending operation) and
+	// waits for them; a call after Close starts none.
+	callMu     sync.Mutex
+	calls      sync.WaitGroup
+	callsEnded bool // callMu
 
 	// zkMu serialises the ZooKeeper I/O on our nodes and is held across it; mu guards the
 	// state. Order: zkMu, then mu. A field written under both may be read under either.
@@ -147,15 +154,25 @@ func (z zkLogger) Printf(format string, args ...any) {
 	z.l.Debug("zookeeper: " + fmt.Sprintf(format, args...))
 }
 
-// call runs one ZooKeeper operation bounded by ctx (the client itself only gives up after a
-// whole round of failed connection attempts). The operation may still complete after ctx ends.
-func call[T any](ctx context.Context, f func() (T, error)) (T, error) {
+// call runs one ZooKeeper operation of s bounded by ctx (the client itself only gives up after a
+// whole round of failed connection attempts). The operation may still complete after ctx ends:
+// its goroutine belongs to s, and Close waits for it.
+func call[T any](s *Source, ctx context.Context, f func() (T, error)) (T, error) {
 	type res struct {
 		v   T
 		err error
 	}
+	var zero T
+	s.callMu.Lock()
+	if s.callsEnded {
+		s.callMu.Unlock()
+		return zero, fmt.Errorf("zookeeper: %w", gozk.ErrClosing)
+	}
+	s.calls.Add(1)
+	s.callMu.Unlock()
 	ch := make(chan res, 1)
 	go func() {
+		defer s.calls.Done()
 		v, err := f()
 		ch <- res{v, err}
 	}()
@@ -163,7 +180,6 @@ func call[T any](ctx context.Context, f func() (T, error)) (T, error) {
 	case r := <-ch:
 		return r.v, r.err
 	case <-ctx.Done():
-		var zero T
 		return zero, fmt.Errorf("zookeeper: %w", ctx.Err())
 	}
 }
@@ -191,8 +207,12 @@ func (s *Source) Close() error {
 		s.closed = true
 		s.mu.Unlock()
 		s.zkMu.Unlock()
-		s.conn.Close()
+		s.callMu.Lock()
+		s.callsEnded = true
+		s.callMu.Unlock()
+		s.conn.Close() // fails every pending operation, ends the event channel
 		s.wg.Wait()
+		s.calls.Wait()
 		err = s.cache.Close()
 	})
 	return err
