@@ -134,12 +134,21 @@ func run(ctx context.Context, cfg Config, log *zap.Logger, ready func(net.Addr))
 		}
 		return fmt.Errorf("listen: %w", err)
 	}
-	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.Serve() }()
-	var httpDone chan error // nil (never ready) without the admin side
+	// The accept loops. Each is awaited below, whatever ends the run; its result is read after
+	// its done channel is closed, which any number of readers may wait on.
+	var serveRes, httpRes error
+	serveDone := make(chan struct{})
+	go func() {
+		defer close(serveDone)
+		serveRes = srv.Serve()
+	}()
+	var httpDone chan struct{} // nil (never ready) without the admin side
 	if httpSrv != nil {
-		httpDone = make(chan error, 1)
-		go func() { httpDone <- httpSrv.Serve(httpLn) }()
+		httpDone = make(chan struct{})
+		go func() {
+			defer close(httpDone)
+			httpRes = httpSrv.Serve(httpLn)
+		}()
 		log.Info("admin HTTP ready", zap.String("http_addr", httpLn.Addr().String()),
 			zap.Bool("tls", cfg.HTTPTLS), zap.Bool("auth", cfg.httpToken() != ""),
 			zap.Bool("open_probes", cfg.HTTPOpenProbes), zap.Int("maxclients", cfg.HTTPMaxClients))
@@ -154,12 +163,12 @@ func run(ctx context.Context, cfg Config, log *zap.Logger, ready func(net.Addr))
 	select {
 	case <-ctx.Done():
 		log.Info("shutting down")
-	case err = <-serveErr:
+	case <-serveDone:
+		err = serveRes
 		log.Error("accept loop failed", zap.Error(err))
-	case herr := <-httpDone:
-		err = fmt.Errorf("admin HTTP: %w", herr)
-		log.Error("admin HTTP accept loop failed", zap.Error(herr))
-		httpDone <- http.ErrServerClosed // consumed: put back an end for the wait below
+	case <-httpDone:
+		err = fmt.Errorf("admin HTTP: %w", httpRes)
+		log.Error("admin HTTP accept loop failed", zap.Error(httpRes))
 	}
 	// Both front ends stop together, before the deferred closers close the cores.
 	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
@@ -180,14 +189,14 @@ func run(ctx context.Context, cfg Config, log *zap.Logger, ready func(net.Addr))
 	}
 	<-httpStopped
 	if httpSrv != nil {
-		if herr := <-httpDone; err == nil && !errors.Is(herr, http.ErrServerClosed) {
-			err = fmt.Errorf("admin HTTP: %w", herr)
+		<-httpDone
+		if err == nil && !errors.Is(httpRes, http.ErrServerClosed) {
+			err = fmt.Errorf("admin HTTP: %w", httpRes)
 		}
 	}
-	if err == nil {
-		if serr := <-serveErr; !errors.Is(serr, resp.ErrServerClosed) {
-			err = serr
-		}
+	<-serveDone
+	if err == nil && !errors.Is(serveRes, resp.ErrServerClosed) {
+		err = serveRes
 	}
 	log.Info("stopped")
 	return err
