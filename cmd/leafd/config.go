@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/leafd/leafd/resp"
+	"github.com/leafd/leafd/snowflake"
 	"github.com/leafd/leafd/snowflake/zk"
 )
 
@@ -84,6 +85,7 @@ type Config struct {
 // flagSet declares every option with its default and help. The names are the contract of
 // docs/CONTRACT.md (operations); the environment variable of a flag is LEAFD_ + its name upper-cased, '-' as '_'.
 func flagSet(c *Config) *flag.FlagSet {
+	sf, zc := snowflake.DefaultConfig(), zk.DefaultConfig() // the snowflake and ZooKeeper defaults
 	fs := flag.NewFlagSet("leafd", flag.ContinueOnError)
 	fs.StringVar(&c.Addr, "addr", "127.0.0.1:6380", "RESP listen address")
 	fs.StringVar(&c.HTTPAddr, "http-addr", "127.0.0.1:8080", "admin/HTTP listen address (metrics, probes, status, Leaf's HTTP API); empty disables")
@@ -96,12 +98,12 @@ func flagSet(c *Config) *flag.FlagSet {
 	fs.StringVar(&c.MySQLDSN, "mysql-dsn", "", "go-sql-driver DSN; when set, segments come from MySQL/MariaDB (table leaf_alloc); prefer LEAFD_MYSQL_DSN or --mysql-dsn-file")
 	fs.StringVar(&c.MySQLDSNFile, "mysql-dsn-file", "", "file holding the --mysql-dsn (preferred over the flag)")
 	fs.StringVar(&c.ZKAddrs, "zk-addrs", "", "ZooKeeper connection string host:port[,host:port...][/chroot]; when set, worker ids come from ZooKeeper")
-	fs.StringVar(&c.Name, "name", "leafd", "cluster name (Leaf's leaf.name; ZooKeeper path /snowflake/<name>)")
+	fs.StringVar(&c.Name, "name", zc.Name, "cluster name (Leaf's leaf.name; ZooKeeper path /snowflake/<name>)")
 	fs.Int64Var(&c.WorkerID, "worker-id", -1, "static snowflake worker id (instead of ZooKeeper or the local default); -1: unset")
 	fs.StringVar(&c.AdvertiseAddr, "advertise-addr", "", "identity in ZooKeeper (ip:port); default: first non-loopback IPv4 + listen port")
 	fs.BoolVar(&c.WorkerReuse, "worker-reuse", false, "let a new instance take over the worker id of a dead one (ZooKeeper)")
-	fs.DurationVar(&c.ZKSession, "zk-session-timeout", 10*time.Second, "ZooKeeper session timeout: how long a dead instance's worker id stays live (worker reuse)")
-	fs.DurationVar(&c.ZKOutageTolerance, "zk-outage-tolerance", 0, "how long past the time bound ZooKeeper last confirmed an instance keeps issuing snowflake IDs without ZooKeeper (another instance taking the id waits as long); 0: not beyond the lease")
+	fs.DurationVar(&c.ZKSession, "zk-session-timeout", zc.SessionTimeout, "ZooKeeper session timeout: how long a dead instance's worker id stays live (worker reuse)")
+	fs.DurationVar(&c.ZKOutageTolerance, "zk-outage-tolerance", zc.OutageTolerance, "how long past the time bound ZooKeeper last confirmed an instance keeps issuing snowflake IDs without ZooKeeper (another instance taking the id waits as long); 0: not beyond the lease")
 	fs.StringVar(&c.RequirePass, "requirepass", "", "password for AUTH / HELLO ... AUTH; prefer --requirepass-file or LEAFD_REQUIREPASS")
 	fs.StringVar(&c.RequirePassFile, "requirepass-file", "", "file holding the --requirepass password (preferred over the flag)")
 	fs.StringVar(&c.AutoCreate, "auto-create", "auto", "create unknown tags on first use: on, off, or auto (on with the embedded store, off with MySQL)")
@@ -133,12 +135,12 @@ func flagSet(c *Config) *flag.FlagSet {
 	fs.BoolVar(&c.MySQLCreate, "mysql-create-table", true, "create leaf_alloc (and leafd_fence) when missing")
 	fs.Int64Var(&c.MySQLFailover, "mysql-failover-allocs", 20, "most allocations per tag a database failover may lose: after a failover max_id first moves by this many × max(--max-step, stored step); 0 turns the fence off")
 	fs.BoolVar(&c.MySQLSemiSync, "mysql-require-semisync", false, "refuse to lease (UNAVAILABLE) unless the primary replicates semi-synchronously")
-	fs.Int64Var(&c.SnowflakeEpoch, "snowflake-epoch", 1288834974657, "snowflake epoch, Unix ms (Leaf's default)")
-	fs.StringVar(&c.SnowflakeBits, "snowflake-bits", "41/10/12", "snowflake layout: time/worker/sequence bits, summing to 63")
-	fs.BoolVar(&c.SnowflakeSeq0, "snowflake-seq-zero", false, "start each millisecond's sequence at 0 instead of a random value in [0,100)")
-	fs.DurationVar(&c.ClockBackMax, "clock-back-max", 5*time.Millisecond, "largest clock step back that is waited out; more is CLOCKBACK")
-	fs.DurationVar(&c.LeaseWindow, "lease-window", 3*time.Second, "how far ahead the snowflake time bound is persisted")
-	fs.DurationVar(&c.StartWaitMax, "start-wait-max", 10*time.Second, "longest wait at start for the clock to pass the persisted time bound")
+	fs.Int64Var(&c.SnowflakeEpoch, "snowflake-epoch", sf.Layout.EpochMs(), "snowflake epoch, Unix ms (Leaf's default)")
+	fs.StringVar(&c.SnowflakeBits, "snowflake-bits", fmt.Sprintf("%d/%d/%d", sf.Layout.TimeBits, sf.Layout.WorkerBits, sf.Layout.SeqBits), "snowflake layout: time/worker/sequence bits, summing to 63")
+	fs.BoolVar(&c.SnowflakeSeq0, "snowflake-seq-zero", sf.SequenceStartZero, "start each millisecond's sequence at 0 instead of a random value in [0,100)")
+	fs.DurationVar(&c.ClockBackMax, "clock-back-max", sf.MaxBackward, "largest clock step back that is waited out; more is CLOCKBACK")
+	fs.DurationVar(&c.LeaseWindow, "lease-window", sf.LeaseWindow, "how far ahead the snowflake time bound is persisted")
+	fs.DurationVar(&c.StartWaitMax, "start-wait-max", sf.MaxStartWait, "longest wait at start for the clock to pass the persisted time bound")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 10*time.Second, "how long shutdown waits for in-flight replies")
 	return fs
 }

@@ -57,21 +57,34 @@ type Config struct {
 	Logger *zap.Logger
 }
 
+// DefaultConfig returns the defaults (the fields that have one; Servers, Addr and DataDir are
+// required). cmd/leafd's flags take their defaults from it.
+func DefaultConfig() Config {
+	return Config{
+		Name:           "leafd",
+		MaxWorkerID:    1023,
+		SessionTimeout: 10 * time.Second,
+		ReportInterval: 3 * time.Second,
+		Clock:          clock.Real{},
+	}
+}
+
 func (c Config) withDefaults() Config {
+	d := DefaultConfig()
 	if c.Name == "" {
-		c.Name = "leafd"
+		c.Name = d.Name
 	}
 	if c.MaxWorkerID == 0 {
-		c.MaxWorkerID = 1023
+		c.MaxWorkerID = d.MaxWorkerID
 	}
 	if c.SessionTimeout == 0 {
-		c.SessionTimeout = 10 * time.Second
+		c.SessionTimeout = d.SessionTimeout
 	}
 	if c.ReportInterval == 0 {
-		c.ReportInterval = 3 * time.Second
+		c.ReportInterval = d.ReportInterval
 	}
 	if c.Clock == nil {
-		c.Clock = clock.Real{}
+		c.Clock = d.Clock
 	}
 	if c.Logger == nil {
 		c.Logger = zap.NewNop()
