@@ -32,7 +32,7 @@ func BenchmarkAtomicAddParallel(b *testing.B) {
 func benchGen(b *testing.B) (*Generator, *buffer) {
 	b.Helper()
 	st := newFakeStore(map[string]int64{"bench": 1 << 40})
-	g, err := New(Config{Now: newFakeClock().Now}, st, newFakeMarks(), nil)
+	g, err := New(Config{Clock: newFakeClock()}, st, newFakeMarks(), nil)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -97,7 +97,7 @@ func BenchmarkGeneratorNextParallel(b *testing.B) {
 // an instant store): the amortized cost of the slow path.
 func BenchmarkGeneratorNextSmallStep(b *testing.B) {
 	st := newFakeStore(map[string]int64{"bench": 1000})
-	g, err := New(Config{Now: newFakeClock().Now, MaxStep: 1000}, st, newFakeMarks(), nil)
+	g, err := New(Config{Clock: newFakeClock(), MaxStep: 1000}, st, newFakeMarks(), nil)
 	if err != nil {
 		b.Fatal(err)
 	}

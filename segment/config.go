@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/leafd/leafd/internal/clock"
 )
 
 // Config tunes a Generator. A zero field means the default given in its comment (see
@@ -54,12 +56,9 @@ type Config struct {
 	NoWarmStart bool
 	// MaxBatch is the largest count of AppendIDs. Default 10,000.
 	MaxBatch int
-	// Now is the clock used for the dynamic step, the negative cache and retry backoff.
-	// Default time.Now.
-	Now func() time.Time
-
-	// after returns a channel that fires after d; tests inject it. Default time.After.
-	after func(d time.Duration) <-chan time.Time
+	// Clock gives the time (the dynamic step, the negative cache, retry backoff) and the waits
+	// (a request's WaitTimeout, the refresh period). Default clock.Real; tests use clock.Fake.
+	Clock clock.Clock
 }
 
 // DefaultConfig returns the defaults (AutoCreate off).
@@ -80,8 +79,7 @@ func DefaultConfig() Config {
 		MaxTags:         100_000,
 		WarmTags:        1000,
 		MaxBatch:        10_000,
-		Now:             time.Now,
-		after:           time.After,
+		Clock:           clock.Real{},
 	}
 }
 
@@ -174,11 +172,8 @@ func (c Config) withDefaults() Config {
 	if c.MaxBatch == 0 {
 		c.MaxBatch = d.MaxBatch
 	}
-	if c.Now == nil {
-		c.Now = d.Now
-	}
-	if c.after == nil {
-		c.after = d.after
+	if c.Clock == nil {
+		c.Clock = d.Clock
 	}
 	return c
 }

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"go.uber.org/zap/zaptest"
+
+	"github.com/leafd/leafd/internal/clock"
 )
 
 // fakeStore is an in-memory Store with controllable failure, latency and blocking.
@@ -203,34 +205,17 @@ func (f *fakeMarks) get(tag string) int64 {
 	return v
 }
 
-// fakeClock is a manual clock.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newFakeClock() *fakeClock {
-	return &fakeClock{t: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)}
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
+// newFakeClock is the shared fake clock (internal/clock) at 2025-01-01.
+func newFakeClock() *clock.Fake {
+	return clock.NewFake(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC))
 }
 
 // testConfig is a config with a fake clock and short waits.
-func testConfig(clk *fakeClock) Config {
+func testConfig(clk *clock.Fake) Config {
 	return Config{
 		WaitTimeout: 2 * time.Second,
 		LoadTimeout: 2 * time.Second,
-		Now:         clk.Now,
+		Clock:       clk,
 	}
 }
 

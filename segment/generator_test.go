@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 	"unsafe"
+
+	"github.com/leafd/leafd/internal/clock"
 )
 
 func TestValidateTag(t *testing.T) {
@@ -115,7 +117,7 @@ func TestDynamicStepWithClock(t *testing.T) {
 		{time.Hour, 100},        // floor at the stored step
 	}
 	for i, s := range steps {
-		clk.Advance(s.advance)
+		clk.Add(s.advance)
 		if err := forceLoad(t, g, "t"); err != nil {
 			t.Fatalf("load %d: %v", i, err)
 		}
@@ -346,7 +348,7 @@ func TestLoadFailureThenRetry(t *testing.T) {
 		t.Fatalf("Info after a failed first load: got %v, want the tag not held", err)
 	}
 	st.set(func(s *fakeStore) { s.fail = nil })
-	clk.Advance(time.Second)
+	clk.Add(time.Second)
 	if got := mustNext(t, g, "a"); got != 1 {
 		t.Fatalf("got %d, want 1", got)
 	}
@@ -392,7 +394,7 @@ func TestLoadRejectedThenRetry(t *testing.T) {
 	}
 	close(block)
 	wg.Wait()
-	clk.Advance(time.Second)
+	clk.Add(time.Second)
 	if got := mustNext(t, g, "c"); got != 1 {
 		t.Fatalf("got %d, want 1", got)
 	}
@@ -420,7 +422,7 @@ func TestWaiterTimeoutKeepsLoading(t *testing.T) {
 		if in, _ := g.Info("a"); !in.Loading {
 			t.Fatalf("try %d: a timed-out waiter cleared the loading flag of a running load", i)
 		}
-		clk.Advance(time.Second)
+		clk.Add(time.Second)
 	}
 	if got := st.allocCount(); got != 1 {
 		t.Fatalf("got %d Allocate calls, want 1 (no second concurrent load)", got)
@@ -449,7 +451,7 @@ func TestStoreDownAndBack(t *testing.T) {
 			t.Fatalf("got %d, want %d", got, want)
 		}
 		if want%10 == 0 {
-			clk.Advance(time.Second) // let preloads retry (and fail)
+			clk.Add(time.Second) // let preloads retry (and fail)
 			waitIdle(t, g, "a")
 		}
 	}
@@ -459,7 +461,7 @@ func TestStoreDownAndBack(t *testing.T) {
 	// A hanging store: the request gives up after WaitTimeout.
 	block := make(chan struct{})
 	st.set(func(s *fakeStore) { s.fail, s.block = nil, block })
-	clk.Advance(time.Second)
+	clk.Add(time.Second)
 	start := time.Now()
 	if _, err := g.Next("a"); !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("got %v, want ErrUnavailable", err)
@@ -470,7 +472,7 @@ func TestStoreDownAndBack(t *testing.T) {
 	// Store back: served again without any manual action.
 	close(block)
 	waitIdle(t, g, "a")
-	clk.Advance(time.Second)
+	clk.Add(time.Second)
 	if got := mustNext(t, g, "a"); got <= 100 {
 		t.Fatalf("got %d, want > 100", got)
 	}
@@ -524,7 +526,7 @@ func TestRegressionGuard(t *testing.T) {
 	}
 	// The store catches up: served again, above the mark.
 	st.set(func(s *fakeStore) { s.rows["a"].maxID = 1000 })
-	clk.Advance(time.Second)
+	clk.Add(time.Second)
 	if got := mustNext(t, g, "a"); got != 1000 {
 		t.Fatalf("got %d, want 1000", got)
 	}
@@ -619,7 +621,7 @@ func TestNegativeCache(t *testing.T) {
 	}
 	// A row inserted by hand is served once the entry expires.
 	st.set(func(s *fakeStore) { s.rows["junk"] = &fakeRow{maxID: 1, step: 10} })
-	clk.Advance(1100 * time.Millisecond)
+	clk.Add(1100 * time.Millisecond)
 	if got := mustNext(t, g, "junk"); got != 1 {
 		t.Fatalf("got %d, want 1", got)
 	}
@@ -696,12 +698,7 @@ func TestRefreshPeriodic(t *testing.T) {
 	st := newFakeStore(map[string]int64{"a": 10, "z": 10})
 	tick := make(chan time.Time)
 	cfg := testConfig(clk)
-	cfg.after = func(d time.Duration) <-chan time.Time {
-		if d == DefaultConfig().RefreshInterval {
-			return tick
-		}
-		return time.After(d)
-	}
+	cfg.Clock = tickAt{clk, DefaultConfig().RefreshInterval, tick}
 	g := newTestGen(t, cfg, st, newFakeMarks())
 	mustNext(t, g, "a")
 	mustNext(t, g, "z")
@@ -722,7 +719,7 @@ func TestStartWithStoreDown(t *testing.T) {
 		t.Fatalf("got %v, want ErrUnavailable", err)
 	}
 	st.set(func(s *fakeStore) { s.tagsErr, s.fail = nil, nil })
-	clk.Advance(time.Second)
+	clk.Add(time.Second)
 	if got := mustNext(t, g, "a"); got != 1 {
 		t.Fatalf("got %d, want 1", got)
 	}
@@ -947,7 +944,7 @@ func TestNextNFailedTakesDoNotWrapCursor(t *testing.T) {
 	waitIdle(t, g, "a")
 	st.set(func(s *fakeStore) { s.fail = errors.New("store down") })
 	for i := range 20 {
-		clk.Advance(time.Second) // past RetryBackoff: every call may try a load
+		clk.Add(time.Second) // past RetryBackoff: every call may try a load
 		got, err := g.NextN("a", step)
 		if err == nil {
 			t.Fatalf("call %d with the store down: got ID %d, want an error", i, got)
@@ -1051,4 +1048,18 @@ func TestRefreshKeepsTagOfOtherCase(t *testing.T) {
 	if got := st.allocCount(); got != allocs {
 		t.Fatalf("got %d more Allocate calls, want 0", got-allocs)
 	}
+}
+
+// tickAt is the fake clock whose waits of d are the channel tick.
+type tickAt struct {
+	*clock.Fake
+	d    time.Duration
+	tick chan time.Time
+}
+
+func (c tickAt) After(d time.Duration) <-chan time.Time {
+	if d == c.d {
+		return c.tick
+	}
+	return c.Fake.After(d)
 }

@@ -28,13 +28,13 @@ func TestRegressedStateSurvivesTransientError(t *testing.T) {
 	}
 	allocs := fs.allocCount()
 	fs.set(func(s *fakeStore) { s.maxIDErr = errors.New("i/o timeout") })
-	clk.Advance(time.Second)
+	clk.Add(time.Second)
 	if _, err := g.Next("a"); !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("with max_id unreadable: got %v, want ErrUnavailable", err)
 	}
 	fs.set(func(s *fakeStore) { s.maxIDErr = nil })
 	for i := range 5 {
-		clk.Advance(time.Second)
+		clk.Add(time.Second)
 		if v, err := g.Next("a"); !errors.Is(err, ErrRegression) {
 			t.Fatalf("retry %d after the transient error: got %d, %v; want ErrRegression", i, v, err)
 		}
@@ -43,7 +43,7 @@ func TestRegressedStateSurvivesTransientError(t *testing.T) {
 		t.Fatalf("got %d Allocate calls while regressed, want 0", got-allocs)
 	}
 	fs.set(func(s *fakeStore) { s.rows["a"].maxID = 201 }) // back at the mark
-	clk.Advance(time.Second)
+	clk.Add(time.Second)
 	if got := mustNext(t, g, "a"); got != 201 {
 		t.Fatalf("got %d once max_id is back at the mark, want 201", got)
 	}
@@ -61,7 +61,7 @@ func TestMarkRaisedBeforePublish(t *testing.T) {
 		t.Fatalf("got %v, want ErrUnavailable when the mark cannot be raised", err)
 	}
 	mk.set(func(f *fakeMarks) { f.raiseErr = nil })
-	clk.Advance(time.Second)
+	clk.Add(time.Second)
 	v := mustNext(t, g, "a")
 	if m := mk.get("a"); m <= v {
 		t.Fatalf("served %d with the durable mark at %d, want the mark above every served ID", v, m)

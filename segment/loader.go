@@ -45,7 +45,7 @@ func (g *Generator) submit(b *buffer) {
 // preload starts a background load of b's next segment if none is ready or running and no
 // recent failure asks to back off. Called from the hot path once the threshold is passed.
 func (g *Generator) preload(b *buffer) {
-	if ra := b.retryAt.Load(); ra != 0 && g.cfg.Now().UnixNano() < ra {
+	if ra := b.retryAt.Load(); ra != 0 && g.cfg.Clock.Now().UnixNano() < ra {
 		return
 	}
 	b.mu.Lock()
@@ -80,7 +80,7 @@ func (g *Generator) load(ctx context.Context, b *buffer) {
 		s   *seg
 		err error
 	)
-	start := g.cfg.Now()
+	start := g.cfg.Clock.Now()
 	func() {
 		defer func() {
 			if r := recover(); r != nil {
@@ -150,7 +150,7 @@ func (g *Generator) fetch(ctx context.Context, b *buffer) (*seg, error) {
 		}
 	}
 
-	now := g.cfg.Now()
+	now := g.cfg.Clock.Now()
 	var req int64 // 0: the stored step (first load, like Leaf)
 	if !first {
 		req = nextStep(step, minStep, g.cfg.MaxStep, now.Sub(last), g.cfg.SegmentDuration)
@@ -209,7 +209,7 @@ func (g *Generator) fetch(ctx context.Context, b *buffer) (*seg, error) {
 	b.initOK = true
 	b.mu.Unlock()
 	g.log.Debug("segment: loaded", zap.String("tag", b.tag), zap.Int64("start", start), zap.Int64("end", end),
-		zap.Int64("step", size), zap.Duration("took", g.cfg.Now().Sub(started)))
+		zap.Int64("step", size), zap.Duration("took", g.cfg.Clock.Now().Sub(started)))
 	return newSeg(start, end, g.cfg.PreloadRatio), nil
 }
 
@@ -218,7 +218,7 @@ func (g *Generator) fetch(ctx context.Context, b *buffer) (*seg, error) {
 // failed before it ever held a segment is not kept (a failed or unknown tag is not held):
 // the tag is remembered as refused for the back-off (NegativeTTL when unknown), then dropped.
 func (g *Generator) finish(b *buffer, s *seg, err error) {
-	now := g.cfg.Now()
+	now := g.cfg.Clock.Now()
 	if err != nil && err != errStale {
 		b.mu.Lock()
 		never := b.cur.Load() == nil && b.next == nil

@@ -81,7 +81,7 @@ func (h *loadHist) snapshot() LoadHistogram {
 
 // recordLoad notes a finished load of b (s on success, err otherwise) that began at start.
 func (g *Generator) recordLoad(b *buffer, start time.Time, s *seg, err error) {
-	d := max(g.cfg.Now().Sub(start), 0)
+	d := max(g.cfg.Clock.Now().Sub(start), 0)
 	g.loadHist.observe(d)
 	r := LoadRecord{At: start, Duration: d}
 	if err != nil {

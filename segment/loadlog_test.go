@@ -6,17 +6,19 @@ import (
 	"math"
 	"testing"
 	"time"
+
+	"github.com/leafd/leafd/internal/clock"
 )
 
 // slowStore advances the fake clock by d in every Allocate: a load that takes exactly d.
 type slowStore struct {
 	*fakeStore
-	clk *fakeClock
+	clk *clock.Fake
 	d   time.Duration
 }
 
 func (s slowStore) Allocate(ctx context.Context, tag string, step int64) (Alloc, error) {
-	s.clk.Advance(s.d)
+	s.clk.Add(s.d)
 	return s.fakeStore.Allocate(ctx, tag, step)
 }
 

@@ -34,7 +34,7 @@ func (nopMarks) Raise(string, int64) error  { return nil }
 func manyTags(tb testing.TB, n int) (*Generator, []string) {
 	tb.Helper()
 	// The refresh would drop every tag: counterStore lists none.
-	cfg := Config{Now: newFakeClock().Now, MaxTags: n + 10, NoWarmStart: true, WaitTimeout: time.Minute,
+	cfg := Config{Clock: newFakeClock(), MaxTags: n + 10, NoWarmStart: true, WaitTimeout: time.Minute,
 		RefreshInterval: 24 * time.Hour}
 	g, err := New(cfg, &counterStore{}, nopMarks{}, nil)
 	if err != nil {

@@ -89,7 +89,7 @@ func TestOrderUnderRefreshStress(t *testing.T) {
 					g.preload(b)
 				}
 			}
-			clk.Advance(time.Duration(i%3) * time.Minute) // the dynamic step moves too
+			clk.Add(time.Duration(i%3) * time.Minute) // the dynamic step moves too
 			time.Sleep(50 * time.Microsecond)
 		}
 	})
@@ -207,7 +207,7 @@ func TestLoadPanicIsAFailedLoad(t *testing.T) {
 	if s := g.Stats(); s.LoadsPanicked != 1 || s.LoadsFailed != 1 {
 		t.Fatalf("got panicked=%d failed=%d, want 1, 1", s.LoadsPanicked, s.LoadsFailed)
 	}
-	clk.Advance(time.Second)
+	clk.Add(time.Second)
 	if got := mustNext(t, g, "a"); got != 1 {
 		t.Fatalf("after the panic: got %d, want 1", got)
 	}

@@ -113,12 +113,7 @@ func TestHealthFollowsStore(t *testing.T) {
 	st.set(func(s *fakeStore) { s.tagsErr = errors.New("db down"); s.fail = errors.New("db down") })
 	tick := make(chan time.Time)
 	cfg := testConfig(clk)
-	cfg.after = func(d time.Duration) <-chan time.Time {
-		if d == storeProbe {
-			return tick
-		}
-		return time.After(d)
-	}
+	cfg.Clock = tickAt{clk, storeProbe, tick}
 	g := newTestGen(t, cfg, st, newFakeMarks())
 	if h := g.Health(); h.Ready() || h.StoreError == "" {
 		t.Fatalf("store down, nothing held: got %+v, want not ready with the error", h)

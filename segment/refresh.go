@@ -65,7 +65,7 @@ func (g *Generator) refresher(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-g.cfg.after(d):
+		case <-g.cfg.Clock.After(d):
 		}
 		rctx, cancel := context.WithTimeout(ctx, g.cfg.LoadTimeout)
 		_, err := g.refresh(rctx)

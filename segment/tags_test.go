@@ -75,7 +75,7 @@ func TestFailedLoadsNotHeld(t *testing.T) {
 		t.Fatalf("held after failed loads: %q, want none", got)
 	}
 	st.set(func(s *fakeStore) { s.fail = nil })
-	clk.Advance(time.Second)
+	clk.Add(time.Second)
 	if got := mustNext(t, g, "real"); got != 1 {
 		t.Fatalf("got %d, want 1", got)
 	}
@@ -110,7 +110,7 @@ func TestNextNChecksNextSegmentBeforeAbandoning(t *testing.T) {
 	}
 	// The next segment will be 100 IDs (the store's step shrinks the floor, the step halves).
 	st.set(func(s *fakeStore) { s.rows["a"].step = 100 })
-	clk.Advance(time.Hour) // the segment lasted long: the step halves
+	clk.Add(time.Hour) // the segment lasted long: the step halves
 	waitIdle(t, g, "a")
 	in, _ = g.Info("a")
 	before := in.Current
