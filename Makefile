@@ -28,9 +28,13 @@ bench:
 bench-micro:
 	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./segment/ ./snowflake/ ./resp/ ./handlers/
 
+# staticcheck is pinned; go run fetches it from the Go module proxy the first time.
+STATICCHECK ?= $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
+
 lint:
 	$(GO) vet ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); exit 1)
+	$(STATICCHECK) ./...
 
 fuzz:
 	$(GO) test ./resp/ -run '^$$' -fuzz FuzzParser -fuzztime 60s

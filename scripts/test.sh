@@ -8,7 +8,8 @@
 # with temporary data directories, runs the tests against them, and stops them on the way out.
 # Tests that must crash or pause a service start private instances of the same binaries
 # through internal/testenv. LEAFD_TEST_REQUIRE=1 makes every integration test fail,
-# never skip, when a service is missing.
+# never skip, when a service is missing. Before the tests: go vet, gofmt and staticcheck
+# (v0.8.2, fetched by go run) over the whole repository, which must be clean.
 #
 #   scripts/test.sh                 # everything
 #   scripts/test.sh ./segment/...   # some packages (extra arguments go to go test)
@@ -151,6 +152,10 @@ if [ -n "$unformatted" ]; then
 	echo "gofmt would change: $unformatted" >&2
 	exit 1
 fi
+# staticcheck at a pinned version over the whole repository, 0 findings: go run fetches and
+# builds it from the Go module proxy on a fresh machine (cached after the first run).
+log "staticcheck"
+go run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
 log "go test -race"
 args=("$@")
 [ ${#args[@]} -gt 0 ] || args=(./...)

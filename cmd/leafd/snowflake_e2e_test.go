@@ -25,7 +25,6 @@ import (
 type sfLoad struct {
 	ok, noWorker atomic.Int64
 	mu           sync.Mutex
-	max          int64
 	other        []string
 }
 
@@ -41,9 +40,6 @@ func (s *sfLoad) run(ctx context.Context, wg *sync.WaitGroup, l *leafd, who stri
 				case err == nil:
 					ids.add(who, v...)
 					s.ok.Add(1)
-					s.mu.Lock()
-					s.max = max(s.max, slices.Max(v))
-					s.mu.Unlock()
 				case strings.HasPrefix(err.Error(), "NOWORKER "):
 					s.noWorker.Add(1)
 					time.Sleep(5 * time.Millisecond)
@@ -57,12 +53,6 @@ func (s *sfLoad) run(ctx context.Context, wg *sync.WaitGroup, l *leafd, who stri
 			}
 		}()
 	}
-}
-
-func (s *sfLoad) maxID() int64 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.max
 }
 
 func msOf(id int64) int64 { return snowflake.DefaultLayout().Decode(id).TimestampMs }
