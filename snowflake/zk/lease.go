@@ -88,7 +88,7 @@ func (s *Source) Extend(ctx context.Context, until time.Time) error {
 // goroutines have ended.
 func (s *Source) maintain(events <-chan gozk.Event) {
 	defer s.wg.Done()
-	// The report timer, re-armed after each report.
+	// The report timer, re-armed at each tick.
 	var (
 		timer clock.Timer
 		tick  <-chan time.Time
@@ -118,8 +118,8 @@ func (s *Source) maintain(events <-chan gozk.Event) {
 				s.refresh()
 			}
 		case <-tick:
+			arm() // before the refresh, like a ticker: a slow refresh does not delay the next
 			s.refresh()
-			arm()
 		case <-s.kick:
 			s.refresh()
 		}
