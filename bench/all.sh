@@ -16,6 +16,10 @@
 #            alternating; heap per tag                                (baseline: one tag)
 #   cores    leafd unpinned with GOMAXPROCS 2 against GOMAXPROCS 1, INCR -P 1 and -P 16
 #                                                                  (baseline: GOMAXPROCS 1)
+#   refill   INCR through segment refills on a private MariaDB behind a proxy adding 0, 50
+#            and 200 ms per round trip (REFILL_DELAYS): a new tag under load, the ramp of a
+#            tag created with step 1000, steady state, the first requests after a restart
+#            (bench/refill_test.go; needs mariadb-server)   (baseline: 0 ms added)
 #
 # Servers are pinned to SERVER_CPU and the load generator to CLIENT_CPU (../shared/NOTES.md:
 # unpinned, a Go client and server fight over two cores), except in "cores". leafd runs with
@@ -24,7 +28,7 @@
 #
 # Usage: bash bench/all.sh                  (from the repository root; about 10 minutes)
 # Environment: RUNS (3), DUR (3s measured per run), WARM (500ms), TAGS (100000), SECTIONS
-#   ("compare latency batch tags cores"), OUT (bench/out: raw JSON, quantile CSVs,
+#   ("compare latency batch tags cores refill"), OUT (bench/out: raw JSON, quantile CSVs,
 #   summary.md), PNG (docs/bench-latency.png), SERVER_CPU (0), CLIENT_CPU (1), and for the
 #   compare section the variables of bench/compare.sh.
 # Needs: go, redis-server, redis-benchmark, redis-cli, taskset, curl, python3 (summary).
@@ -34,7 +38,7 @@ RUNS=${RUNS:-3}
 DUR=${DUR:-3s}
 WARM=${WARM:-500ms}
 TAGS=${TAGS:-100000}
-SECTIONS=${SECTIONS:-"compare latency batch tags cores"}
+SECTIONS=${SECTIONS:-"compare latency batch tags cores refill"}
 SERVER_CPU=${SERVER_CPU:-0}
 CLIENT_CPU=${CLIENT_CPU:-1}
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -151,7 +155,7 @@ load() { cut -d' ' -f1-3 /proc/loadavg; }
 cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$server_pid/stat"; }
 
 mkdir -p "$OUT/raw" "$OUT/quantiles"
-rm -f "$OUT"/raw/*.json "$OUT"/raw/*.cpu "$OUT"/quantiles/*.csv "$OUT"/*.txt "$OUT"/summary.md
+rm -f "$OUT"/raw/*.json "$OUT"/raw/*.cpu "$OUT"/raw/*.loads "$OUT"/quantiles/*.csv "$OUT"/*.txt "$OUT"/summary.md
 echo "all.sh: building (commit $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?'))" >&2
 (cd "$root" && go build -o "$work/leafd" ./cmd/leafd && go build -o "$work/leafd-bench" ./cmd/leafd-bench)
 (cd "$root/bench/plot" && go build -o "$work/plot" .)
@@ -231,6 +235,17 @@ for section in $SECTIONS; do
 				stop_server
 			done
 		done
+		;;
+	refill)
+		# Its own MariaDB, proxy and leafd processes (unpinned: MariaDB needs a core too);
+		# RUNS alternating runs of every delay. About 25 s per run and delay.
+		(cd "$root" && RUNS=$RUNS LEAFD_REFILL_BENCH=1 REFILL_OUT=$OUT REFILL_LEAFD=$work/leafd \
+			timeout 1800 go test ./bench/ -run '^TestRefillTail$' -count 1 -v -timeout 30m) >"$OUT/refill.txt" 2>&1 || {
+			echo "all.sh: refill section failed:" >&2
+			tail -30 "$OUT/refill.txt" >&2
+			exit 1
+		}
+		grep 'refill_test' "$OUT/refill.txt" >&2 || true
 		;;
 	*)
 		echo "all.sh: unknown section $section" >&2

@@ -33,7 +33,7 @@ def load(out):
 def val(r, key):
     if key == "cpu":
         return r.get("server_cpu", 0)
-    if key in ("p50", "p99", "p999"):
+    if key in ("p50", "p99", "p999", "max"):
         return r["latency"][key + "_ms"]
     return r[key]
 
@@ -92,6 +92,45 @@ def pair_table(runs, title, rows, base_name):
             fmt(b99, 3), fmt(l99, 3), fmt(ratio(l99, b99), 2),
             fmt(b999, 3), fmt(l999, 3), fmt(ratio(l999, b999), 2),
             fmt(med(runs, base, "cpu"), 2), fmt(med(runs, label, "cpu"), 2), errors(runs, label)))
+    print()
+
+
+def loads_info(out, label):
+    """The .loads files of a refill label: list of dicts (loads, seconds, step) per run."""
+    res = []
+    for f in sorted(glob.glob(os.path.join(out, "raw", label + ".*.loads"))):
+        with open(f) as fh:
+            res.append({k: float(v) for k, v in (x.split("=") for x in fh.read().split())})
+    return res
+
+
+def refill_table(out, runs):
+    delays = sorted({k[len("refill"):].split("-")[0] for k in runs if k.startswith("refill")},
+                    key=lambda d: int(d[:-2]))
+    if not delays:
+        return
+    base = delays[0]
+    print("### Refills: INCR with the database behind a delaying proxy (MariaDB, 50 connections, unpipelined)")
+    print()
+    print("p999 ratio: against the same phase with %s added (ratio of the medians; paired: median of the per-run ratios). Switch interval: seconds per segment load during the phase (median)." % base)
+    print()
+    print("| phase | added per round trip | req/s | p99 ms | p999 ms | p999 ratio | paired (range) | max ms | errors (UNAVAILABLE) | loads | s per switch | step at the end |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for phase in ("new", "ramp", "steady", "restart"):
+        for d in delays:
+            label, blabel = "refill%s-%s" % (d, phase), "refill%s-%s" % (base, phase)
+            if label not in runs:
+                continue
+            li = loads_info(out, label)
+            loads = statistics.median(x["loads"] for x in li) if li else None
+            per = statistics.median(x["seconds"] / x["loads"] for x in li if x["loads"]) if li and any(x["loads"] for x in li) else None
+            step = statistics.median(x["step"] for x in li) if li else None
+            p999, b999 = med(runs, label, "p999"), med(runs, blabel, "p999")
+            print("| %s | %s | %s | %s | %s | **%s** | %s (%s) | %s | %d | %s | %s | %s |" % (
+                phase, d, fmt(med(runs, label, "requests_per_sec")), fmt(med(runs, label, "p99"), 3),
+                fmt(p999, 3), fmt(ratio(p999, b999), 2),
+                fmt(paired(runs, label, blabel, "p999"), 2), spread(runs, label, blabel, "p999"),
+                fmt(med(runs, label, "max"), 1), errors(runs, label), fmt(loads), fmt(per, 2), fmt(step)))
     print()
 
 
@@ -155,6 +194,8 @@ def main(argv):
             fmt(h1), fmt(tags), fmt(int(kv["heap_inuse_all_tags"])), per2, fmt(int(kv["heap_inuse_after_runs"])), per3,
             fmt(int(kv["rss_after_runs"])), kv["prime_seconds"]))
         print()
+
+    refill_table(out, runs)
 
     pair_table(runs, "Cores: leafd GOMAXPROCS 2 against GOMAXPROCS 1 (unpinned, client unpinned)", [
         ("INCR", "cores2-incr", "cores1-incr"),
