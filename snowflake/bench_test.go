@@ -88,6 +88,28 @@ func BenchmarkAppendIDs(b *testing.B) {
 	reportRate(b, start)
 }
 
+// BenchmarkAppendIDs1000Random: IDS.SNOWFLAKE 1000 as leafd serves it by default (random
+// sequence start): batches of 1000, which span milliseconds. A saturated worker starts each
+// millisecond after a full one at 0, so the random start costs nothing here.
+func BenchmarkAppendIDs1000Random(b *testing.B) {
+	g, err := New(Config{}, instantSource{}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { g.Close() })
+	b.ReportAllocs()
+	buf := make([]int64, 0, 1000)
+	start := time.Now()
+	b.ResetTimer()
+	for i := 0; i < b.N; i += 1000 {
+		if buf, err = g.AppendIDs(buf[:0], min(1000, b.N-i)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	reportRate(b, start)
+}
+
 // BenchmarkBaselineAtomic is the floor for comparison: a bare atomic counter (no time, no limit).
 func BenchmarkBaselineAtomic(b *testing.B) {
 	var n atomic.Int64

@@ -195,6 +195,47 @@ func TestRandomSequenceStart(t *testing.T) {
 	}
 }
 
+// TestSequenceStartAfterFullMillisecond: with the random start on, a millisecond that follows
+// one whose sequence was used up starts at 0 (the saturated worker loses no values), whether
+// the request waited for it or arrived after it began; one that follows a partial
+// millisecond starts at random.
+func TestSequenceStartAfterFullMillisecond(t *testing.T) {
+	c := clock.NewFakeMs(ms2024)
+	cfg := testConfig(c)
+	cfg.SequenceStartZero = false
+	cfg.Layout = Layout{TimeBits: 41, WorkerBits: 15, SeqBits: 7} // 128 per ms, random start in [0, 100)
+	g := newGen(t, cfg, &fakeSource{w: Worker{ID: 1}})
+	nonZero := 0
+	for round := 0; round < 50; round++ {
+		// A partial millisecond: one ID, then the clock moves on.
+		c.Add(time.Millisecond)
+		first := g.Decode(mustNext(t, g))
+		if first.Sequence != 0 {
+			nonZero++
+		}
+		// Use the rest of this millisecond's sequence ...
+		for i := first.Sequence; i < 127; i++ {
+			mustNext(t, g)
+		}
+		// ... so the next ID waits for the next millisecond and starts at 0.
+		p := g.Decode(mustNext(t, g))
+		if p.TimestampMs != first.TimestampMs+1 || p.Sequence != 0 {
+			t.Fatalf("round %d: after a full millisecond got %+v, want the next ms at sequence 0", round, p)
+		}
+		// Fill that one too, and let the clock pass its end before the next request.
+		for i := int64(1); i < 128; i++ {
+			mustNext(t, g)
+		}
+		c.Add(2 * time.Millisecond)
+		if p := g.Decode(mustNext(t, g)); p.Sequence != 0 {
+			t.Fatalf("round %d: a request after a full millisecond ended got sequence %d, want 0", round, p.Sequence)
+		}
+	}
+	if nonZero < 25 {
+		t.Errorf("after partial milliseconds %d of 50 starts were non-zero, want most (random start)", nonZero)
+	}
+}
+
 func TestClockBack(t *testing.T) {
 	tests := []struct {
 		name      string
