@@ -91,7 +91,7 @@ func (p *delayProxy) accept() {
 		p.wg.Add(3)
 		go p.pipe(c, up) // requests: at once
 		chunks := make(chan chunk, 4096)
-		go p.read(up, chunks) // replies: stamped on arrival ...
+		go p.read(up, chunks)     // replies: stamped on arrival ...
 		go p.write(c, up, chunks) // ... passed on delay later
 	}
 }
