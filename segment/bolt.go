@@ -31,6 +31,9 @@ var (
 	_ maxIDReader = (*MySQLStore)(nil)
 	_ markLister  = (*MarkFile)(nil)
 	_ markLister  = (*BoltStore)(nil)
+
+	_ HintMarks = (*MarkFile)(nil)
+	_ HintMarks = (*BoltStore)(nil)
 )
 
 // Bucket names inside the bbolt file. leaf_alloc mirrors Leaf's table; marks holds the
@@ -38,6 +41,9 @@ var (
 var (
 	boltAllocBucket = []byte("leaf_alloc")
 	boltMarksBucket = []byte("marks")
+	// hints: tag -> the Hint of its latest load (step, demand, load time); created on first
+	// use, so files written by earlier versions open unchanged.
+	boltHintsBucket = []byte("hints")
 )
 
 // Limits shared by both stores so that a row accepted by one is accepted by the other; they
@@ -284,6 +290,14 @@ func (s *BoltStore) Mark(tag string) (int64, error) { return boltMark(s.db, tag)
 // Raise durably records end as the tag's mark unless the mark is already at or above it.
 func (s *BoltStore) Raise(tag string, end int64) error { return boltRaise(s.db, tag, end, s.now) }
 
+// RaiseHint raises the mark like Raise and records h, in one durable commit.
+func (s *BoltStore) RaiseHint(tag string, end int64, h Hint) error {
+	return boltRaiseHint(s.db, tag, end, h, s.now)
+}
+
+// Hint returns the recorded Hint of tag, the zero Hint when none.
+func (s *BoltStore) Hint(tag string) (Hint, error) { return boltHint(s.db, tag) }
+
 // RecentTags lists up to n tags with a mark, most recently raised first.
 func (s *BoltStore) RecentTags(n int) ([]string, error) { return boltRecent(s.db, n) }
 
@@ -320,6 +334,14 @@ func (m *MarkFile) Mark(tag string) (int64, error) { return boltMark(m.db, tag) 
 
 // Raise durably records end as the tag's mark unless the mark is already at or above it.
 func (m *MarkFile) Raise(tag string, end int64) error { return boltRaise(m.db, tag, end, m.now) }
+
+// RaiseHint raises the mark like Raise and records h, in one durable commit.
+func (m *MarkFile) RaiseHint(tag string, end int64, h Hint) error {
+	return boltRaiseHint(m.db, tag, end, h, m.now)
+}
+
+// Hint returns the recorded Hint of tag, the zero Hint when none.
+func (m *MarkFile) Hint(tag string) (Hint, error) { return boltHint(m.db, tag) }
 
 // RecentTags lists up to n tags with a mark, most recently raised first (the warm start).
 func (m *MarkFile) RecentTags(n int) ([]string, error) { return boltRecent(m.db, n) }
@@ -457,6 +479,67 @@ func boltRaise(db *bolt.DB, tag string, end int64, now func() time.Time) error {
 		return boltWrap("raise", fmt.Errorf("tag %q: %w", tag, err))
 	}
 	return nil
+}
+
+// boltRaiseHint is boltRaise and the write of h in the same transaction: one fsync per load,
+// as before hints existed. The mark is raised only when end is above it (never lowered).
+func boltRaiseHint(db *bolt.DB, tag string, end int64, h Hint, now func() time.Time) error {
+	if tag == "" || len(tag) > bolt.MaxKeySize {
+		return fmt.Errorf("%w: %q", ErrInvalidTag, tag)
+	}
+	err := db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(boltMarksBucket)
+		cur, err := decodeBoltMark(b.Get([]byte(tag)))
+		if err != nil {
+			return err
+		}
+		if cur < end {
+			var v [16]byte
+			binary.BigEndian.PutUint64(v[:], uint64(end))
+			binary.BigEndian.PutUint64(v[8:], uint64(now().UnixNano()))
+			if err := b.Put([]byte(tag), v[:]); err != nil {
+				return err
+			}
+		}
+		hb, err := tx.CreateBucketIfNotExists(boltHintsBucket)
+		if err != nil {
+			return err
+		}
+		var v [24]byte
+		binary.BigEndian.PutUint64(v[:], uint64(max(h.Step, 0)))
+		binary.BigEndian.PutUint64(v[8:], uint64(max(h.Rate, 0)))
+		binary.BigEndian.PutUint64(v[16:], uint64(max(h.Load, 0)))
+		return hb.Put([]byte(tag), v[:])
+	})
+	if err != nil {
+		return boltWrap("raise", fmt.Errorf("tag %q: %w", tag, err))
+	}
+	return nil
+}
+
+// boltHint reads the hint of tag: step(8) | rate(8) | load ns(8), big-endian. A missing or
+// malformed hint is the zero Hint (a hint only sizes loads; a bad one must not stop them).
+func boltHint(db *bolt.DB, tag string) (Hint, error) {
+	var h Hint
+	err := db.View(func(tx *bolt.Tx) error {
+		b := tx.Bucket(boltHintsBucket)
+		if b == nil {
+			return nil
+		}
+		if v := b.Get([]byte(tag)); len(v) == 24 {
+			h.Step = int64(binary.BigEndian.Uint64(v))
+			h.Rate = int64(binary.BigEndian.Uint64(v[8:]))
+			h.Load = time.Duration(binary.BigEndian.Uint64(v[16:]))
+			if h.Step < 0 || h.Rate < 0 || h.Load < 0 {
+				h = Hint{}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return Hint{}, boltWrap("hint", err)
+	}
+	return h, nil
 }
 
 func decodeBoltMark(v []byte) (int64, error) {

@@ -23,10 +23,17 @@ type seg struct {
 	threshold int64 // taking a value >= threshold means more than PreloadRatio is consumed
 }
 
-func newSeg(start, end int64, ratio float64) *seg {
+func newSeg(start, end int64, ratio float64) *seg { return newSegLead(start, end, ratio, 0) }
+
+// newSegLead is newSeg whose preload starts early enough that lead IDs are still left when
+// it starts (the demand during one load, with a margin), if ratio alone would start it later.
+func newSegLead(start, end int64, ratio float64, lead int64) *seg {
 	s := &seg{start: start, end: end}
 	// consumed after taking v is v-start+1; "more than ratio*size" <=> v >= start+floor(ratio*size).
 	s.threshold = start + int64(float64(end-start)*ratio)
+	if lead > 0 {
+		s.threshold = min(s.threshold, max(start, end-lead))
+	}
 	s.cursor.Store(start)
 	return s
 }
@@ -96,6 +103,9 @@ type buffer struct {
 	step       int64         // size of the latest segment (the current dynamic step)
 	minStep    int64         // the stored step (leaf_alloc.step) at the latest load
 	lastRefill time.Time
+	since      time.Time     // when cur became current (the demand is measured from there)
+	rate       int64         // demand (IDs per second) measured at the latest load, or remembered
+	loadTook   time.Duration // duration of the latest successful load, or remembered
 	lastErr    error
 	retired    int64 // values used by segments switched out (issued + abandoned)
 	abandoned  int64 // values skipped by NextN

@@ -15,7 +15,9 @@ type Config struct {
 	// of the current one has been consumed. Default 0.1 (Leaf's 10%). Must be in (0, 1).
 	PreloadRatio float64
 	// WaitTimeout bounds how long a request waits for a running load when no segment is
-	// ready; then it fails with ErrUnavailable. Default 500ms.
+	// ready; then it fails with ErrUnavailable. Default 500ms. The waiters of a tag's first
+	// load in this Generator (nothing could be preloaded before it: a new tag's creation, the
+	// first lease after a restart) wait up to WaitTimeout + LoadTimeout for it.
 	WaitTimeout time.Duration
 	// MaxLoaders is the number of concurrent loads across all tags (loader goroutines).
 	// Default 8.

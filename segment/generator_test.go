@@ -403,12 +403,23 @@ func TestLoadRejectedThenRetry(t *testing.T) {
 func TestWaiterTimeoutKeepsLoading(t *testing.T) {
 	clk := newFakeClock()
 	st := newFakeStore(map[string]int64{"a": 10})
-	block := make(chan struct{})
-	st.set(func(s *fakeStore) { s.block = block })
 	cfg := testConfig(clk)
 	cfg.WaitTimeout = 50 * time.Millisecond
 	cfg.LoadTimeout = 10 * time.Second
 	g := newTestGen(t, cfg, st, newFakeMarks())
+	// A later load, not the tag's first (whose waiters wait up to LoadTimeout more: see
+	// TestFirstLoadWaitBound): the first segment [1, 11) is loaded, then the store hangs and
+	// the preload started by the second take blocks.
+	if got := mustNext(t, g, "a"); got != 1 {
+		t.Fatalf("got %d, want 1", got)
+	}
+	block := make(chan struct{})
+	st.set(func(s *fakeStore) { s.block = block })
+	for want := int64(2); want <= 10; want++ {
+		if got := mustNext(t, g, "a"); got != want {
+			t.Fatalf("got %d, want %d", got, want)
+		}
+	}
 
 	for i := range 3 {
 		start := time.Now()
@@ -424,16 +435,16 @@ func TestWaiterTimeoutKeepsLoading(t *testing.T) {
 		}
 		clk.Add(time.Second)
 	}
-	if got := st.allocCount(); got != 1 {
-		t.Fatalf("got %d Allocate calls, want 1 (no second concurrent load)", got)
+	if got := st.allocCount(); got != 2 {
+		t.Fatalf("got %d Allocate calls, want 2 (no second concurrent load)", got)
 	}
 	close(block)
 	waitIdle(t, g, "a")
-	if got := mustNext(t, g, "a"); got != 1 {
-		t.Fatalf("got %d, want 1", got)
+	if got := mustNext(t, g, "a"); got != 11 {
+		t.Fatalf("got %d, want 11", got)
 	}
-	if got := st.allocCount(); got != 1 {
-		t.Fatalf("got %d Allocate calls, want 1", got)
+	if got := st.allocCount(); got != 2 {
+		t.Fatalf("got %d Allocate calls, want 2", got)
 	}
 }
 

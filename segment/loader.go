@@ -114,9 +114,32 @@ func (g *Generator) fetch(ctx context.Context, b *buffer) (*seg, error) {
 
 	b.mu.Lock()
 	first, step, minStep, last, dead := !b.initOK, b.step, b.minStep, b.lastRefill, b.dead
+	rate, took := b.rate, b.loadTook
+	if cur := b.cur.Load(); cur != nil && !b.since.IsZero() {
+		// The demand now: what was taken from the current segment since it became current.
+		if r := demandRate(cur.used(), g.cfg.Clock.Now().Sub(b.since)); r > 0 {
+			rate = r
+		}
+	}
 	b.mu.Unlock()
 	if dead {
 		return nil, errStale // a replacement buffer serves the tag; never lease into this one
+	}
+	// The first load of this buffer starts from what the tag's latest load recorded beside its
+	// mark (its step, demand and load time, typically before a restart), not from the stored
+	// step: see Hint.
+	var hint Hint
+	if first {
+		if hm, ok := g.marks.(HintMarks); ok {
+			h, err := hm.Hint(b.tag)
+			if err != nil {
+				g.log.Warn("segment: cannot read the tag's remembered step; starting from the stored step", zap.String("tag", b.tag), zap.Error(err))
+			} else {
+				hint = h
+				rate = max(rate, h.Rate)
+				took = max(took, h.Load)
+			}
+		}
 	}
 
 	// Read the durable mark on every load: the guard may be new (its tag was not held) while
@@ -151,9 +174,18 @@ func (g *Generator) fetch(ctx context.Context, b *buffer) (*seg, error) {
 	}
 
 	now := g.cfg.Clock.Now()
-	var req int64 // 0: the stored step (first load, like Leaf)
-	if !first {
+	var req int64 // 0: the stored step (a first load with nothing remembered, like Leaf)
+	switch {
+	case !first:
 		req = nextStep(step, minStep, g.cfg.MaxStep, now.Sub(last), g.cfg.SegmentDuration)
+	case hint.Step > 0:
+		req = min(hint.Step, g.cfg.MaxStep)
+	}
+	// The demand raises the step at once to what outlasts the next load, rather than doubling
+	// towards it one load at a time (each too short to hide the following load). Only with a
+	// size to start from: a first load with nothing remembered leases the stored step.
+	if d := demandStep(rate, took, g.cfg.PreloadRatio, g.cfg.MaxStep); req > 0 && d > req {
+		req = d
 	}
 	started := now
 	a, err := allocate(ctx, g.store, b.tag, req, mark)
@@ -190,7 +222,13 @@ func (g *Generator) fetch(ctx context.Context, b *buffer) (*seg, error) {
 			Detail: fmt.Sprintf("store leased [%d, %d) below the mark %d of ranges already granted", start, end, mark)}
 	}
 	// Durable before publication: after a crash the restarted instance refuses this range.
-	if err := g.marks.Raise(b.tag, end); err != nil {
+	loadTook := g.cfg.Clock.Now().Sub(started)
+	if hm, ok := g.marks.(HintMarks); ok {
+		err = hm.RaiseHint(b.tag, end, Hint{Step: size, Rate: rate, Load: loadTook})
+	} else {
+		err = g.marks.Raise(b.tag, end)
+	}
+	if err != nil {
 		return nil, fmt.Errorf("raise mark to %d: %w", end, err)
 	}
 	gd.mark = end
@@ -207,10 +245,14 @@ func (g *Generator) fetch(ctx context.Context, b *buffer) (*seg, error) {
 	b.minStep = a.Step
 	b.lastRefill = now
 	b.initOK = true
+	b.rate = rate
+	b.loadTook = max(loadTook, 0)
 	b.mu.Unlock()
 	g.log.Debug("segment: loaded", zap.String("tag", b.tag), zap.Int64("start", start), zap.Int64("end", end),
-		zap.Int64("step", size), zap.Duration("took", g.cfg.Clock.Now().Sub(started)))
-	return newSeg(start, end, g.cfg.PreloadRatio), nil
+		zap.Int64("step", size), zap.Int64("rate", rate), zap.Duration("took", loadTook))
+	// When the demand would use up the segment's part after the ratio threshold in less than
+	// twice a load, its preload starts earlier (preload timing only, one load per segment).
+	return newSegLead(start, end, g.cfg.PreloadRatio, demandLead(rate, max(loadTook, took), g.cfg.MaxStep)), nil
 }
 
 // finish ends a load (or a rejected submission): publishes s as the next segment, or records

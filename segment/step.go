@@ -22,3 +22,44 @@ func nextStep(step, minStep, maxStep int64, since, target time.Duration) int64 {
 	}
 	return step
 }
+
+// demandStep is the least step that lets a segment outlast the load that follows it at the
+// observed demand: the segment's part left after the preload threshold (1 - ratio) must cover
+// twice the latest load's duration at rate IDs per second. 0 when the demand or the load time
+// is unknown; at most maxStep. It only ever raises the dynamic step (see fetch).
+func demandStep(rate int64, load time.Duration, ratio float64, maxStep int64) int64 {
+	if rate <= 0 || load <= 0 {
+		return 0
+	}
+	d := float64(rate) * 2 * load.Seconds() / (1 - ratio)
+	if d >= float64(maxStep) {
+		return maxStep
+	}
+	return int64(d)
+}
+
+// demandLead is how many IDs should be left in a segment when the next load starts: the
+// demand during twice the latest load. 0 when unknown.
+func demandLead(rate int64, load time.Duration, maxStep int64) int64 {
+	if rate <= 0 || load <= 0 {
+		return 0
+	}
+	d := float64(rate) * 2 * load.Seconds()
+	if d >= float64(maxStep) {
+		return maxStep
+	}
+	return int64(d)
+}
+
+// demandRate is the demand measured on the current segment: the IDs taken from it since it
+// became current, per second. 0 when it cannot be told (no segment, no time elapsed).
+func demandRate(used int64, elapsed time.Duration) int64 {
+	if used <= 0 || elapsed <= 0 {
+		return 0
+	}
+	r := float64(used) / elapsed.Seconds()
+	if r >= float64(maxRangeEnd) {
+		return maxRangeEnd
+	}
+	return int64(r)
+}

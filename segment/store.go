@@ -41,6 +41,27 @@ type Marks interface {
 	Raise(tag string, end int64) error
 }
 
+// Hint is what a tag's latest load leaves for the tag's next life in this instance (after a
+// restart): the size of the segment it leased (the dynamic step), the demand observed when it
+// started (IDs per second, 0 when unknown) and how long it took. The first load after a
+// restart leases the remembered step and sizes itself from the remembered demand, instead of
+// starting again from the stored step. A hint only ever sizes the range leased from the store
+// (one atomic max_id += step): it has no part in uniqueness.
+type Hint struct {
+	Step int64
+	Rate int64         // IDs per second
+	Load time.Duration // duration of the load (Marks read, lease [, create], mark raise excluded)
+}
+
+// HintMarks is implemented by Marks that keep a Hint per tag beside the mark (*MarkFile,
+// *BoltStore, in the same bbolt file): RaiseHint raises the mark exactly as Raise does and
+// records h in the same durable commit; Hint returns the zero Hint when none is recorded.
+type HintMarks interface {
+	Marks
+	RaiseHint(tag string, end int64, h Hint) error
+	Hint(tag string) (Hint, error)
+}
+
 // Mark is one durable mark: End is the highest range end ever granted for Tag.
 type Mark struct {
 	Tag string

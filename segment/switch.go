@@ -34,6 +34,7 @@ func (g *Generator) advance(b *buffer, s *seg, w *waiter, doSwitch bool) (*seg, 
 				}
 				b.cur.Store(nx)
 				b.next = nil
+				b.since = g.cfg.Clock.Now()
 				b.setFlagsLocked()
 			}
 			b.mu.Unlock()
@@ -41,10 +42,18 @@ func (g *Generator) advance(b *buffer, s *seg, w *waiter, doSwitch bool) (*seg, 
 			return nx, nil
 		}
 		if b.loading {
-			done := b.done
+			done, first := b.done, !b.initOK
 			b.mu.Unlock()
 			if w.deadline == nil {
-				w.deadline = g.cfg.Clock.After(g.cfg.WaitTimeout)
+				// The first load of a tag (its auto-creation, a restart's first lease, through a
+				// far database) may take longer than WaitTimeout, and nothing could have been
+				// preloaded before it: its waiters wait for its outcome, up to LoadTimeout (the
+				// bound of the load itself) plus WaitTimeout (for a loader to take it up).
+				wait := g.cfg.WaitTimeout
+				if first {
+					wait += g.cfg.LoadTimeout
+				}
+				w.deadline = g.cfg.Clock.After(wait)
 			}
 			if !w.counted {
 				w.counted = true

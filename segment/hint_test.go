@@ -1,0 +1,235 @@
+package segment
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/leafd/leafd/internal/clock"
+)
+
+// hintMarks is fakeMarks with hints (HintMarks).
+type hintMarks struct {
+	*fakeMarks
+	hmu   sync.Mutex
+	hints map[string]Hint
+}
+
+func newHintMarks() *hintMarks {
+	return &hintMarks{fakeMarks: newFakeMarks(), hints: map[string]Hint{}}
+}
+
+func (h *hintMarks) RaiseHint(tag string, end int64, hint Hint) error {
+	if err := h.Raise(tag, end); err != nil {
+		return err
+	}
+	h.hmu.Lock()
+	defer h.hmu.Unlock()
+	h.hints[tag] = hint
+	return nil
+}
+
+func (h *hintMarks) Hint(tag string) (Hint, error) {
+	h.hmu.Lock()
+	defer h.hmu.Unlock()
+	return h.hints[tag], nil
+}
+
+// farStore advances the fake clock by d inside every Allocate: a store that far away, in the
+// generator's time.
+type farStore struct {
+	*fakeStore
+	clk *clock.Fake
+	d   time.Duration
+}
+
+func (s farStore) Allocate(ctx context.Context, tag string, step int64) (Alloc, error) {
+	s.clk.Add(s.d)
+	return s.fakeStore.Allocate(ctx, tag, step)
+}
+
+// TestRememberedStepAfterRestart: the step a tag grew to is recorded beside its mark at each
+// load, and the first load of the next Generator on the same marks (a restart) leases it
+// instead of the stored step. Fails when the hint is not written or not used.
+func TestRememberedStepAfterRestart(t *testing.T) {
+	clk := newFakeClock()
+	st := newFakeStore(map[string]int64{"t": 1000})
+	mk := newHintMarks()
+	cfg := testConfig(clk)
+	cfg.NoWarmStart = true
+	g1 := newTestGen(t, cfg, st, mk)
+	mustNext(t, g1, "t") // first load: the stored step, 1000
+	for range 3 {        // each segment lasts 1s < SegmentDuration: the step doubles
+		clk.Add(time.Second)
+		if err := forceLoad(t, g1, "t"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := st.stepsSeen(); len(got) != 4 || got[3] != 8000 {
+		t.Fatalf("steps of the first life: got %v, want [1000 2000 4000 8000]", got)
+	}
+	if h, _ := mk.Hint("t"); h.Step != 8000 {
+		t.Fatalf("remembered step: got %+v, want 8000", h)
+	}
+	g1.Close()
+
+	g2 := newTestGen(t, cfg, st, mk) // the restart
+	mustNext(t, g2, "t")
+	if got := st.stepsSeen(); got[4] != 8000 {
+		t.Fatalf("first lease after the restart: got step %d, want the remembered 8000 (all: %v)", got[4], got)
+	}
+}
+
+// TestRememberedStepCapped: a remembered step above MaxStep (the flag was lowered since) is
+// leased at MaxStep.
+func TestRememberedStepCapped(t *testing.T) {
+	clk := newFakeClock()
+	st := newFakeStore(map[string]int64{"t": 1000})
+	mk := newHintMarks()
+	mk.hints["t"] = Hint{Step: 1 << 30}
+	cfg := testConfig(clk)
+	cfg.MaxStep = 50_000
+	g := newTestGen(t, cfg, st, mk)
+	mustNext(t, g, "t")
+	if got := st.stepsSeen(); got[0] != 50_000 {
+		t.Fatalf("first lease: got step %d, want MaxStep 50000", got[0])
+	}
+}
+
+// TestDemandSizedLoad: a new tag (nothing remembered) under load through a slow store: the
+// first load leases the stored step, and the second is sized from the demand measured on the
+// first segment and the first load's duration, not by doubling. Fails when the demand is
+// ignored.
+func TestDemandSizedLoad(t *testing.T) {
+	clk := newFakeClock()
+	fs := newFakeStore(map[string]int64{"t": 1000})
+	st := farStore{fakeStore: fs, clk: clk, d: 300 * time.Millisecond}
+	mk := newHintMarks()
+	cfg := testConfig(clk)
+	cfg.NoWarmStart = true
+	g := newTestGen(t, cfg, st, mk)
+	mustNext(t, g, "t") // the first load: 1000, took 300ms of fake time
+	// 100 IDs in 1ms: 100k IDs/s. The 101st take passes the preload threshold (10%).
+	for i := 0; i < 99; i++ {
+		mustNext(t, g, "t")
+		if i%10 == 0 {
+			clk.Add(100 * time.Microsecond)
+		}
+	}
+	mustNext(t, g, "t")
+	waitFor(t, "the second load", func() bool { return len(fs.stepsSeen()) == 2 })
+	waitIdle(t, g, "t")
+	got := fs.stepsSeen()
+	// 100k/s × 2 × 300ms / 0.9 ≈ 66 667 (doubling alone would ask 2000).
+	if got[0] != 1000 || got[1] < 50_000 || got[1] > 100_000 {
+		t.Fatalf("steps: got %v, want [1000, ≈66 667]", got)
+	}
+	if h, _ := mk.Hint("t"); h.Step != got[1] || h.Rate < 50_000 || h.Load != 300*time.Millisecond {
+		t.Fatalf("recorded hint: got %+v, want step %d, rate ≈ 100k/s, load 300ms", h, got[1])
+	}
+}
+
+// TestDemandLeadStartsPreloadEarly: when the demand would use a segment up in less than two
+// loads after its ratio threshold, the preload of the next segment starts at once.
+func TestDemandLeadStartsPreloadEarly(t *testing.T) {
+	clk := newFakeClock()
+	fs := newFakeStore(map[string]int64{"t": 1000})
+	st := farStore{fakeStore: fs, clk: clk, d: 300 * time.Millisecond}
+	mk := newHintMarks()
+	mk.hints["t"] = Hint{Step: 10_000, Rate: 100_000, Load: 300 * time.Millisecond}
+	cfg := testConfig(clk)
+	cfg.NoWarmStart = true
+	cfg.MaxStep = 10_000 // the demand asks 66 667; the cap holds the step at 10 000 (0.1s)
+	g := newTestGen(t, cfg, st, mk)
+	mustNext(t, g, "t")
+	mustNext(t, g, "t") // the first take after the switch is past the (early) threshold
+	waitFor(t, "the preload", func() bool { return len(fs.stepsSeen()) == 2 })
+	if got := fs.stepsSeen(); got[0] != 10_000 || got[1] != 10_000 {
+		t.Fatalf("steps: got %v, want [10000 10000]", got)
+	}
+}
+
+// TestFirstLoadWaitBound: the waiters of a tag's first load wait for it beyond WaitTimeout
+// (up to LoadTimeout more); those of a later load do not.
+func TestFirstLoadWaitBound(t *testing.T) {
+	clk := newFakeClock()
+	st := newFakeStore(map[string]int64{"t": 5})
+	st.latency = 300 * time.Millisecond // real time
+	cfg := testConfig(clk)
+	cfg.NoWarmStart = true
+	cfg.WaitTimeout = 20 * time.Millisecond
+	cfg.LoadTimeout = 20 * time.Second
+	g := newTestGen(t, cfg, st, newHintMarks())
+	if _, err := g.Next("t"); err != nil {
+		t.Fatalf("first request, waiting for the first load (300ms, WaitTimeout 20ms): %v", err)
+	}
+	// Use the segment up while the next load blocks: the wait is WaitTimeout again.
+	block := make(chan struct{})
+	st.set(func(s *fakeStore) { s.block = block; s.latency = 0 })
+	defer close(block)
+	var err error
+	for range 10 {
+		if _, err = g.Next("t"); err != nil {
+			break
+		}
+	}
+	if !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("a later load that does not end: got %v, want ErrUnavailable after WaitTimeout", err)
+	}
+}
+
+// TestMarkFileHints: hints are stored beside the marks, in the same commit, and survive a
+// reopen; RaiseHint never lowers a mark.
+func TestMarkFileHints(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "marks.db")
+	m, err := OpenMarkFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h, err := m.Hint("a"); err != nil || h != (Hint{}) {
+		t.Fatalf("no hint: got %+v, %v", h, err)
+	}
+	want := Hint{Step: 64000, Rate: 123456, Load: 310 * time.Millisecond}
+	if err := m.RaiseHint("a", 5000, want); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.RaiseHint("a", 4000, Hint{Step: 1}); err != nil { // a lower end: mark kept
+		t.Fatal(err)
+	}
+	if end, _ := m.Mark("a"); end != 5000 {
+		t.Fatalf("RaiseHint with a lower end moved the mark to %d, want it kept at 5000", end)
+	}
+	if err := m.RaiseHint("a", 9000, want); err != nil {
+		t.Fatal(err)
+	}
+	m.Close()
+	m, err = OpenMarkFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if end, _ := m.Mark("a"); end != 9000 {
+		t.Fatalf("mark: got %d, want 9000", end)
+	}
+	if h, _ := m.Hint("a"); h != want {
+		t.Fatalf("hint after reopen: got %+v, want %+v", h, want)
+	}
+	// The embedded store's file keeps them too.
+	bs, err := OpenBolt(filepath.Join(t.TempDir(), "leafd.db"), BoltOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bs.Close()
+	if err := bs.RaiseHint("b", 10, want); err != nil {
+		t.Fatal(err)
+	}
+	if h, _ := bs.Hint("b"); h != want {
+		t.Fatalf("BoltStore hint: got %+v, want %+v", h, want)
+	}
+	if end, _ := bs.Mark("b"); end != 10 {
+		t.Fatalf("BoltStore mark: got %d, want 10", end)
+	}
+}
