@@ -233,3 +233,28 @@ func TestMarkFileHints(t *testing.T) {
 		t.Fatalf("BoltStore mark: got %d, want 10", end)
 	}
 }
+
+// TestWaitBoundFollowsLoadTime: a request waits for a running load at least WaitTimeout, at
+// least twice the tag's latest load time, at most WaitTimeout + LoadTimeout; for the tag's
+// first load, the most.
+func TestWaitBoundFollowsLoadTime(t *testing.T) {
+	cfg := testConfig(newFakeClock())
+	cfg.WaitTimeout, cfg.LoadTimeout = 500*time.Millisecond, 3*time.Second
+	g := newTestGen(t, cfg, newFakeStore(nil), newFakeMarks())
+	for _, tt := range []struct {
+		initOK bool
+		took   time.Duration
+		want   time.Duration
+	}{
+		{false, 0, 3500 * time.Millisecond},
+		{true, 0, 500 * time.Millisecond},
+		{true, 100 * time.Millisecond, 500 * time.Millisecond},
+		{true, time.Second, 2 * time.Second},
+		{true, 10 * time.Second, 3500 * time.Millisecond},
+	} {
+		b := &buffer{initOK: tt.initOK, loadTook: tt.took}
+		if got := g.waitBoundLocked(b); got != tt.want {
+			t.Errorf("initOK %v, latest load %v: got wait %v, want %v", tt.initOK, tt.took, got, tt.want)
+		}
+	}
+}

@@ -42,17 +42,9 @@ func (g *Generator) advance(b *buffer, s *seg, w *waiter, doSwitch bool) (*seg, 
 			return nx, nil
 		}
 		if b.loading {
-			done, first := b.done, !b.initOK
+			done, wait := b.done, g.waitBoundLocked(b)
 			b.mu.Unlock()
 			if w.deadline == nil {
-				// The first load of a tag (its auto-creation, a restart's first lease, through a
-				// far database) may take longer than WaitTimeout, and nothing could have been
-				// preloaded before it: its waiters wait for its outcome, up to LoadTimeout (the
-				// bound of the load itself) plus WaitTimeout (for a loader to take it up).
-				wait := g.cfg.WaitTimeout
-				if first {
-					wait += g.cfg.LoadTimeout
-				}
 				w.deadline = g.cfg.Clock.After(wait)
 			}
 			if !w.counted {
@@ -118,4 +110,21 @@ func (g *Generator) requestError(tag string, err error, what string) error {
 		what += "; last load: " + err.Error()
 	}
 	return &TagError{Tag: strings.Clone(tag), Err: ErrUnavailable, Detail: what}
+}
+
+// waitBoundLocked is how long a request waits for b's running load (b.mu held).
+//
+// WaitTimeout, except when the loads of the tag are known to take longer: a load is slow, not
+// stuck, while it takes no more than twice the tag's latest load (in this process, or
+// remembered from before a restart), so the wait is at least that, within WaitTimeout +
+// LoadTimeout. The first load of a tag (its auto-creation, the first lease after a restart)
+// has nothing preloaded before it and, through a far database, takes many round trips: its
+// waiters wait for its outcome, up to WaitTimeout + LoadTimeout (the load itself ends at
+// LoadTimeout; WaitTimeout covers the wait for a free loader).
+func (g *Generator) waitBoundLocked(b *buffer) time.Duration {
+	limit := g.cfg.WaitTimeout + g.cfg.LoadTimeout
+	if !b.initOK {
+		return limit
+	}
+	return min(max(g.cfg.WaitTimeout, 2*b.loadTook), limit)
 }
