@@ -197,9 +197,15 @@ def main(argv):
 
     refill_table(out, runs)
 
-    pair_table(runs, "Cores: leafd GOMAXPROCS 2 against GOMAXPROCS 1 (unpinned, client unpinned)", [
-        ("INCR", "cores2-incr", "cores1-incr"),
-        ("INCR -P 16", "cores2-incr-p16", "cores1-incr-p16"),
+    pair_table(runs, "Cores: leafd against redis-server placed the same way (GOMAXPROCS 1: server pinned, client on the other core; GOMAXPROCS 2: both unpinned)", [
+        ("INCR, GOMAXPROCS 1", "cores1-leafd-incr", "cores1-redis-incr"),
+        ("INCR -P 16, GOMAXPROCS 1", "cores1-leafd-incr-p16", "cores1-redis-incr-p16"),
+        ("INCR, GOMAXPROCS 2", "cores2-leafd-incr", "cores2-redis-incr"),
+        ("INCR -P 16, GOMAXPROCS 2", "cores2-leafd-incr-p16", "cores2-redis-incr-p16"),
+    ], "redis")
+    pair_table(runs, "Cores: leafd GOMAXPROCS 2 (unpinned) against GOMAXPROCS 1 (pinned)", [
+        ("INCR", "cores2-leafd-incr", "cores1-leafd-incr"),
+        ("INCR -P 16", "cores2-leafd-incr-p16", "cores1-leafd-incr-p16"),
     ], "GOMAXPROCS 1")
     return 0
 
