@@ -18,7 +18,7 @@ type Config struct {
 	// ready; then it fails with ErrUnavailable. Default 500ms. The waiters of a tag's first
 	// load in this Generator (nothing could be preloaded before it: a new tag's creation, the
 	// first lease after a restart) wait up to WaitTimeout + LoadTimeout for it, and those of a
-	// later load at least twice the tag's latest load time, within the same bound.
+	// later load at least twice the fastest of the tag's recent loads, within the same bound.
 	WaitTimeout time.Duration
 	// MaxLoaders is the number of concurrent loads across all tags (loader goroutines).
 	// Default 8.

@@ -235,26 +235,38 @@ func TestMarkFileHints(t *testing.T) {
 }
 
 // TestWaitBoundFollowsLoadTime: a request waits for a running load at least WaitTimeout, at
-// least twice the tag's latest load time, at most WaitTimeout + LoadTimeout; for the tag's
-// first load, the most.
+// least twice the fastest of the tag's recent successful loads, at most WaitTimeout +
+// LoadTimeout; for the tag's first load, the most.
 func TestWaitBoundFollowsLoadTime(t *testing.T) {
 	cfg := testConfig(newFakeClock())
 	cfg.WaitTimeout, cfg.LoadTimeout = 500*time.Millisecond, 3*time.Second
 	g := newTestGen(t, cfg, newFakeStore(nil), newFakeMarks())
+	ms := time.Millisecond
 	for _, tt := range []struct {
 		initOK bool
-		took   time.Duration
+		loads  []time.Duration // successful loads, oldest first; negative: a failed one
 		want   time.Duration
 	}{
-		{false, 0, 3500 * time.Millisecond},
-		{true, 0, 500 * time.Millisecond},
-		{true, 100 * time.Millisecond, 500 * time.Millisecond},
-		{true, time.Second, 2 * time.Second},
-		{true, 10 * time.Second, 3500 * time.Millisecond},
+		{false, nil, 3500 * ms},
+		{true, nil, 500 * ms},
+		{true, []time.Duration{100 * ms}, 500 * ms},
+		{true, []time.Duration{1000 * ms}, 2000 * ms},
+		{true, []time.Duration{1200 * ms, 1000 * ms, 1100 * ms}, 2000 * ms}, // the fastest
+		{true, []time.Duration{5 * ms, 5 * ms, 900 * ms}, 500 * ms},         // one slow commit
+		{true, []time.Duration{1000 * ms, -1, -1}, 2000 * ms},               // failures ignored
+		{true, []time.Duration{10000 * ms}, 3500 * ms},                      // capped
+		{true, []time.Duration{5 * ms, 1000 * ms, 1000 * ms, 1000 * ms, 1000 * ms, 1000 * ms, 1000 * ms, 1000 * ms, 1000 * ms}, 2000 * ms}, // the 5ms load aged out of the last 8
 	} {
-		b := &buffer{initOK: tt.initOK, loadTook: tt.took}
+		b := &buffer{initOK: tt.initOK}
+		for _, d := range tt.loads {
+			if d < 0 {
+				b.loads.add(LoadRecord{Duration: time.Millisecond, Error: "failed"})
+			} else {
+				b.loads.add(LoadRecord{Duration: d})
+			}
+		}
 		if got := g.waitBoundLocked(b); got != tt.want {
-			t.Errorf("initOK %v, latest load %v: got wait %v, want %v", tt.initOK, tt.took, got, tt.want)
+			t.Errorf("initOK %v, loads %v: got wait %v, want %v", tt.initOK, tt.loads, got, tt.want)
 		}
 	}
 }

@@ -115,16 +115,24 @@ func (g *Generator) requestError(tag string, err error, what string) error {
 // waitBoundLocked is how long a request waits for b's running load (b.mu held).
 //
 // WaitTimeout, except when the loads of the tag are known to take longer: a load is slow, not
-// stuck, while it takes no more than twice the tag's latest load (in this process, or
-// remembered from before a restart), so the wait is at least that, within WaitTimeout +
-// LoadTimeout. The first load of a tag (its auto-creation, the first lease after a restart)
-// has nothing preloaded before it and, through a far database, takes many round trips: its
-// waiters wait for its outcome, up to WaitTimeout + LoadTimeout (the load itself ends at
-// LoadTimeout; WaitTimeout covers the wait for a free loader).
+// stuck, while it takes no more than twice the fastest of the tag's recent successful loads
+// (the load log, in this process), so the wait is at least that, within WaitTimeout +
+// LoadTimeout. The fastest, not the latest: one slow commit of a near database does not
+// stretch the bound; a far database, where every load is slow, does. The first load of a tag
+// (its auto-creation, the first lease after a restart) has nothing preloaded before it and,
+// through a far database, takes many round trips: its waiters wait for its outcome, up to
+// WaitTimeout + LoadTimeout (the load itself ends at LoadTimeout; WaitTimeout covers the wait
+// for a free loader).
 func (g *Generator) waitBoundLocked(b *buffer) time.Duration {
 	limit := g.cfg.WaitTimeout + g.cfg.LoadTimeout
 	if !b.initOK {
 		return limit
 	}
-	return min(max(g.cfg.WaitTimeout, 2*b.loadTook), limit)
+	fastest := time.Duration(-1)
+	for i := range min(b.loads.n, loadLogSize) {
+		if r := b.loads.recs[i]; r.Error == "" && (fastest < 0 || r.Duration < fastest) {
+			fastest = r.Duration
+		}
+	}
+	return min(max(g.cfg.WaitTimeout, 2*fastest), limit)
 }

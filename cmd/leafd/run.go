@@ -203,13 +203,14 @@ func run(ctx context.Context, cfg Config, log *zap.Logger, ready func(net.Addr))
 }
 
 // newHTTPServer builds the admin server. Its timeouts bound slow clients; a request may wait
-// up to --wait-timeout for a segment, so the write timeout leaves room for that.
+// up to --wait-timeout + --load-timeout for a segment (a tag's first load, segment.Config),
+// so the write timeout leaves room for that.
 func newHTTPServer(cfg Config, h *handlers.Handler, log *zap.Logger) *http.Server {
 	return &http.Server{
 		Handler:           h.HTTPHandler(),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       10 * time.Second,
-		WriteTimeout:      max(10*time.Second, cfg.WaitTimeout+5*time.Second),
+		WriteTimeout:      max(10*time.Second, cfg.WaitTimeout+cfg.LoadTimeout+5*time.Second),
 		IdleTimeout:       time.Minute,
 		MaxHeaderBytes:    16 << 10,
 		ErrorLog:          zap.NewStdLog(log.Named("http")),
