@@ -20,8 +20,10 @@ unit:
 	$(GO) test -race ./...
 
 # Every figure of docs/BENCHMARKS.md's issue-10 section against redis-server, medians of
-# alternating runs as ratios, and the latency plot docs/bench-latency.png (about 6 minutes on an idle machine, far longer under load;
-# needs redis-server and two cores). bench-micro: the Go micro-benchmarks.
+# alternating runs as ratios, and the latency plot docs/bench-latency.png (about 15 minutes on
+# an idle machine; no section starts after LIMIT=2400 s, so at most about 70 minutes under
+# load; needs redis-server, mariadb-server for the refill section, and two cores).
+# bench-micro: the Go micro-benchmarks.
 bench:
 	bash bench/all.sh
 
