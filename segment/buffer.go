@@ -23,10 +23,9 @@ type seg struct {
 	threshold int64 // taking a value >= threshold means more than PreloadRatio is consumed
 }
 
-func newSeg(start, end int64, ratio float64) *seg { return newSegLead(start, end, ratio, 0) }
-
-// newSegLead is newSeg whose preload starts early enough that lead IDs are still left when
-// it starts (the demand during one load, with a margin), if ratio alone would start it later.
+// newSegLead returns the segment [start, end) whose preload starts once more than ratio of it
+// is consumed, or earlier, when lead IDs are left (the demand during two loads), if ratio
+// alone would start it later.
 func newSegLead(start, end int64, ratio float64, lead int64) *seg {
 	s := &seg{start: start, end: end}
 	// consumed after taking v is v-start+1; "more than ratio*size" <=> v >= start+floor(ratio*size).
