@@ -16,9 +16,12 @@
 # Environment: RUNS (5), N (200000 unpipelined requests), NP (2000000 requests at -P 16),
 #   CLIENTS (50), PIPELINE (16), SERVER_CPU (0), CLIENT_CPU (1), LEAFD (a leafd binary;
 #   built when unset), KEEP (a directory to keep the raw CSVs and logs in), VARIANTS (more
-#   leafd builds or settings run in the same alternation, INCR and INCR -P 16 only:
-#   space-separated name:binary[:ENV=VALUE], e.g.
-#   "noyield:/tmp/leafd-noyield gmp2:/tmp/leafd:GOMAXPROCS=2").
+#   leafd builds or settings run in the same alternation, INCR and INCR -P 16 only, or also
+#   the IDS.SNOWFLAKE tests with VARIANT_SNOWFLAKE=1: space-separated
+#   name:binary[:ENV=VALUE[:FLAGS]], FLAGS being extra leafd flags separated by commas, e.g.
+#   "noyield:/tmp/leafd-noyield gmp2:/tmp/leafd:GOMAXPROCS=2
+#    goroutine:/tmp/leafd::--server-model=goroutine"), LEAFD_FLAGS (extra flags of the main
+#   leafd, separated by commas).
 set -euo pipefail
 
 RUNS=${RUNS:-5}
@@ -118,8 +121,10 @@ start_server() { # name port run
 			--appendonly no --daemonize no >"$work/redis-$run.log" 2>&1 &
 		;;
 	leafd)
+		local flags=()
+		[[ -n "${LEAFD_XFLAGS:-}" ]] && IFS=, read -r -a flags <<<"$LEAFD_XFLAGS"
 		taskset -c "$SERVER_CPU" env ${LEAFD_ENV:-} "${LEAFD_BIN:-$LEAFD}" --data-dir "$work/leafd-data-$run" \
-			--addr "127.0.0.1:$port" --http-addr "" --log-level warn >"$work/leafd-$run.log" 2>&1 &
+			--addr "127.0.0.1:$port" --http-addr "" --log-level warn "${flags[@]}" >"$work/leafd-$run.log" 2>&1 &
 		;;
 	esac
 	server_pid=$!
@@ -151,7 +156,7 @@ run_server() { # name run
 		-c "$CLIENTS" -n "$NP" -P "$PIPELINE" -t incr -q >/dev/null
 	bench "$name" incr "$run" "$port" -n "$N" -t incr
 	bench "$name" incr_p "$run" "$port" -n "$NP" -P "$PIPELINE" -t incr
-	if [[ $name == leafd ]]; then
+	if [[ $name == leafd || ($name == v-* && -n "${VARIANT_SNOWFLAKE:-}") ]]; then
 		bench "$name" snowflake "$run" "$port" -n "$N" IDS.SNOWFLAKE
 		bench "$name" snowflake_p "$run" "$port" -n "$NP" -P "$PIPELINE" IDS.SNOWFLAKE
 	fi
@@ -165,10 +170,10 @@ echo "compare.sh: $RUNS runs each, -c $CLIENTS, -n $N unpipelined, -n $NP at -P 
 start=$SECONDS
 for run in $(seq "$RUNS"); do
 	run_server redis "$run"
-	run_server leafd "$run"
+	LEAFD_XFLAGS=${LEAFD_FLAGS:-} run_server leafd "$run"
 	for v in ${VARIANTS:-}; do
-		IFS=: read -r vname vbin venv <<<"$v"
-		LEAFD_BIN=$vbin LEAFD_ENV=$venv run_server "v-$vname" "$run"
+		IFS=: read -r vname vbin venv vflags <<<"$v"
+		LEAFD_BIN=$vbin LEAFD_ENV=$venv LEAFD_XFLAGS=$vflags run_server "v-$vname" "$run"
 	done
 	echo "  run $run/$RUNS done ($((SECONDS - start))s, load $(cut -d' ' -f1 /proc/loadavg))" >&2
 done
@@ -211,6 +216,7 @@ awk -v runs="$RUNS" '
 		for (k in seen) if (k ~ /^v-/) {
 			row("INCR [" substr(k, 3) "]", k " incr", "redis incr")
 			row("INCR -P '"$PIPELINE"' [" substr(k, 3) "]", k " incr_p", "redis incr_p")
+			if ((k " snowflake_p", 1) in val) row("IDS.SNOWFLAKE -P '"$PIPELINE"' [" substr(k, 3) "]", k " snowflake_p", "redis incr_p")
 		}
 	}' "$work/results"
 echo

@@ -42,6 +42,18 @@ type Conn struct {
 	out    []byte
 	parser *Parser
 	cmds   int64 // commands in the current batch, folded into server stats per batch
+
+	// Event-loop model only (loop_linux.go); fd is -1 on the goroutine model.
+	fd         int
+	lp         *loop
+	outOff     int          // bytes of out already written (a write cut short)
+	blockedAt  time.Time    // when the pending replies stopped moving (write timeout)
+	lastRead   time.Time    // idle timeout
+	events     uint32       // epoll interest registered
+	busy       bool         // a goroutine other than the loop owns the connection
+	closeNow   bool         // set by that goroutine: close when handed back
+	drainClose bool         // close once the pending replies are sent
+	cmdState   atomic.Int32 // cmdIdle, cmdOnLoop, cmdDeposed
 }
 
 // ID is the connection's unique id (CLIENT ID).
@@ -150,10 +162,6 @@ const (
 func (c *Conn) serve() {
 	cfg := &c.srv.cfg
 	defer c.nc.Close()
-	c.nextFlush = flushAt
-	if lim := cfg.MaxOutputBuffer; lim > 0 && lim < flushAt {
-		c.nextFlush = lim
-	}
 	for {
 		// One clock read per batch serves the deadlines and the idle bookkeeping.
 		c.now = c.srv.now()

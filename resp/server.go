@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,6 +28,24 @@ import (
 type Handler interface {
 	ServeRESP(c *Conn, args [][]byte)
 }
+
+// Blocker may be implemented by a Handler some of whose commands wait on purpose (a store
+// call, a pacing delay). On the event-loop model the server asks it before each command and
+// runs a command it answers true for on a goroutine of its own, so the other connections of
+// the loop go on; a command that blocks without saying so is caught by the loop's watchdog
+// after 10-20 ms (loop_linux.go). MayBlock must be cheap and must not keep args.
+type Blocker interface {
+	MayBlock(args [][]byte) bool
+}
+
+// Server models (Config.Model).
+const (
+	// ModelEventLoop serves plain-TCP connections on epoll event loops, one per GOMAXPROCS,
+	// each one goroutine (Linux; elsewhere, and for TLS, the goroutine model is used).
+	ModelEventLoop = "eventloop"
+	// ModelGoroutine serves each connection on a goroutine of its own with blocking I/O.
+	ModelGoroutine = "goroutine"
+)
 
 // HandlerFunc adapts a function to Handler.
 type HandlerFunc func(c *Conn, args [][]byte)
@@ -57,8 +76,11 @@ type Config struct {
 	Limits Limits
 	// RequirePass, when set, makes clients AUTH (or HELLO ... AUTH) before other commands.
 	RequirePass string
-	// TLS, when set, serves TLS instead of plain TCP.
+	// TLS, when set, serves TLS instead of plain TCP. TLS connections are always served on
+	// the goroutine model.
 	TLS *tls.Config
+	// Model is the server model: ModelEventLoop (the default) or ModelGoroutine.
+	Model string
 	// Now is the clock (default time.Now).
 	Now func() time.Time
 }
@@ -72,6 +94,7 @@ func DefaultConfig() Config {
 		MaxQueryBuffer:  4 << 20,
 		MaxOutputBuffer: 1 << 20,
 		Limits:          DefaultLimits(),
+		Model:           ModelEventLoop,
 		Now:             time.Now,
 	}
 }
@@ -103,6 +126,9 @@ func (c Config) withDefaults() Config {
 		c.MaxOutputBuffer = d.MaxOutputBuffer
 	}
 	c.Limits = c.Limits.withDefaults()
+	if c.Model == "" {
+		c.Model = d.Model
+	}
 	if c.Now == nil {
 		c.Now = d.Now
 	}
@@ -147,12 +173,19 @@ type Server struct {
 	// How often the connections push their read and write deadlines forward (rearmEvery).
 	readRearm, writeRearm time.Duration
 
+	// loops are the event loops (ModelEventLoop without TLS, on Linux); loopWG counts their
+	// goroutines, watchdogs and offloaded commands.
+	loops  []*loop
+	loopWG sync.WaitGroup
+
 	mu    sync.Mutex
 	ln    net.Listener
 	conns map[*Conn]struct{}
 	wg    sync.WaitGroup
 	done  chan struct{}
 	once  sync.Once
+
+	loopsOnce sync.Once
 }
 
 // NewServer returns a server that runs commands with h.
@@ -161,6 +194,9 @@ func NewServer(cfg Config, h Handler, log *zap.Logger) (*Server, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
+	if cfg.Model != ModelEventLoop && cfg.Model != ModelGoroutine {
+		return nil, fmt.Errorf("resp: unknown server model %q (want %s or %s)", cfg.Model, ModelEventLoop, ModelGoroutine)
+	}
 	return &Server{
 		cfg: cfg, handler: h, log: log, now: cfg.Now, started: cfg.Now(),
 		conns: make(map[*Conn]struct{}), done: make(chan struct{}),
@@ -203,6 +239,11 @@ func (s *Server) Serve() error {
 	s.mu.Unlock()
 	if ln == nil {
 		return errors.New("resp: Serve called before Listen")
+	}
+	if s.cfg.Model == ModelEventLoop && s.cfg.TLS == nil && loopsSupported {
+		if err := s.startLoops(runtime.GOMAXPROCS(0)); err != nil {
+			s.log.Warn("event loops not available; serving connections on goroutines", zap.Error(err))
+		}
 	}
 	var delay time.Duration
 	for {
@@ -251,13 +292,17 @@ func (s *Server) accept(nc net.Conn) {
 	}
 	now := s.now()
 	c := &Conn{
-		srv: s, nc: nc, id: s.nextID.Add(1), born: now,
+		srv: s, nc: nc, fd: -1, id: s.nextID.Add(1), born: now,
 		remote: nc.RemoteAddr().String(), local: nc.LocalAddr().String(),
 		proto: 2, authed: s.cfg.RequirePass == "",
 		buf: make([]byte, minReadBuf), out: make([]byte, 0, 4096),
 		parser: NewParser(s.cfg.Limits),
 	}
 	c.lastCmd.Store(now.UnixMilli())
+	c.nextFlush = flushAt
+	if lim := s.cfg.MaxOutputBuffer; lim > 0 && lim < flushAt {
+		c.nextFlush = lim
+	}
 	s.mu.Lock()
 	if s.closing.Load() {
 		s.mu.Unlock()
@@ -268,14 +313,11 @@ func (s *Server) accept(nc net.Conn) {
 	s.wg.Add(1)
 	s.mu.Unlock()
 	s.stats.connected.Add(1)
+	if len(s.loops) > 0 && s.adopt(c, nc) {
+		return
+	}
 	go func() {
-		defer s.wg.Done()
-		defer func() {
-			s.stats.connected.Add(-1)
-			s.mu.Lock()
-			delete(s.conns, c)
-			s.mu.Unlock()
-		}()
+		defer s.dropConn(c)
 		// A bug in a command must cost one connection, not the process (and every other
 		// client with it). The deferred recover is set up once per connection, not per command.
 		defer func() {
@@ -287,6 +329,15 @@ func (s *Server) accept(nc net.Conn) {
 		}()
 		c.serve()
 	}()
+}
+
+// dropConn forgets a closed connection.
+func (s *Server) dropConn(c *Conn) {
+	s.stats.connected.Add(-1)
+	s.mu.Lock()
+	delete(s.conns, c)
+	s.mu.Unlock()
+	s.wg.Done()
 }
 
 // maxRejecting bounds the connections over MaxClients that are answered at once (see reject);
@@ -336,13 +387,24 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		now := s.now()
 		for c := range s.conns {
 			// A connection blocked in Read returns at once; one running a command finishes
-			// it, flushes and then sees closing.
-			_ = c.nc.SetReadDeadline(now)
+			// it, flushes and then sees closing. (Event-loop connections have no net.Conn:
+			// their loop is woken below.)
+			if c.nc != nil {
+				_ = c.nc.SetReadDeadline(now)
+			}
 		}
 		s.mu.Unlock()
+		s.wakeLoops()
 	})
 	waited := make(chan struct{})
-	go func() { s.wg.Wait(); close(waited) }()
+	go func() {
+		s.wg.Wait()
+		// Every connection is closed, so every loop returns; then their descriptors go.
+		s.wakeLoops()
+		s.loopWG.Wait()
+		s.loopsOnce.Do(s.closeLoops)
+		close(waited)
+	}()
 	select {
 	case <-waited:
 		return nil
@@ -353,9 +415,12 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		s.killed.Store(true)
 		s.mu.Lock()
 		for c := range s.conns {
-			_ = c.nc.Close()
+			if c.nc != nil {
+				_ = c.nc.Close()
+			}
 		}
 		s.mu.Unlock()
+		s.wakeLoops()
 		<-waited
 		return ctx.Err()
 	}

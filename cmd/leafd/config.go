@@ -58,6 +58,7 @@ type Config struct {
 	MaxBatch       int
 	TLSCert        string
 	TLSKey         string
+	ServerModel    string
 
 	WaitTimeout     time.Duration
 	MaxLoaders      int
@@ -120,6 +121,7 @@ func flagSet(c *Config) *flag.FlagSet {
 	fs.IntVar(&c.MaxBatch, "max-batch", 1000, "largest count of IDS.SEGMENT and IDS.SNOWFLAKE")
 	fs.StringVar(&c.TLSCert, "tls-cert", "", "TLS certificate file (with --tls-key: serve RESP over TLS)")
 	fs.StringVar(&c.TLSKey, "tls-key", "", "TLS key file")
+	fs.StringVar(&c.ServerModel, "server-model", resp.ModelEventLoop, "how RESP connections are served: eventloop (epoll loops, one per GOMAXPROCS; TLS connections still get a goroutine each) or goroutine (a goroutine per connection)")
 
 	fs.DurationVar(&c.WaitTimeout, "wait-timeout", 500*time.Millisecond, "how long a request waits for a segment before UNAVAILABLE")
 	fs.IntVar(&c.MaxLoaders, "max-loaders", 8, "segment loads running at once, across all tags")
@@ -304,6 +306,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxClients < 1 || c.MaxBatch < 1 || c.MaxLoaders < 1 || c.MaxBulk < 1 || c.MaxQueryBuffer < 1 || c.HTTPMaxClients < 1 {
 		bad("--maxclients, --http-maxclients, --max-batch, --max-loaders, --max-bulk and --max-query-buffer must be positive")
+	}
+	if c.ServerModel != resp.ModelEventLoop && c.ServerModel != resp.ModelGoroutine {
+		bad("--server-model %q: must be %s or %s", c.ServerModel, resp.ModelEventLoop, resp.ModelGoroutine)
 	}
 	if c.MaxArgs < 3 {
 		bad("--max-args %d: must be at least 3 (AUTH user pass)", c.MaxArgs)

@@ -109,6 +109,7 @@ func run(ctx context.Context, cfg Config, log *zap.Logger, ready func(net.Addr))
 	}
 	rcfg.RequirePass = cfg.RequirePass
 	rcfg.TLS = tlsConfig
+	rcfg.Model = cfg.ServerModel
 	srv, err := resp.NewServer(rcfg, h, log.Named("resp"))
 	if err != nil {
 		return err

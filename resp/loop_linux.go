@@ -1,0 +1,664 @@
+//go:build linux
+
+package resp
+
+import (
+	"errors"
+	"net"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
+)
+
+// The event-loop model (ModelEventLoop): each loop is one goroutine that waits in epoll_wait
+// (level-triggered) on the sockets of its connections and, per ready socket, does one read,
+// runs every complete command in the buffer through the same parser and Handler as the
+// goroutine model, and writes the replies with one write. No goroutine per connection, no
+// netpoller hand-off, no deadlines: a request costs a read, a write and a share of an
+// epoll_wait, as in redis-server.
+//
+// What the goroutine model gets from blocking I/O is done here by hand:
+//   - backpressure: when a write is cut short (EAGAIN), the connection stops running commands
+//     and reading until its socket is writable and the pending bytes are sent; pending bytes
+//     never exceed nextFlush plus one reply, and one reply over MaxOutputBuffer closes it;
+//   - timeouts: a sweep (every rearmEvery of the timeout) closes connections idle for
+//     IdleTimeout and those whose pending replies did not move for WriteTimeout;
+//   - blocking commands: a command the Handler says may block (Blocker) runs on a goroutine
+//     of its own while the loop goes on; a command that blocks without saying so (a segment
+//     wait, say) is caught by the loop's watchdog, which hands the loop to a new goroutine
+//     after watchEvery..2*watchEvery, so the other connections of the loop stall at most that
+//     long; the old goroutine finishes the command and hands the connection back;
+//   - a panicking command closes its connection only.
+// TLS connections stay on the goroutine model (Listen with TLS never starts loops).
+
+const loopsSupported = true
+
+// watchEvery is the watchdog's period (see above).
+const watchEvery = 10 * time.Millisecond
+
+// lockLoopThread is a build-time switch for benchmarks, like readYield:
+// -ldflags '-X github.com/leafd/leafd/resp.lockLoopThread=off' leaves the loop goroutine
+// unlocked from its OS thread.
+var lockLoopThread = "on"
+
+type status uint8
+
+// Conn.cmdState: whether a command of the connection runs on the loop goroutine, and
+// whether the watchdog took the loop away from it.
+const (
+	cmdIdle int32 = iota
+	cmdOnLoop
+	cmdDeposed
+)
+
+const (
+	stOK      status = iota // the connection goes on (the loop updates its epoll interest)
+	stClose                 // close the connection now
+	stBusy                  // a goroutine other than the loop owns the connection
+	stDeposed               // the watchdog gave the loop to a new goroutine: return at once
+)
+
+type loop struct {
+	srv     *Server
+	blocker Blocker // the handler's Blocker, or nil
+	epfd    int
+	wakefd  int
+	// conns is owned by the goroutine running the loop.
+	conns     map[int]*Conn
+	lastSweep time.Time
+
+	mu       sync.Mutex
+	incoming []*Conn // accepted, not yet registered
+	returned []*Conn // handed back by offloaded commands and deposed loop goroutines
+	woken    atomic.Bool
+
+	// The watchdog reads these: the connection whose command is running on the loop
+	// goroutine, and a count of commands started.
+	inCmd atomic.Pointer[Conn]
+	seq   atomic.Uint64
+	stop  chan struct{}
+	// Deposed counts the watchdog's hand-offs (tests).
+	deposed atomic.Int64
+}
+
+func (s *Server) startLoops(n int) error {
+	if n < 1 {
+		n = 1
+	}
+	b, _ := s.handler.(Blocker)
+	for i := 0; i < n; i++ {
+		epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+		if err != nil {
+			s.closeLoops()
+			return err
+		}
+		wfd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
+		if err != nil {
+			_ = unix.Close(epfd)
+			s.closeLoops()
+			return err
+		}
+		ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(wfd)}
+		if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, wfd, &ev); err != nil {
+			_ = unix.Close(epfd)
+			_ = unix.Close(wfd)
+			s.closeLoops()
+			return err
+		}
+		lp := &loop{srv: s, blocker: b, epfd: epfd, wakefd: wfd, conns: make(map[int]*Conn),
+			stop: make(chan struct{}), lastSweep: s.now()}
+		s.loops = append(s.loops, lp)
+	}
+	for _, lp := range s.loops {
+		s.loopWG.Add(2)
+		go lp.run(nil)
+		go lp.watch()
+	}
+	return nil
+}
+
+// closeLoops releases the loops' descriptors: of loops that never ran, or (Shutdown) once
+// every loop goroutine, watchdog and offloaded command has returned, so no late wake-up
+// writes to a descriptor number reused since.
+func (s *Server) closeLoops() {
+	for _, lp := range s.loops {
+		_ = unix.Close(lp.epfd)
+		_ = unix.Close(lp.wakefd)
+	}
+	s.loops = nil
+}
+
+// wakeLoops makes every loop look at the server's state (Shutdown).
+func (s *Server) wakeLoops() {
+	for _, lp := range s.loops {
+		lp.wake()
+	}
+}
+
+func (lp *loop) wake() {
+	if lp.woken.Swap(true) {
+		return
+	}
+	var one = [8]byte{1}
+	_, _ = unix.Write(lp.wakefd, one[:])
+}
+
+// adopt takes an accepted TCP connection onto a loop: the socket is duplicated out of the Go
+// runtime's poller (the net.Conn is closed) and registered with the loop's epoll.
+func (s *Server) adopt(c *Conn, nc net.Conn) bool {
+	sc, ok := nc.(syscallConner)
+	if !ok {
+		return false
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	fd := -1
+	var derr error
+	if err := rc.Control(func(f uintptr) {
+		fd, derr = unix.FcntlInt(f, unix.F_DUPFD_CLOEXEC, 0)
+	}); err != nil || derr != nil {
+		return false
+	}
+	// The duplicate shares the socket (and its O_NONBLOCK); closing the net.Conn removes the
+	// original descriptor from the runtime's poller.
+	_ = nc.Close()
+	c.fd = fd
+	c.nc = nil
+	c.lastRead = c.born
+	lp := s.loops[int(uint64(c.id)%uint64(len(s.loops)))]
+	c.lp = lp
+	lp.mu.Lock()
+	lp.incoming = append(lp.incoming, c)
+	lp.mu.Unlock()
+	lp.wake()
+	return true
+}
+
+type syscallConner interface {
+	SyscallConn() (syscall.RawConn, error)
+}
+
+// run is the loop. busy, when set, is the connection whose command blocked the previous loop
+// goroutine (the watchdog started this one): it is left alone until handed back.
+func (lp *loop) run(busy *Conn) {
+	defer lp.srv.loopWG.Done()
+	if lockLoopThread != "off" {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+	}
+	if busy != nil {
+		busy.busy = true
+		lp.setEvents(busy, 0)
+	}
+	events := make([]unix.EpollEvent, 128)
+	for {
+		n, err := unix.EpollWait(lp.epfd, events, lp.waitMillis())
+		if err != nil && !errors.Is(err, unix.EINTR) {
+			lp.srv.log.Error("epoll_wait failed", zap.Error(err))
+			time.Sleep(10 * time.Millisecond)
+		}
+		now := lp.srv.now()
+		for i := 0; i < n; i++ {
+			fd := int(events[i].Fd)
+			if fd == lp.wakefd {
+				var b [8]byte
+				lp.woken.Store(false)
+				_, _ = unix.Read(lp.wakefd, b[:])
+				continue
+			}
+			c := lp.conns[fd]
+			if c == nil || c.busy {
+				continue
+			}
+			c.now = now
+			if lp.settle(c, lp.handle(c, events[i].Events)) {
+				return
+			}
+		}
+		if lp.housekeep(now) {
+			return
+		}
+	}
+}
+
+// waitMillis is epoll_wait's timeout: the sweep interval.
+func (lp *loop) waitMillis() int {
+	d := time.Second
+	cfg := &lp.srv.cfg
+	if cfg.IdleTimeout > 0 && lp.srv.readRearm < d {
+		d = lp.srv.readRearm
+	}
+	if cfg.WriteTimeout > 0 && lp.srv.writeRearm < d {
+		d = lp.srv.writeRearm
+	}
+	if ms := int(d / time.Millisecond); ms > 0 {
+		return ms
+	}
+	return 1
+}
+
+// settle applies a connection's status after the loop worked on it. It reports true when
+// the calling goroutine is no longer the loop (deposed) and must return.
+func (lp *loop) settle(c *Conn, st status) bool {
+	switch st {
+	case stDeposed:
+		return true
+	case stBusy:
+		lp.setEvents(c, 0)
+		return false
+	case stClose:
+		lp.closeConn(c)
+		return false
+	}
+	pending := c.stalled()
+	if !pending && (c.drainClose || lp.srv.closing.Load()) {
+		// Shutdown: the commands read so far have run and their replies are sent.
+		lp.closeConn(c)
+		return false
+	}
+	if pending {
+		lp.setEvents(c, unix.EPOLLOUT)
+	} else {
+		lp.setEvents(c, unix.EPOLLIN)
+	}
+	return false
+}
+
+func (lp *loop) setEvents(c *Conn, ev uint32) {
+	if c.events == ev {
+		return
+	}
+	e := unix.EpollEvent{Events: ev, Fd: int32(c.fd)}
+	if err := unix.EpollCtl(lp.epfd, unix.EPOLL_CTL_MOD, c.fd, &e); err == nil {
+		c.events = ev
+	}
+}
+
+// housekeep registers new connections, takes back handed-back ones, follows Shutdown and runs
+// the timeout sweep. It reports true when the goroutine must return (deposed, or the server
+// is closed and the loop has no connection left).
+func (lp *loop) housekeep(now time.Time) bool {
+	lp.mu.Lock()
+	inc, ret := lp.incoming, lp.returned
+	lp.incoming, lp.returned = nil, nil
+	lp.mu.Unlock()
+	for _, c := range inc {
+		c.events = unix.EPOLLIN
+		ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(c.fd)}
+		lp.conns[c.fd] = c
+		if err := unix.EpollCtl(lp.epfd, unix.EPOLL_CTL_ADD, c.fd, &ev); err != nil {
+			lp.srv.log.Warn("epoll_ctl add failed; connection closed", zap.Error(err))
+			lp.closeConn(c)
+		}
+	}
+	for i, c := range ret {
+		c.busy = false
+		c.cmdState.Store(cmdIdle)
+		c.events = 0
+		if c.closeNow || lp.srv.killed.Load() {
+			lp.closeConn(c)
+			continue
+		}
+		c.now = now
+		if lp.settle(c, lp.resume(c)) {
+			// Hand the ones not yet looked at to the new loop goroutine.
+			lp.mu.Lock()
+			lp.returned = append(lp.returned, ret[i+1:]...)
+			lp.mu.Unlock()
+			lp.wake()
+			return true
+		}
+	}
+	if lp.srv.closing.Load() {
+		killed := lp.srv.killed.Load()
+		for _, c := range lp.conns {
+			if c.busy {
+				continue
+			}
+			if killed || !c.stalled() {
+				lp.closeConn(c)
+			}
+		}
+		if len(lp.conns) == 0 {
+			lp.mu.Lock()
+			empty := len(lp.incoming) == 0 && len(lp.returned) == 0
+			lp.mu.Unlock()
+			if empty {
+				lp.stopOnce()
+				return true
+			}
+		}
+	}
+	if now.Sub(lp.lastSweep) >= time.Duration(lp.waitMillis())*time.Millisecond {
+		lp.lastSweep = now
+		lp.sweep(now)
+	}
+	return false
+}
+
+func (lp *loop) stopOnce() {
+	select {
+	case <-lp.stop:
+	default:
+		close(lp.stop)
+	}
+}
+
+// sweep closes idle connections and those that do not read their replies.
+func (lp *loop) sweep(now time.Time) {
+	cfg := &lp.srv.cfg
+	for _, c := range lp.conns {
+		if c.busy {
+			continue
+		}
+		if c.stalled() {
+			if cfg.WriteTimeout > 0 && now.Sub(c.blockedAt) > cfg.WriteTimeout {
+				lp.closeConn(c)
+			}
+			continue
+		}
+		if cfg.IdleTimeout > 0 && now.Sub(c.lastRead) > cfg.IdleTimeout {
+			lp.srv.log.Debug("closing idle client")
+			lp.closeConn(c)
+		}
+	}
+}
+
+func (lp *loop) closeConn(c *Conn) {
+	if _, ok := lp.conns[c.fd]; !ok {
+		return
+	}
+	delete(lp.conns, c.fd)
+	_ = unix.Close(c.fd)
+	lp.srv.dropConn(c)
+}
+
+// handle serves one readiness event of c.
+func (lp *loop) handle(c *Conn, ev uint32) (st status) {
+	defer lp.recoverCommand(c, &st)
+	if c.stalled() {
+		// Waiting to send: only a writable socket (or an error) moves it on.
+		if !c.writeOut() {
+			return stClose
+		}
+		if c.stalled() {
+			return stOK
+		}
+		if c.drainClose {
+			return stClose
+		}
+		return lp.process(c)
+	}
+	if ev&(unix.EPOLLIN|unix.EPOLLHUP|unix.EPOLLERR) == 0 {
+		return stOK
+	}
+	for {
+		n, err := unix.Read(c.fd, c.buf[c.w:])
+		if err != nil {
+			if errors.Is(err, unix.EINTR) {
+				continue
+			}
+			if errors.Is(err, unix.EAGAIN) {
+				return stOK
+			}
+			return stClose
+		}
+		if n == 0 {
+			return stClose
+		}
+		c.w += n
+		break
+	}
+	c.lastRead = c.now
+	return lp.process(c)
+}
+
+// resume carries on with a connection handed back: the commands left in its buffer.
+func (lp *loop) resume(c *Conn) (st status) {
+	defer lp.recoverCommand(c, &st)
+	if c.stalled() {
+		if !c.writeOut() {
+			return stClose
+		}
+		if c.stalled() {
+			return stOK
+		}
+	}
+	if c.drainClose {
+		return stClose
+	}
+	return lp.process(c)
+}
+
+// recoverCommand turns a panic in a command into the close of its connection only.
+func (lp *loop) recoverCommand(c *Conn, st *status) {
+	r := recover()
+	if r == nil {
+		return
+	}
+	lp.srv.log.Error("command panicked; connection closed", zap.Any("panic", r),
+		zap.String("client", c.remote), zap.Stack("stack"))
+	if c.cmdState.CompareAndSwap(cmdOnLoop, cmdIdle) || c.cmdState.Load() == cmdIdle {
+		*st = stClose
+		return
+	}
+	// The watchdog gave the loop away while the command ran: this goroutine owns only c.
+	c.closeNow = true
+	lp.handBack(c)
+	*st = stDeposed
+}
+
+func (lp *loop) handBack(c *Conn) {
+	lp.mu.Lock()
+	lp.returned = append(lp.returned, c)
+	lp.mu.Unlock()
+	lp.wake()
+}
+
+// process runs the complete commands in c's buffer, as Conn.serve does, and writes their
+// replies. It stops early while replies are waiting to be sent (backpressure).
+func (lp *loop) process(c *Conn) status {
+	srv := lp.srv
+	for c.r < c.w {
+		if srv.killed.Load() {
+			return stClose
+		}
+		if c.stalled() {
+			return stOK // resumes once the socket takes the pending replies
+		}
+		args, n, err := c.parser.Next(c.buf[c.r:c.w], c.authed)
+		if err != nil {
+			var pe *ProtocolError
+			if errors.As(err, &pe) {
+				srv.stats.protoErrors.Add(1)
+				c.WriteError(pe.Reply())
+			}
+			return c.finish()
+		}
+		if n == 0 {
+			break
+		}
+		c.r += n
+		if len(args) == 0 {
+			continue
+		}
+		c.cmds++
+		before := len(c.out)
+		c.replyStart = before
+		if lp.blocker != nil && lp.blocker.MayBlock(args) {
+			c.busy = true
+			srv.loopWG.Add(1)
+			go lp.offload(c, args, before)
+			return stBusy
+		}
+		// The watchdog's view: which connection runs a command, and that commands move on.
+		if lp.inCmd.Load() != c {
+			lp.inCmd.Store(c)
+		}
+		lp.seq.Add(1)
+		c.cmdState.Store(cmdOnLoop)
+		srv.handler.ServeRESP(c, args)
+		deposed := !c.cmdState.CompareAndSwap(cmdOnLoop, cmdIdle)
+		st := lp.afterCommand(c, before)
+		if deposed {
+			if st == stClose {
+				c.closeNow = true
+			}
+			lp.handBack(c)
+			return stDeposed
+		}
+		if st != stOK {
+			return st
+		}
+	}
+	return lp.endBatch(c)
+}
+
+// afterCommand is serve's per-command bookkeeping: the output limit, QUIT, and a write every
+// nextFlush bytes.
+func (lp *loop) afterCommand(c *Conn, before int) status {
+	srv := lp.srv
+	c.parser.Release()
+	if lim := srv.cfg.MaxOutputBuffer; lim > 0 && len(c.out)-before > lim {
+		srv.stats.outputLimit.Add(1)
+		srv.outputLog.log(srv.log, srv.now(), "client closed for overcoming of output buffer limits",
+			zap.String("client", c.remote), zap.Int("pending_bytes", len(c.out)),
+			zap.Int("limit", lim))
+		c.out = c.out[:before]
+		return c.finish()
+	}
+	if c.closing {
+		return c.finish()
+	}
+	if len(c.out)-c.outOff >= c.nextFlush {
+		if !c.writeOut() {
+			return stClose
+		}
+	}
+	return stOK
+}
+
+// endBatch writes the replies of the commands run, folds the counters and makes room for the
+// next read.
+func (lp *loop) endBatch(c *Conn) status {
+	srv := lp.srv
+	if len(c.out) > c.outOff && !c.writeOut() {
+		return stClose
+	}
+	if c.cmds > 0 {
+		srv.stats.commands.Add(c.cmds)
+		c.lastCmd.Store(c.now.UnixMilli())
+		c.cmds = 0
+	}
+	if !c.makeRoom() {
+		srv.stats.queryLimit.Add(1)
+		srv.stats.protoErrors.Add(1)
+		c.WriteError("ERR Protocol error: query buffer limit exceeded")
+		return c.finish()
+	}
+	return stOK
+}
+
+// finish sends what is pending, then closes: at once when the socket takes it all, else
+// once it does (or the write timeout passes).
+func (c *Conn) finish() status {
+	if !c.writeOut() || !c.stalled() {
+		return stClose
+	}
+	c.drainClose = true
+	return stOK
+}
+
+// offload runs a command that may block on a goroutine of its own, then hands the connection
+// back to the loop (which runs the rest of its buffer).
+func (lp *loop) offload(c *Conn, args [][]byte, before int) {
+	defer lp.srv.loopWG.Done()
+	st := stOK
+	func() {
+		defer func() {
+			if r := recover(); r != nil {
+				lp.srv.log.Error("command panicked; connection closed", zap.Any("panic", r),
+					zap.String("client", c.remote), zap.Stack("stack"))
+				st = stClose
+			}
+		}()
+		lp.srv.handler.ServeRESP(c, args)
+		st = lp.afterCommand(c, before)
+	}()
+	if st == stClose {
+		c.closeNow = true
+	}
+	lp.handBack(c)
+}
+
+// watch is the loop's watchdog: a command that has run for a whole period on the loop
+// goroutine gets the loop taken from under it (see the top of this file).
+func (lp *loop) watch() {
+	defer lp.srv.loopWG.Done()
+	t := time.NewTicker(watchEvery)
+	defer t.Stop()
+	var lastC *Conn
+	var lastSeq uint64
+	for {
+		select {
+		case <-lp.stop:
+			return
+		case <-t.C:
+		}
+		c, s := lp.inCmd.Load(), lp.seq.Load()
+		if c != nil && c == lastC && s == lastSeq && c.cmdState.CompareAndSwap(cmdOnLoop, cmdDeposed) {
+			lp.inCmd.CompareAndSwap(c, nil)
+			lp.deposed.Add(1)
+			lp.srv.loopWG.Add(1)
+			go lp.run(c)
+			c = nil
+		}
+		lastC, lastSeq = c, s
+	}
+}
+
+// stalled reports whether a write was cut short and replies wait for the socket: the
+// connection then neither reads nor runs commands (backpressure).
+func (c *Conn) stalled() bool { return !c.blockedAt.IsZero() }
+
+// writeOut writes the pending replies without blocking. It reports false when the client is
+// gone; bytes the socket does not take stay pending (c.outOff < len(c.out)).
+func (c *Conn) writeOut() bool {
+	for c.outOff < len(c.out) {
+		n, err := unix.Write(c.fd, c.out[c.outOff:])
+		if n > 0 {
+			c.outOff += n
+		}
+		if err != nil {
+			if errors.Is(err, unix.EINTR) {
+				continue
+			}
+			if errors.Is(err, unix.EAGAIN) {
+				if c.blockedAt.IsZero() {
+					// A fresh clock: the commands may have taken long (c.now is the
+					// batch's).
+					c.blockedAt = c.srv.now()
+				}
+				return true
+			}
+			return false
+		}
+		// Progress: the write timeout counts from the last write that moved.
+		c.blockedAt = time.Time{}
+	}
+	c.outOff = 0
+	c.blockedAt = time.Time{}
+	if cap(c.out) > shrinkOutCap {
+		c.out = make([]byte, 0, flushAt)
+	} else {
+		c.out = c.out[:0]
+	}
+	return true
+}

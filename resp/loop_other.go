@@ -1,0 +1,19 @@
+//go:build !linux
+
+package resp
+
+import (
+	"errors"
+	"net"
+)
+
+// Event loops need epoll: elsewhere every connection is served on the goroutine model.
+
+const loopsSupported = false
+
+type loop struct{}
+
+func (s *Server) startLoops(int) error       { return errors.New("resp: event loops need Linux") }
+func (s *Server) closeLoops()                {}
+func (s *Server) wakeLoops()                 {}
+func (s *Server) adopt(*Conn, net.Conn) bool { return false }
