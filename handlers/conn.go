@@ -389,3 +389,38 @@ func cmdTime(h *Handler, c *resp.Conn, args [][]byte) error {
 	c.WriteBulk(strconv.AppendInt(b[:0], int64(now.Nanosecond()/1000), 10))
 	return nil
 }
+
+// MayBlock tells the event-loop server (resp.Blocker) which commands wait on purpose and
+// must run off the loop: AUTH and HELLO (a failed authentication waits for its turn, up to a
+// second) and IDS.CREATE (a store call, up to --create-timeout). Anything else that happens
+// to wait (a segment load the request must wait for) is caught by the loop's watchdog.
+func (h *Handler) MayBlock(args [][]byte) bool {
+	name := args[0]
+	switch len(name) {
+	case 4:
+		return asciiEqualFold(name, "auth")
+	case 5:
+		return len(args) > 2 && asciiEqualFold(name, "hello")
+	case 10:
+		return asciiEqualFold(name, "ids.create")
+	}
+	return false
+}
+
+func asciiEqualFold(b []byte, lower string) bool {
+	if len(b) != len(lower) {
+		return false
+	}
+	for i := 0; i < len(b); i++ {
+		c := b[i]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		if c != lower[i] {
+			return false
+		}
+	}
+	return true
+}
+
+var _ resp.Blocker = (*Handler)(nil)

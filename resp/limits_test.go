@@ -94,40 +94,42 @@ func TestInlinePreAuthLimit(t *testing.T) {
 // TestOutputLimit: a reply larger than MaxOutputBuffer closes the client with nothing sent
 // and is counted; many small pipelined replies adding up to far more do not.
 func TestOutputLimit(t *testing.T) {
-	const limit = 4096
-	var srv atomic.Pointer[Server]
-	h := HandlerFunc(func(c *Conn, args [][]byte) {
-		switch string(args[0]) {
-		case "BIG":
-			c.WriteBulkString(strings.Repeat("x", limit+1))
-		default:
-			c.WriteBulkString(strings.Repeat("y", 100))
+	eachModel(t, func(t *testing.T, model string) {
+		const limit = 4096
+		var srv atomic.Pointer[Server]
+		h := HandlerFunc(func(c *Conn, args [][]byte) {
+			switch string(args[0]) {
+			case "BIG":
+				c.WriteBulkString(strings.Repeat("x", limit+1))
+			default:
+				c.WriteBulkString(strings.Repeat("y", 100))
+			}
+			srv.Store(c.Server())
+		})
+		addr := startTestServer(t, Config{MaxOutputBuffer: limit, Model: model}, h)
+		nc, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
 		}
-		srv.Store(c.Server())
+		defer nc.Close()
+		_ = nc.SetDeadline(time.Now().Add(10 * time.Second))
+		const small = 200 // 200 × 107 bytes: five times the limit, in one pipeline
+		fmt.Fprint(nc, strings.Repeat("SMALL\r\n", small))
+		r := bufio.NewReader(nc)
+		for i := 0; i < small; i++ {
+			if _, err := r.ReadString('\n'); err != nil {
+				t.Fatalf("small reply %d: %v", i, err)
+			}
+			if _, err := r.ReadString('\n'); err != nil {
+				t.Fatalf("small reply %d: %v", i, err)
+			}
+		}
+		fmt.Fprint(nc, "BIG\r\n")
+		if rest, err := io.ReadAll(r); err != nil || len(rest) != 0 {
+			t.Errorf("after an over-limit reply: got %d bytes, %v; want a closed connection", len(rest), err)
+		}
+		if got := srv.Load().Stats().OutputLimitClosed; got != 1 {
+			t.Errorf("OutputLimitClosed: got %d, want 1", got)
+		}
 	})
-	addr := startTestServer(t, Config{MaxOutputBuffer: limit}, h)
-	nc, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	_ = nc.SetDeadline(time.Now().Add(10 * time.Second))
-	const small = 200 // 200 × 107 bytes: five times the limit, in one pipeline
-	fmt.Fprint(nc, strings.Repeat("SMALL\r\n", small))
-	r := bufio.NewReader(nc)
-	for i := 0; i < small; i++ {
-		if _, err := r.ReadString('\n'); err != nil {
-			t.Fatalf("small reply %d: %v", i, err)
-		}
-		if _, err := r.ReadString('\n'); err != nil {
-			t.Fatalf("small reply %d: %v", i, err)
-		}
-	}
-	fmt.Fprint(nc, "BIG\r\n")
-	if rest, err := io.ReadAll(r); err != nil || len(rest) != 0 {
-		t.Errorf("after an over-limit reply: got %d bytes, %v; want a closed connection", len(rest), err)
-	}
-	if got := srv.Load().Stats().OutputLimitClosed; got != 1 {
-		t.Errorf("OutputLimitClosed: got %d, want 1", got)
-	}
 }

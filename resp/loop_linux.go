@@ -91,30 +91,42 @@ func (s *Server) startLoops(n int) error {
 		n = 1
 	}
 	b, _ := s.handler.(Blocker)
+	var loops []*loop
+	closeAll := func() {
+		for _, lp := range loops {
+			_ = unix.Close(lp.epfd)
+			_ = unix.Close(lp.wakefd)
+		}
+	}
 	for i := 0; i < n; i++ {
 		epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
 		if err != nil {
-			s.closeLoops()
+			closeAll()
 			return err
 		}
 		wfd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
 		if err != nil {
 			_ = unix.Close(epfd)
-			s.closeLoops()
-			return err
-		}
-		ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(wfd)}
-		if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, wfd, &ev); err != nil {
-			_ = unix.Close(epfd)
-			_ = unix.Close(wfd)
-			s.closeLoops()
+			closeAll()
 			return err
 		}
 		lp := &loop{srv: s, blocker: b, epfd: epfd, wakefd: wfd, conns: make(map[int]*Conn),
 			stop: make(chan struct{}), lastSweep: s.now()}
-		s.loops = append(s.loops, lp)
+		loops = append(loops, lp)
+		ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(wfd)}
+		if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, wfd, &ev); err != nil {
+			closeAll()
+			return err
+		}
 	}
-	for _, lp := range s.loops {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closing.Load() {
+		closeAll()
+		return nil
+	}
+	s.loops = loops
+	for _, lp := range loops {
 		s.loopWG.Add(2)
 		go lp.run(nil)
 		go lp.watch()
@@ -122,19 +134,29 @@ func (s *Server) startLoops(n int) error {
 	return nil
 }
 
-// closeLoops releases the loops' descriptors: of loops that never ran, or (Shutdown) once
-// every loop goroutine, watchdog and offloaded command has returned, so no late wake-up
-// writes to a descriptor number reused since.
+// closeLoops releases the loops' descriptors (Shutdown), once every loop goroutine, watchdog
+// and offloaded command has returned, so that no late wake-up writes to a descriptor number
+// reused since.
 func (s *Server) closeLoops() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.loopsClosed {
+		return
+	}
+	s.loopsClosed = true
 	for _, lp := range s.loops {
 		_ = unix.Close(lp.epfd)
 		_ = unix.Close(lp.wakefd)
 	}
-	s.loops = nil
 }
 
 // wakeLoops makes every loop look at the server's state (Shutdown).
 func (s *Server) wakeLoops() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.loopsClosed {
+		return
+	}
 	for _, lp := range s.loops {
 		lp.wake()
 	}

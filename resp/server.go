@@ -81,6 +81,8 @@ type Config struct {
 	TLS *tls.Config
 	// Model is the server model: ModelEventLoop (the default) or ModelGoroutine.
 	Model string
+	// Loops is the number of event loops (default GOMAXPROCS).
+	Loops int
 	// Now is the clock (default time.Now).
 	Now func() time.Time
 }
@@ -184,8 +186,8 @@ type Server struct {
 	wg    sync.WaitGroup
 	done  chan struct{}
 	once  sync.Once
-
-	loopsOnce sync.Once
+	// loopsClosed: the loops' descriptors are closed (under mu).
+	loopsClosed bool
 }
 
 // NewServer returns a server that runs commands with h.
@@ -241,7 +243,11 @@ func (s *Server) Serve() error {
 		return errors.New("resp: Serve called before Listen")
 	}
 	if s.cfg.Model == ModelEventLoop && s.cfg.TLS == nil && loopsSupported {
-		if err := s.startLoops(runtime.GOMAXPROCS(0)); err != nil {
+		n := s.cfg.Loops
+		if n <= 0 {
+			n = runtime.GOMAXPROCS(0)
+		}
+		if err := s.startLoops(n); err != nil {
 			s.log.Warn("event loops not available; serving connections on goroutines", zap.Error(err))
 		}
 	}
@@ -402,7 +408,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		// Every connection is closed, so every loop returns; then their descriptors go.
 		s.wakeLoops()
 		s.loopWG.Wait()
-		s.loopsOnce.Do(s.closeLoops)
+		s.closeLoops()
 		close(waited)
 	}()
 	select {
