@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
@@ -422,7 +423,7 @@ func (lp *loop) handle(c *Conn, ev uint32) (st status) {
 		return stOK
 	}
 	for {
-		n, err := unix.Read(c.fd, c.buf[c.w:])
+		n, err := rawRead(c.fd, c.buf[c.w:])
 		if err != nil {
 			if errors.Is(err, unix.EINTR) {
 				continue
@@ -654,7 +655,7 @@ func (c *Conn) stalled() bool { return !c.blockedAt.IsZero() }
 // gone; bytes the socket does not take stay pending (c.outOff < len(c.out)).
 func (c *Conn) writeOut() bool {
 	for c.outOff < len(c.out) {
-		n, err := unix.Write(c.fd, c.out[c.outOff:])
+		n, err := rawWrite(c.fd, c.out[c.outOff:])
 		if n > 0 {
 			c.outOff += n
 		}
@@ -683,4 +684,26 @@ func (c *Conn) writeOut() bool {
 		c.out = c.out[:0]
 	}
 	return true
+}
+
+// rawRead and rawWrite are read(2) and write(2) on a non-blocking socket without the
+// runtime's system-call bookkeeping (entersyscall/exitsyscall): they never block, so the
+// scheduler has nothing to hand off. p must not be empty.
+func rawRead(fd int, p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, syscall.EINVAL // makeRoom leaves room; never reached
+	}
+	n, _, e := syscall.RawSyscall(syscall.SYS_READ, uintptr(fd), uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
+	if e != 0 {
+		return 0, e
+	}
+	return int(n), nil
+}
+
+func rawWrite(fd int, p []byte) (int, error) {
+	n, _, e := syscall.RawSyscall(syscall.SYS_WRITE, uintptr(fd), uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
+	if e != 0 {
+		return 0, e
+	}
+	return int(n), nil
 }
