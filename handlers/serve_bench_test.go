@@ -69,11 +69,30 @@ func BenchmarkServeINCRRatio(b *testing.B) {
 	}
 }
 
+// BenchmarkServeModels is BenchmarkServeBareAtomic on each server model (resp.Config.Model):
+//
+//	go test -run '^$' -bench 'ServeModels' -cpu 1 ./handlers/
+func BenchmarkServeModels(b *testing.B) {
+	for _, m := range []string{resp.ModelGoroutine, resp.ModelEventLoop} {
+		for _, p := range []int{1, 16} {
+			b.Run(fmt.Sprintf("%s/P%d", m, p), func(b *testing.B) {
+				driveINCR(b, startBareModel(b, m), p)
+			})
+		}
+	}
+}
+
 // startBare starts a resp server whose handler answers every command with atomic.Int64.Add.
-func startBare(b *testing.B) string {
+func startBare(b *testing.B) string { return startBareModel(b, "") }
+
+func startBareModel(b *testing.B, model string) string {
 	b.Helper()
 	var n atomic.Int64
-	srv, err := resp.NewServer(resp.DefaultConfig(), resp.HandlerFunc(func(c *resp.Conn, args [][]byte) {
+	cfg := resp.DefaultConfig()
+	if model != "" {
+		cfg.Model = model
+	}
+	srv, err := resp.NewServer(cfg, resp.HandlerFunc(func(c *resp.Conn, args [][]byte) {
 		c.WriteInt(n.Add(1))
 	}), zap.NewNop())
 	if err != nil {
