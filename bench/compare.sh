@@ -21,7 +21,9 @@
 #   name:binary[:ENV=VALUE[:FLAGS]], FLAGS being extra leafd flags separated by commas, e.g.
 #   "noyield:/tmp/leafd-noyield gmp2:/tmp/leafd:GOMAXPROCS=2
 #    goroutine:/tmp/leafd::--server-model=goroutine"), LEAFD_FLAGS (extra flags of the main
-#   leafd, separated by commas).
+#   leafd, separated by commas), PERF (1: also count, with perf stat on the server process,
+#   its CPU time, context switches and system calls per request during each measured test;
+#   these counts depend far less on the machine's other load than req/s and p99 do).
 set -euo pipefail
 
 RUNS=${RUNS:-5}
@@ -136,13 +138,27 @@ start_server() { # name port run
 bench() {
 	local name=$1 test=$2 run=$3 port=$4
 	shift 4
-	local csv
+	local csv perf_pid="" pf="$work/perf-$name-$test-$run.txt" counts="- - -" nreq
+	if [[ -n "${PERF:-}" ]]; then
+		perf stat -x, -e task-clock,context-switches,raw_syscalls:sys_enter -p "$server_pid" -o "$pf" &
+		perf_pid=$!
+		sleep 0.2
+	fi
 	client timeout "$BENCH_TIMEOUT" taskset -c "$CLIENT_CPU" redis-benchmark -h 127.0.0.1 -p "$port" \
 		-c "$CLIENTS" --csv "$@" >"$work/$name-$test-$run.csv"
+	if [[ -n "$perf_pid" ]]; then
+		kill -INT "$perf_pid" 2>/dev/null || true
+		wait "$perf_pid" 2>/dev/null || true
+		nreq=$(printf '%s\n' "$@" | awk 'p { print; exit } $0 == "-n" { p = 1 }')
+		# task-clock in ms, counts; per request: CPU microseconds, switches, system calls.
+		counts=$(awk -F, -v n="$nreq" '
+			$3 == "task-clock" { cpu = $1 } $3 == "context-switches" { cs = $1 } $3 ~ /sys_enter/ { sc = $1 }
+			END { printf "%.3f %.4f %.3f", cpu * 1000 / n, cs / n, sc / n }' "$pf")
+	fi
 	csv=$(cat "$work/$name-$test-$run.csv")
 	# "test","rps","avg_latency_ms","min_latency_ms","p50_latency_ms","p95_latency_ms","p99_latency_ms","max_latency_ms"
-	echo "$csv" | awk -F, -v n="$name" -v t="$test" -v r="$run" '
-		NR == 2 { gsub(/"/, ""); printf "%s %s %s %s %s %s\n", n, t, r, $2, $5, $7 }' >>"$work/results"
+	echo "$csv" | awk -F, -v n="$name" -v t="$test" -v r="$run" -v c="$counts" '
+		NR == 2 { gsub(/"/, ""); printf "%s %s %s %s %s %s %s\n", n, t, r, $2, $5, $7, c }' >>"$work/results"
 }
 
 run_server() { # name run
@@ -179,7 +195,7 @@ for run in $(seq "$RUNS"); do
 done
 
 echo
-echo "raw (server test run req/s p50_ms p99_ms):"
+echo "raw (server test run req/s p50_ms p99_ms [cpu_us/req cs/req syscalls/req with PERF=1]):"
 sed 's/^/  /' "$work/results"
 echo
 # Rows: the leafd test and the redis test it is compared with.
@@ -198,7 +214,8 @@ awk -v runs="$RUNS" '
 		if (n == 0) return 0
 		return n % 2 ? v[(n+1)/2] : (v[n/2] + v[n/2+1]) / 2
 	}
-	{ seen[$1] = 1; k = $1 " " $2; val[k, $3] = 1; val[k, $3, "rps"] = $4; val[k, $3, "p50"] = $5; val[k, $3, "p99"] = $6 }
+	{ seen[$1] = 1; k = $1 " " $2; val[k, $3] = 1; val[k, $3, "rps"] = $4; val[k, $3, "p50"] = $5; val[k, $3, "p99"] = $6
+	  if ($7 != "" && $7 != "-") { perf = 1; val[k, $3, "cpu"] = $7; val[k, $3, "cs"] = $8; val[k, $3, "sc"] = $9; tests[k] = 1 } }
 	function row(label, lk, rk,    lr, rr, l50, r50, l99, r99) {
 		lr = median(lk, "rps"); rr = median(rk, "rps")
 		l50 = median(lk, "p50"); r50 = median(rk, "p50")
@@ -217,6 +234,11 @@ awk -v runs="$RUNS" '
 			row("INCR [" substr(k, 3) "]", k " incr", "redis incr")
 			row("INCR -P '"$PIPELINE"' [" substr(k, 3) "]", k " incr_p", "redis incr_p")
 			if ((k " snowflake_p", 1) in val) row("IDS.SNOWFLAKE -P '"$PIPELINE"' [" substr(k, 3) "]", k " snowflake_p", "redis incr_p")
+		}
+		if (perf) {
+			printf "\nper request, medians (perf stat on the server process): CPU us, context switches, system calls\n"
+			printf "%-34s %9s %9s %9s\n", "server test", "cpu_us", "cs", "syscalls"
+			for (k in tests) printf "%-34s %9.3f %9.4f %9.3f\n", k, median(k, "cpu"), median(k, "cs"), median(k, "sc")
 		}
 	}' "$work/results"
 echo

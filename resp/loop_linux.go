@@ -43,9 +43,16 @@ const loopsSupported = true
 const watchEvery = 10 * time.Millisecond
 
 // lockLoopThread is a build-time switch for benchmarks, like readYield:
-// -ldflags '-X github.com/leafd/leafd/resp.lockLoopThread=off' leaves the loop goroutine
-// unlocked from its OS thread.
-var lockLoopThread = "on"
+// -ldflags '-X github.com/leafd/leafd/resp.lockLoopThread=on' locks the loop goroutine to its
+// OS thread (as gnet can). Off by default: leafd has other goroutines (segment loads, the
+// snowflake lease, the watchdog), and a locked loop makes each of them cost a thread switch.
+var lockLoopThread = "off"
+
+// loopPoll is a build-time switch for benchmarks: "off" makes the loop block in epoll_wait at
+// once instead of polling first (see run).
+var loopPoll = "on"
+
+var pollFirst = loopPoll != "off"
 
 type status uint8
 
@@ -212,7 +219,7 @@ type syscallConner interface {
 // goroutine (the watchdog started this one): it is left alone until handed back.
 func (lp *loop) run(busy *Conn) {
 	defer lp.srv.loopWG.Done()
-	if lockLoopThread != "off" {
+	if lockLoopThread == "on" {
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
 	}
@@ -222,7 +229,18 @@ func (lp *loop) run(busy *Conn) {
 	}
 	events := make([]unix.EpollEvent, 128)
 	for {
-		n, err := unix.EpollWait(lp.epfd, events, lp.waitMillis())
+		// Poll first without the runtime's system-call bookkeeping: under load there is
+		// almost always a ready socket, and a thread that never sits in a blocking system
+		// call is never handed off by sysmon (each hand-off is a context switch on the one
+		// core). Only when nothing is ready does the loop let the other goroutines run and
+		// then block in epoll_wait as an ordinary system call.
+		n, err := rawEpollPoll(lp.epfd, events)
+		if n <= 0 && pollFirst {
+			runtime.Gosched()
+			n, err = unix.EpollWait(lp.epfd, events, lp.waitMillis())
+		} else if !pollFirst {
+			n, err = unix.EpollWait(lp.epfd, events, lp.waitMillis())
+		}
 		if err != nil && !errors.Is(err, unix.EINTR) {
 			lp.srv.log.Error("epoll_wait failed", zap.Error(err))
 			time.Sleep(10 * time.Millisecond)
@@ -684,6 +702,21 @@ func (c *Conn) writeOut() bool {
 		c.out = c.out[:0]
 	}
 	return true
+}
+
+// rawEpollPoll is epoll_wait with a zero timeout (epoll_pwait without a signal mask, which
+// every Linux architecture has), without the runtime's system-call bookkeeping: it never
+// blocks.
+func rawEpollPoll(epfd int, events []unix.EpollEvent) (int, error) {
+	if !pollFirst {
+		return 0, nil
+	}
+	n, _, e := syscall.RawSyscall6(unix.SYS_EPOLL_PWAIT, uintptr(epfd), uintptr(unsafe.Pointer(&events[0])),
+		uintptr(len(events)), 0, 0, 0)
+	if e != 0 {
+		return 0, e
+	}
+	return int(n), nil
 }
 
 // rawRead and rawWrite are read(2) and write(2) on a non-blocking socket without the
