@@ -299,8 +299,7 @@ func (lp *loop) settle(c *Conn, st status) bool {
 		return false
 	}
 	pending := c.stalled()
-	if !pending && (c.drainClose || lp.srv.closing.Load()) {
-		// Shutdown: the commands read so far have run and their replies are sent.
+	if !pending && c.drainClose {
 		lp.closeConn(c)
 		return false
 	}
@@ -358,6 +357,8 @@ func (lp *loop) housekeep(now time.Time) bool {
 		}
 	}
 	if lp.srv.closing.Load() {
+		// Shutdown: a connection whose commands read so far have run and whose replies are
+		// sent is closed (killed: every connection not running a command is).
 		killed := lp.srv.killed.Load()
 		for _, c := range lp.conns {
 			if c.busy {

@@ -232,6 +232,46 @@ func TestShutdownTimeoutStopsPipeline(t *testing.T) {
 	})
 }
 
+// TestShutdownTimeoutStopsShortCommands: the same with commands shorter than the event
+// loop's watchdog period, which stay on the loop goroutine: the loop itself must stop.
+func TestShutdownTimeoutStopsShortCommands(t *testing.T) {
+	eachModel(t, func(t *testing.T, model string) {
+		started := make(chan struct{}, 1)
+		srv, err := NewServer(Config{Model: model}, HandlerFunc(func(c *Conn, args [][]byte) {
+			select {
+			case started <- struct{}{}:
+			default:
+			}
+			time.Sleep(2 * time.Millisecond)
+			c.WriteSimple("OK")
+		}), zap.NewNop())
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr, err := srv.Listen("127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		go func() { _ = srv.Serve() }()
+		conn, err := net.Dial("tcp", addr.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		fmt.Fprint(conn, strings.Repeat("SLOW\r\n", 5000)) // 10 s of work
+		<-started
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		defer cancel()
+		start := time.Now()
+		if err := srv.Shutdown(ctx); !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("Shutdown: got %v, want deadline exceeded", err)
+		}
+		if d := time.Since(start); d > 3*time.Second {
+			t.Errorf("Shutdown took %v after its context ended at 200ms", d)
+		}
+	})
+}
+
 // TestSubSecondTimeouts: an idle timeout below the deadline re-arming interval (one second)
 // must still let an active client go on.
 func TestSubSecondTimeouts(t *testing.T) {
