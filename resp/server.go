@@ -40,11 +40,13 @@ type Blocker interface {
 
 // Server models (Config.Model).
 const (
-	// ModelEventLoop serves plain-TCP connections on epoll event loops, one per GOMAXPROCS,
-	// each one goroutine (Linux; elsewhere, and for TLS, the goroutine model is used).
-	ModelEventLoop = "eventloop"
-	// ModelGoroutine serves each connection on a goroutine of its own with blocking I/O.
+	// ModelGoroutine (the default) serves each connection on a goroutine of its own with
+	// blocking I/O.
 	ModelGoroutine = "goroutine"
+	// ModelEventLoop serves plain-TCP connections on epoll event loops, one per GOMAXPROCS,
+	// each one goroutine (Linux; elsewhere, and for TLS, the goroutine model is used). It
+	// did not beat the goroutine model in docs/BENCHMARKS.md's runs, so it is not the default.
+	ModelEventLoop = "eventloop"
 )
 
 // HandlerFunc adapts a function to Handler.
@@ -79,7 +81,7 @@ type Config struct {
 	// TLS, when set, serves TLS instead of plain TCP. TLS connections are always served on
 	// the goroutine model.
 	TLS *tls.Config
-	// Model is the server model: ModelEventLoop (the default) or ModelGoroutine.
+	// Model is the server model: ModelGoroutine (the default) or ModelEventLoop.
 	Model string
 	// Loops is the number of event loops (default GOMAXPROCS).
 	Loops int
@@ -96,7 +98,7 @@ func DefaultConfig() Config {
 		MaxQueryBuffer:  4 << 20,
 		MaxOutputBuffer: 1 << 20,
 		Limits:          DefaultLimits(),
-		Model:           ModelEventLoop,
+		Model:           ModelGoroutine,
 		Now:             time.Now,
 	}
 }
