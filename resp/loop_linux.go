@@ -5,6 +5,7 @@ package resp
 import (
 	"errors"
 	"net"
+	"os"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -54,6 +55,12 @@ var loopPoll = "on"
 
 var pollFirst = loopPoll != "off"
 
+// loopPark is a build-time switch for benchmarks: "off" makes an idle loop block its thread in
+// epoll_wait instead of parking in the Go runtime's poller (see park).
+var loopPark = "on"
+
+var parkInPoller = loopPark != "off"
+
 type status uint8
 
 // Conn.cmdState: whether a command of the connection runs on the loop goroutine, and
@@ -75,7 +82,16 @@ type loop struct {
 	srv     *Server
 	blocker Blocker // the handler's Blocker, or nil
 	epfd    int
-	wakefd  int
+	// epf holds epfd in the Go runtime's poller: an idle loop parks its goroutine there
+	// (see park) instead of blocking its thread in epoll_wait.
+	epf   *os.File
+	epraw syscall.RawConn
+	// park's state, used by the goroutine running the loop only.
+	parkFn     func(uintptr) bool
+	parkEvents []unix.EpollEvent
+	parkN      int
+	parkErr    error
+	wakefd     int
 	// conns is owned by the goroutine running the loop.
 	conns     map[int]*Conn
 	lastSweep time.Time
@@ -102,8 +118,7 @@ func (s *Server) startLoops(n int) error {
 	var loops []*loop
 	closeAll := func() {
 		for _, lp := range loops {
-			_ = unix.Close(lp.epfd)
-			_ = unix.Close(lp.wakefd)
+			lp.closeFDs()
 		}
 	}
 	for i := 0; i < n; i++ {
@@ -121,6 +136,17 @@ func (s *Server) startLoops(n int) error {
 		lp := &loop{srv: s, blocker: b, epfd: epfd, wakefd: wfd, conns: make(map[int]*Conn),
 			stop: make(chan struct{}), lastSweep: s.now()}
 		loops = append(loops, lp)
+		if parkInPoller {
+			if err := unix.SetNonblock(epfd, true); err != nil {
+				closeAll()
+				return err
+			}
+			lp.epf = os.NewFile(uintptr(epfd), "epoll")
+			if lp.epraw, err = lp.epf.SyscallConn(); err != nil {
+				closeAll()
+				return err
+			}
+		}
 		ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(wfd)}
 		if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, wfd, &ev); err != nil {
 			closeAll()
@@ -153,9 +179,17 @@ func (s *Server) closeLoops() {
 	}
 	s.loopsClosed = true
 	for _, lp := range s.loops {
-		_ = unix.Close(lp.epfd)
-		_ = unix.Close(lp.wakefd)
+		lp.closeFDs()
 	}
+}
+
+func (lp *loop) closeFDs() {
+	if lp.epf != nil {
+		_ = lp.epf.Close()
+	} else {
+		_ = unix.Close(lp.epfd)
+	}
+	_ = unix.Close(lp.wakefd)
 }
 
 // wakeLoops makes every loop look at the server's state (Shutdown).
@@ -234,12 +268,21 @@ func (lp *loop) run(busy *Conn) {
 		// call is never handed off by sysmon (each hand-off is a context switch on the one
 		// core). Only when nothing is ready does the loop let the other goroutines run and
 		// then block in epoll_wait as an ordinary system call.
-		n, err := rawEpollPoll(lp.epfd, events)
-		if n <= 0 && pollFirst {
-			runtime.Gosched()
-			n, err = unix.EpollWait(lp.epfd, events, lp.waitMillis())
-		} else if !pollFirst {
-			n, err = unix.EpollWait(lp.epfd, events, lp.waitMillis())
+		var n int
+		var err error
+		if pollFirst {
+			n, err = rawEpollPoll(lp.epfd, events)
+		}
+		if n <= 0 {
+			switch {
+			case lp.epraw != nil:
+				n, err = lp.park(events)
+			case pollFirst:
+				runtime.Gosched()
+				n, err = unix.EpollWait(lp.epfd, events, lp.waitMillis())
+			default:
+				n, err = unix.EpollWait(lp.epfd, events, lp.waitMillis())
+			}
 		}
 		if err != nil && !errors.Is(err, unix.EINTR) {
 			lp.srv.log.Error("epoll_wait failed", zap.Error(err))
@@ -705,13 +748,41 @@ func (c *Conn) writeOut() bool {
 	return true
 }
 
+// park waits, in the Go runtime's poller, until the loop's epoll descriptor has a ready
+// socket (or the sweep interval passes), then polls it. The loop goroutine parks like any
+// goroutine waiting for I/O: its thread runs the other goroutines (segment loads, the admin
+// port) and no thread sits in a blocking epoll_wait that sysmon would have to hand off.
+func (lp *loop) park(events []unix.EpollEvent) (int, error) {
+	_ = lp.epf.SetReadDeadline(time.Now().Add(time.Duration(lp.waitMillis()) * time.Millisecond))
+	if lp.parkFn == nil {
+		lp.parkFn = lp.parkPoll // one closure per loop, not one per park
+	}
+	lp.parkEvents, lp.parkN, lp.parkErr = events, 0, nil
+	err := lp.epraw.Read(lp.parkFn)
+	n, perr := lp.parkN, lp.parkErr
+	lp.parkEvents = nil
+	if err != nil {
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return 0, nil
+		}
+		return 0, err
+	}
+	return n, perr
+}
+
+func (lp *loop) parkPoll(uintptr) bool {
+	n, err := rawEpollPoll(lp.epfd, lp.parkEvents)
+	if errors.Is(err, unix.EINTR) {
+		n, err = 0, nil
+	}
+	lp.parkN, lp.parkErr = n, err
+	return n > 0 || err != nil
+}
+
 // rawEpollPoll is epoll_wait with a zero timeout (epoll_pwait without a signal mask, which
 // every Linux architecture has), without the runtime's system-call bookkeeping: it never
 // blocks.
 func rawEpollPoll(epfd int, events []unix.EpollEvent) (int, error) {
-	if !pollFirst {
-		return 0, nil
-	}
 	n, _, e := syscall.RawSyscall6(unix.SYS_EPOLL_PWAIT, uintptr(epfd), uintptr(unsafe.Pointer(&events[0])),
 		uintptr(len(events)), 0, 0, 0)
 	if e != 0 {
