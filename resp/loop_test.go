@@ -54,7 +54,6 @@ func dial(t *testing.T, addr string) (net.Conn, *bufio.Reader) {
 type blockingHandler struct {
 	started chan struct{}
 	release chan struct{}
-	blocker bool // implement MayBlock for BLOCK
 }
 
 func (h *blockingHandler) ServeRESP(c *Conn, args [][]byte) {
