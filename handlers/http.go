@@ -206,10 +206,11 @@ type readyReport struct {
 // serveReady answers 200 when the instance can serve, 503 otherwise. Ready means: the
 // segment store answers (any tag can then be loaded on its first request) or, while it does
 // not, at least one held tag can still serve from its segments; and snowflake (when enabled)
-// has a worker id. It never waits for tags to be loaded: a restarted instance is ready as
-// soon as its store answers. With ?tag=t only that tag counts (snowflake is left out): it is
-// ready when it can serve now or the store answers; a tag this instance does not hold is a
-// 404 NOTAG (it would be loaded on first use).
+// has a worker id and holds a lease (its time bound is ahead of the clock). It never waits
+// for tags to be loaded: a restarted instance is ready as soon as its store answers. With
+// ?tag=t only that tag counts (snowflake is left out): it is ready when it can serve now or
+// the store answers; a tag this instance does not hold is a 404 NOTAG (it would be loaded on
+// first use).
 func (h *Handler) serveReady(w http.ResponseWriter, r *http.Request) {
 	health := h.seg.Health()
 	rep := readyReport{Ready: health.Ready(), Alive: true, Store: health.StoreOK, StoreError: health.StoreError,
@@ -249,9 +250,11 @@ func (h *Handler) readyReport() readyReport {
 	sf := &snowflakeReadiness{WorkerID: -1}
 	if h.snow != nil {
 		in := h.snow.Info()
+		// A lease is held while its bound is ahead of the clock: past it, Next refuses until
+		// an extension succeeds.
 		sf = &snowflakeReadiness{Enabled: true, HasWorker: in.HasWorker, WorkerID: in.WorkerID,
-			HasLease: !in.ReservedUntil.IsZero(), Status: publicStatus(in.Status)}
-		rep.Ready = rep.Ready && in.HasWorker
+			HasLease: in.ReservedUntil.After(h.now()), Status: publicStatus(in.Status)}
+		rep.Ready = rep.Ready && sf.HasWorker && sf.HasLease
 	}
 	rep.Snowflake = sf
 	return rep

@@ -24,6 +24,9 @@ var (
 	descSegRegressions = desc("segment_regressions_total", "Ranges refused by the regression guard.")
 	descSegUnavailable = desc("segment_unavailable_total", "Requests failed with UNAVAILABLE.")
 	descSegUnknown     = desc("segment_unknown_tag_total", "Requests failed with NOTAG.")
+	descSegPanics      = desc("segment_load_panics_total", "Segment loads that panicked (recovered; counted as failed loads too).")
+	descSegWaits       = desc("segment_load_waits_total", "Requests that found no segment ready and waited for a load from the store.")
+	descSegWarmLoads   = desc("segment_warm_loads_total", "First segments loaded by the warm start (tags served before the restart).")
 	descSegTags        = desc("segment_tags", "Tags held by this instance.")
 	descTagRemaining   = desc("segment_tag_remaining", "IDs left in the tag's current and next segments.", "tag")
 	descTagStep        = desc("segment_tag_step", "The tag's current dynamic step.", "tag")
@@ -62,6 +65,7 @@ var (
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		descSegIDs, descSegLoads, descSegRegressions, descSegUnavailable, descSegUnknown, descSegTags,
+		descSegPanics, descSegWaits, descSegWarmLoads,
 		descTagRemaining, descTagStep, descTagCanServe, descTagCanRefill,
 		descTagIDs, descTagCurRemain, descTagNextReady, descTagLoading, descSegLoadSeconds, descReady, descCmdErrors,
 		descSnowEnabled, descSnowHasWorker, descSnowWorkerID, descSnowReserved, descSnowIssued,
@@ -91,6 +95,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	counter(descSegRegressions, float64(st.Regressions))
 	counter(descSegUnavailable, float64(st.Unavailable))
 	counter(descSegUnknown, float64(st.UnknownTag))
+	counter(descSegPanics, float64(st.LoadsPanicked))
+	counter(descSegWaits, float64(st.Waits))
+	counter(descSegWarmLoads, float64(st.WarmLoads))
 	gauge(descSegTags, float64(st.Tags))
 	buckets := make(map[float64]uint64, len(segment.LoadBuckets))
 	for i, le := range segment.LoadBuckets {

@@ -104,6 +104,9 @@ func cmdInfo(h *Handler, c *resp.Conn, args [][]byte) error {
 		w("segment_regressions", s.Regressions)
 		w("segment_unavailable", s.Unavailable)
 		w("segment_unknown_tag", s.UnknownTag)
+		w("segment_loads_panicked", s.LoadsPanicked)
+		w("segment_load_waits", s.Waits)
+		w("segment_warm_loads", s.WarmLoads)
 	})
 	section("snowflake", func(w func(string, any)) {
 		if h.snow == nil {
