@@ -1,0 +1,156 @@
+package main
+
+// Issue #8 on the built binary: readiness after a restart, the warm start, and a restored
+// embedded store.
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/leafd/leafd/internal/testenv"
+)
+
+// infoStat returns one numeric field of INFO section.
+func infoStat(t *testing.T, l *leafd, section, field string) int64 {
+	t.Helper()
+	c := connClient(l.addr)
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	out, err := c.Info(ctx, section).Result()
+	if err != nil {
+		t.Fatalf("INFO %s: %v", section, err)
+	}
+	for _, line := range strings.Split(out, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), field+":"); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				t.Fatalf("INFO %s: %s: %v", section, line, err)
+			}
+			return n
+		}
+	}
+	t.Fatalf("INFO %s has no %s:\n%s", section, field, out)
+	return 0
+}
+
+// waitReady polls /readyz until it answers 200 and returns how long that took from start.
+func waitReady(t *testing.T, l *leafd, start time.Time, limit time.Duration) time.Duration {
+	t.Helper()
+	for {
+		status, body, err := l.httpGet("/readyz")
+		if err == nil && status == http.StatusOK {
+			return time.Since(start)
+		}
+		if time.Since(start) > limit {
+			t.Fatalf("/readyz not 200 within %v of start: %d %s %v\n%s", limit, status, body, err, l.Log())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// waitWarm polls /readyz until the warm start has ended ("warming": false).
+func waitWarm(t *testing.T, l *leafd) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		status, body, err := l.httpGet("/readyz")
+		if err == nil && status == http.StatusOK && strings.Contains(body, `"warming":false`) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("warm start not done within 30s: %d %s %v", status, body, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestReadyAndWarmRestartBinary, on both stores: leafd holding tags it served is restarted
+// with no traffic; /readyz answers 200 within 2 s of the process start (it used to stay 503
+// until every stored tag had been requested). The warm start loads the first segment of the
+// tags served before, so their first INCRs wait for no load: INFO segment_load_waits (and
+// leafd_segment_load_waits_total) stays 0, while a tag not served before does wait (the
+// counter works). A fresh instance (empty data dir) on the MySQL store with its tags is ready
+// within 2 s too.
+func TestReadyAndWarmRestartBinary(t *testing.T) {
+	for _, store := range []string{"embedded", "mariadb"} {
+		t.Run(store, func(t *testing.T) {
+			var args []string
+			if store == "mariadb" {
+				dsn := testenv.FreshDatabase(t, testenv.MySQLDSN(t))
+				args = []string{"--mysql-dsn", dsn}
+			}
+			l := startLeafd(t, append(args, "--log-level", "warn")...)
+			warm := []string{"w1", "w2", "w3", "w4", "w5"}
+			for _, tag := range warm {
+				if _, err := do(l, "IDS.CREATE", tag, "STEP", 50); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for i := range 30 { // stored tags this instance never serves
+				if _, err := do(l, "IDS.CREATE", fmt.Sprintf("cold%02d", i), "STEP", 50); err != nil {
+					t.Fatal(err)
+				}
+			}
+			last := map[string]int64{}
+			for _, tag := range warm {
+				v, err := incrOnce(l, tag)
+				if err != nil {
+					t.Fatal(err)
+				}
+				last[tag] = v
+			}
+			if err := l.stop(20 * time.Second); err != nil {
+				t.Fatal(err)
+			}
+
+			start := time.Now()
+			l.start()
+			took := waitReady(t, l, start, 10*time.Second)
+			t.Logf("%s: ready %v after the process start (race-enabled binary, loaded machine)", store, took)
+			if took > 2*time.Second {
+				t.Errorf("ready %v after the start, want within 2s", took)
+			}
+			waitWarm(t, l)
+			if n := infoStat(t, l, "segment", "segment_warm_loads"); n != int64(len(warm)) {
+				t.Errorf("segment_warm_loads %d, want %d (the tags served before the restart)", n, len(warm))
+			}
+			for _, tag := range warm {
+				v, err := incrOnce(l, tag)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if v <= last[tag] {
+					t.Errorf("INCR %s after the restart: %d, not above %d", tag, v, last[tag])
+				}
+			}
+			if n := infoStat(t, l, "segment", "segment_load_waits"); n != 0 {
+				t.Errorf("segment_load_waits %d after the first INCRs of warmed tags, want 0", n)
+			}
+			if _, err := incrOnce(l, "cold00"); err != nil {
+				t.Fatal(err)
+			}
+			if n := infoStat(t, l, "segment", "segment_load_waits"); n != 1 {
+				t.Errorf("segment_load_waits %d after the first INCR of a tag not warmed, want 1", n)
+			}
+			if _, body, err := l.httpGet("/metrics"); err != nil || !strings.Contains(body, "\nleafd_segment_load_waits_total 1\n") {
+				t.Errorf("/metrics: no leafd_segment_load_waits_total 1 (%v)", err)
+			}
+
+			if store == "mariadb" { // a fresh instance on a store with tags
+				start := time.Now()
+				f := startLeafd(t, args...)
+				took := waitReady(t, f, start, 10*time.Second)
+				t.Logf("fresh instance: ready %v after the process start", took)
+				if took > 2*time.Second {
+					t.Errorf("fresh instance ready %v after the start, want within 2s", took)
+				}
+			}
+		})
+	}
+}
