@@ -30,11 +30,16 @@ func (quietRedisLog) Printf(context.Context, string, ...any) {}
 
 // raiseUsage is the subcommand's help header.
 const raiseUsage = `usage: leafd raise-max-id --mysql-dsn DSN --instances host:port[,host:port...] [options]
+       leafd raise-max-id --data-dir DIR [--margin N] [--dry-run]
 
 Reads the highest range end each leafd instance was ever granted per tag (IDS.MARKS:
 its durable marks, held tags or not; IDS.INFO high_water_mark of held tags) and raises leaf_alloc.max_id of each tag above all of them plus
 --margin, only upward, one transaction per tag. Instances that do not answer are
 reported and make the exit status 1; the tags of those that answer are raised anyway.
+
+With --data-dir (the embedded store, leafd stopped, e.g. after restoring a copy of
+leafd.db): raises max_id of each tag in DIR/leafd.db to at least its mark in DIR/marks.db
+plus --margin, only upward.
 
 `
 
@@ -55,11 +60,19 @@ func runRaise(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	margin := fs.Int64("margin", 0, "IDs to add above the highest range end (for instances that cannot be reached)")
 	dryRun := fs.Bool("dry-run", false, "show what would change; change nothing")
 	timeout := fs.Duration("timeout", 5*time.Second, "timeout of each instance query and each transaction")
+	dataDir := fs.String("data-dir", "", "the embedded store: raise the tags of DIR/leafd.db to the marks of DIR/marks.db (leafd stopped)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
 		return 2
+	}
+	if *dataDir != "" {
+		if *dsn != "" || *instances != "" || *margin < 0 || fs.NArg() > 0 {
+			fs.Usage()
+			return 2
+		}
+		return runRaiseBolt(ctx, *dataDir, *margin, *dryRun, *timeout, stdout, stderr)
 	}
 	if *dsn == "" || *instances == "" || *margin < 0 || fs.NArg() > 0 {
 		fs.Usage()

@@ -7,6 +7,9 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -152,5 +155,111 @@ func TestReadyAndWarmRestartBinary(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestRestoredBoltBackupBinary: on the built binary with the embedded store, a copy of
+// leafd.db taken while leafd was stopped is restored after more IDs were issued: every INCR
+// of the tag then answers REGRESSION, never an ID issued before. leafd raise-max-id
+// --data-dir refuses to run while leafd holds the files, changes nothing with --dry-run, and
+// then raises max_id to the marks, after which the tag serves again above every ID issued.
+func TestRestoredBoltBackupBinary(t *testing.T) {
+	l := startLeafd(t, "--log-level", "error")
+	dbPath := filepath.Join(l.dataDir, "leafd.db")
+	if _, err := do(l, "IDS.CREATE", "a", "STEP", 10); err != nil {
+		t.Fatal(err)
+	}
+	issued := map[int64]bool{}
+	incr := func(n int) {
+		t.Helper()
+		for range n {
+			v, err := incrOnce(l, "a")
+			if err != nil {
+				t.Fatal(err)
+			}
+			issued[v] = true
+		}
+	}
+	incr(3)
+	if err := l.stop(20 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	backup := filepath.Join(t.TempDir(), "leafd.db.bak")
+	copyFileT(t, dbPath, backup)
+	l.start()
+	incr(25) // three more leases of 10
+	top := int64(0)
+	for v := range issued {
+		top = max(top, v)
+	}
+	if err := l.stop(20 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	copyFileT(t, backup, dbPath) // the operator restores the copy, keeping marks.db
+
+	l.start()
+	for i := range 5 {
+		v, err := incrOnce(l, "a")
+		if code, _ := replyCode(err); code != "REGRESSION" {
+			t.Fatalf("INCR #%d after restoring leafd.db: got %d %v, want REGRESSION (issued before: %v)", i, v, err, issued[v])
+		}
+	}
+	if n := infoStat(t, l, "segment", "segment_regressions"); n < 1 {
+		t.Errorf("segment_regressions %d, want at least 1", n)
+	}
+
+	raise := func(args ...string) (int, string) {
+		t.Helper()
+		cmd := exec.Command(leafdBin, append([]string{"raise-max-id", "--data-dir", l.dataDir}, args...)...)
+		out, err := cmd.CombinedOutput()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return code, string(out)
+	}
+	if code, out := raise(); code != 1 || !strings.Contains(out, "in use") {
+		t.Errorf("raise-max-id while leafd runs: exit %d %q, want 1 saying the data dir is in use", code, out)
+	}
+	if err := l.stop(20 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if code, out := raise("--dry-run"); code != 0 || !strings.Contains(out, "dry run") {
+		t.Fatalf("raise-max-id --dry-run: exit %d %q", code, out)
+	}
+	l.start()
+	if _, err := incrOnce(l, "a"); err == nil {
+		t.Fatal("INCR after a dry run served an ID, want REGRESSION still")
+	}
+	if err := l.stop(20 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	code, out := raise()
+	t.Logf("raise-max-id --data-dir:\n%s", out)
+	if code != 0 || !strings.Contains(out, "a ") {
+		t.Fatalf("raise-max-id: exit %d %q", code, out)
+	}
+	l.start()
+	for range 15 {
+		v, err := incrOnce(l, "a")
+		if err != nil {
+			t.Fatalf("INCR after raise-max-id: %v", err)
+		}
+		if v <= top || issued[v] {
+			t.Fatalf("INCR after raise-max-id: %d, not above %d issued before the restore", v, top)
+		}
+	}
+}
+
+func copyFileT(t *testing.T, from, to string) {
+	t.Helper()
+	b, err := os.ReadFile(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(to, b, 0o600); err != nil {
+		t.Fatal(err)
 	}
 }

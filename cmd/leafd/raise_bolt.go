@@ -1,0 +1,83 @@
+package main
+
+// leafd raise-max-id --data-dir: the embedded store's step after restoring a copy of
+// leafd.db (docs/SEGMENT.md, "Backup and restore"). With leafd stopped, it raises max_id of
+// every tag in <data-dir>/leafd.db to at least the instance's mark of the tag (the highest
+// range end it was ever granted, kept in <data-dir>/marks.db) plus --margin, only upward.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+	"slices"
+	"text/tabwriter"
+	"time"
+
+	"github.com/leafd/leafd/segment"
+)
+
+// runRaiseBolt raises the tags of the embedded store in dataDir and returns the exit status.
+func runRaiseBolt(ctx context.Context, dataDir string, margin int64, dryRun bool, timeout time.Duration, stdout, stderr io.Writer) int {
+	fail := func(err error) int {
+		fmt.Fprintln(stderr, "leafd raise-max-id:", err)
+		return 1
+	}
+	// A short lock wait: a running leafd holds both files, and must be stopped first.
+	st, err := segment.OpenBolt(filepath.Join(dataDir, "leafd.db"), segment.BoltOptions{LockTimeout: time.Second})
+	if err != nil {
+		return fail(fmt.Errorf("%w (stop leafd first)", err))
+	}
+	defer st.Close()
+	mf, err := segment.OpenMarkFile(filepath.Join(dataDir, "marks.db"))
+	if err != nil {
+		return fail(fmt.Errorf("%w (stop leafd first)", err))
+	}
+	defer mf.Close()
+	marks := map[string]int64{}
+	for _, src := range []segment.MarkLister{mf, st} { // marks.db, and any left in leafd.db by earlier versions
+		ms, err := src.AllMarks()
+		if err != nil {
+			return fail(fmt.Errorf("read marks: %w", err))
+		}
+		for _, m := range ms {
+			marks[m.Tag] = max(marks[m.Tag], m.End)
+		}
+	}
+	tags := make([]string, 0, len(marks))
+	for tag := range marks {
+		tags = append(tags, tag)
+	}
+	slices.Sort(tags)
+	status := 0
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "TAG\tMARK (marks.db)\tMAX_ID BEFORE\tMAX_ID AFTER")
+	for _, tag := range tags {
+		target := marks[tag] + margin
+		tctx, cancel := context.WithTimeout(ctx, timeout)
+		var before, after int64
+		if dryRun {
+			before, err = st.MaxID(tctx, tag)
+			after = max(before, target)
+		} else {
+			before, after, err = st.RaiseMaxID(tctx, tag, target)
+		}
+		cancel()
+		if errors.Is(err, segment.ErrUnknownTag) {
+			fmt.Fprintf(tw, "%s\t%d\t(no row)\t(no row)\n", tag, marks[tag])
+			continue
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "leafd raise-max-id: tag %q: %v\n", tag, err)
+			status = 1
+			continue
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\n", tag, marks[tag], before, after)
+	}
+	_ = tw.Flush()
+	if dryRun {
+		fmt.Fprintln(stdout, "dry run: nothing changed")
+	}
+	return status
+}
