@@ -192,6 +192,19 @@ func (s *BoltStore) update(ctx context.Context, fn func(tx *bolt.Tx) error) erro
 	}
 }
 
+// view runs fn in a read-only transaction and returns when it ends or ctx is done, whichever
+// comes first (a read waits only while bbolt remaps the file).
+func (s *BoltStore) view(ctx context.Context, fn func(tx *bolt.Tx) error) error {
+	done := make(chan error, 1)
+	go func() { done <- s.db.View(fn) }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 // MaxID returns the tag's max_id, the start of the range the next Allocate would lease,
 // without allocating (the generator asks it after a regression). ErrUnknownTag when no row.
 func (s *BoltStore) MaxID(ctx context.Context, tag string) (int64, error) {
@@ -199,7 +212,7 @@ func (s *BoltStore) MaxID(ctx context.Context, tag string) (int64, error) {
 		return 0, err
 	}
 	var maxID int64
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.view(ctx, func(tx *bolt.Tx) error {
 		v := tx.Bucket(boltAllocBucket).Get([]byte(tag))
 		if v == nil {
 			return fmt.Errorf("%w %q", ErrUnknownTag, tag)
@@ -223,7 +236,7 @@ func (s *BoltStore) Tags(ctx context.Context) ([]string, error) {
 		return nil, err
 	}
 	var tags []string
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.view(ctx, func(tx *bolt.Tx) error {
 		return tx.Bucket(boltAllocBucket).ForEach(func(k, _ []byte) error {
 			tags = append(tags, string(k))
 			return nil
@@ -241,7 +254,7 @@ func (s *BoltStore) Rows(ctx context.Context) ([]Tag, error) {
 		return nil, err
 	}
 	var rows []Tag
-	err := s.db.View(func(tx *bolt.Tx) error {
+	err := s.view(ctx, func(tx *bolt.Tx) error {
 		return tx.Bucket(boltAllocBucket).ForEach(func(k, v []byte) error {
 			r, err := decodeBoltRow(v)
 			if err != nil {
