@@ -17,14 +17,20 @@ type LoadRecord struct {
 // loadLogSize is how many loads each buffer remembers.
 const loadLogSize = 8
 
-// loadLog is a buffer's last loads, oldest first once full; guarded by buffer.mu.
+// loadLog is a buffer's last loads, a ring once full; guarded by buffer.mu. The records grow
+// with the loads (a tag loaded once holds one), so that 100,000 tags loaded once cost one
+// record each, not loadLogSize (BenchmarkManyTags/memory).
 type loadLog struct {
-	recs [loadLogSize]LoadRecord
-	n    int // records written in total
+	recs []LoadRecord // record i of the ring is the (k*loadLogSize + i)-th written
+	n    int          // records written in total
 }
 
 func (l *loadLog) add(r LoadRecord) {
-	l.recs[l.n%loadLogSize] = r
+	if len(l.recs) < loadLogSize {
+		l.recs = append(l.recs, r)
+	} else {
+		l.recs[l.n%loadLogSize] = r
+	}
 	l.n++
 }
 
