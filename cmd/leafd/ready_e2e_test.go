@@ -263,3 +263,30 @@ func copyFileT(t *testing.T, from, to string) {
 		t.Fatal(err)
 	}
 }
+
+// TestAllowCreateFalseBinary: --allow-create=false locks tag creation to the operator on the
+// embedded store (where auto-create is otherwise on): INCR of an unknown tag is NOTAG,
+// IDS.CREATE is NOPERM, and neither leaves a tag or a mark behind; --auto-create on with it
+// is a configuration error.
+func TestAllowCreateFalseBinary(t *testing.T) {
+	l := startLeafd(t, "--allow-create=false", "--log-level", "error")
+	if _, err := do(l, "INCR", "newtag"); err == nil || !strings.HasPrefix(err.Error(), "NOTAG") {
+		t.Errorf("INCR newtag: %v, want NOTAG", err)
+	}
+	if _, err := do(l, "INCRBY", "newtag", 5); err == nil || !strings.HasPrefix(err.Error(), "NOTAG") {
+		t.Errorf("INCRBY newtag 5: %v, want NOTAG", err)
+	}
+	if _, err := do(l, "IDS.CREATE", "newtag"); err == nil || !strings.HasPrefix(err.Error(), "NOPERM") {
+		t.Errorf("IDS.CREATE newtag: %v, want NOPERM", err)
+	}
+	if v, err := do(l, "IDS.TAGS"); err != nil || len(v.([]any)) != 0 {
+		t.Errorf("IDS.TAGS: %v %v, want none", v, err)
+	}
+	if v, err := do(l, "IDS.MARKS"); err != nil || len(v.([]any)) != 0 {
+		t.Errorf("IDS.MARKS: %v %v, want none", v, err)
+	}
+	out, err := exec.Command(leafdBin, "--allow-create=false", "--auto-create", "on", "--data-dir", t.TempDir()).CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), "--allow-create=false") {
+		t.Errorf("--auto-create on --allow-create=false: %v %q, want exit 2 naming the contradiction", err, out)
+	}
+}
