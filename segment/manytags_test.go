@@ -73,8 +73,10 @@ func TestManyTagsNextAllocs(t *testing.T) {
 }
 
 // BenchmarkManyTags: adding tags (the cost of one new tag with 100,000 held), INCR on one
-// tag with only it held and with 100,000 held, and the heap per held tag (loaded, one
-// segment). Figures in docs/BENCHMARKS.md.
+// tag with only it held and with 100,000 held (incr-ratio: alternating blocks, the target is
+// >= 0.9), round-robin over the 100,000 held tags against one tag (incr-rr-ratio), and the
+// heap per held tag after a GC (loaded, one segment). handlers' BenchmarkServeManyTags is the
+// same through the server. Figures in docs/BENCHMARKS.md.
 func BenchmarkManyTags(b *testing.B) {
 	const n = 100_000
 	b.Run("add", func(b *testing.B) {
@@ -118,4 +120,49 @@ func BenchmarkManyTags(b *testing.B) {
 	}
 	b.Run("incr-1-tag-held", func(b *testing.B) { incr(b, 1) })
 	b.Run("incr-100k-tags-held", func(b *testing.B) { incr(b, n) })
+	// ratio: INCR of one tag with only it held against INCR of one tag with 100,000 held,
+	// alternating blocks on one goroutine so that a loaded machine's noise hits both alike
+	// ("ratio" = time with 1 held / time with 100,000 held; the target is >= 0.9).
+	// rr-ratio: the same one tag against round-robin over all 100,000 held tags (every Next a
+	// different buffer: the cache misses of a wide working set).
+	next := func(b *testing.B, g *Generator, tag string) {
+		if _, err := g.Next(tag); err != nil {
+			b.Fatal(err)
+		}
+	}
+	ratio := func(b *testing.B, rr bool) {
+		g1, one := manyTags(b, 1)
+		gn, names := manyTags(b, n)
+		const block = 4096
+		var t1, tn time.Duration
+		i := 0
+		b.ReportAllocs()
+		b.ResetTimer()
+		for b.Loop() {
+			a := time.Now()
+			for range block {
+				next(b, g1, one[0])
+			}
+			m := time.Now()
+			if rr {
+				for range block {
+					next(b, gn, names[i])
+					if i++; i == n {
+						i = 0
+					}
+				}
+			} else {
+				for range block {
+					next(b, gn, names[n/2])
+				}
+			}
+			t1 += m.Sub(a)
+			tn += time.Since(m)
+		}
+		b.ReportMetric(float64(t1.Nanoseconds())/float64(b.N*block), "ns/incr-1")
+		b.ReportMetric(float64(tn.Nanoseconds())/float64(b.N*block), "ns/incr-100k")
+		b.ReportMetric(float64(t1)/float64(tn), "ratio")
+	}
+	b.Run("incr-ratio", func(b *testing.B) { ratio(b, false) })
+	b.Run("incr-rr-ratio", func(b *testing.B) { ratio(b, true) })
 }
