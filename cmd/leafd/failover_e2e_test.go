@@ -18,6 +18,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
+	"github.com/leafd/leafd/internal/e2e"
 	"github.com/leafd/leafd/internal/testenv"
 )
 
@@ -64,14 +65,14 @@ func TestMySQLFailover(t *testing.T) {
 	steps := []int64{10, 100}
 	args := []string{"--max-step", "10", "--mysql-failover-allocs", allocs, "--load-timeout", "2s"}
 	wipeDir := filepath.Join(t.TempDir(), "wiped")
-	ls := []*leafd{
-		mysqlLeafd(t, dsn, args...),
-		mysqlLeafd(t, dsn, args...),
-		mysqlLeafd(t, dsn, append(slices.Clone(args), "--data-dir", wipeDir)...),
+	ls := []*e2e.Leafd{
+		e2e.StartMySQL(t, dsn, args...),
+		e2e.StartMySQL(t, dsn, args...),
+		e2e.StartMySQL(t, dsn, append(slices.Clone(args), "--data-dir", wipeDir)...),
 	}
-	db := openSQL(t, r.Primary.DSN("leafd"))
-	createTag(t, ls[0], db, tags[0], 10)
-	createTag(t, ls[0], db, tags[1], 100)
+	db := e2e.OpenSQL(t, r.Primary.DSN("leafd"))
+	e2e.CreateTag(t, ls[0], db, tags[0], 10)
+	e2e.CreateTag(t, ls[0], db, tags[1], 100)
 	_ = db.Close()
 
 	var stop atomic.Bool
@@ -81,7 +82,7 @@ func TestMySQLFailover(t *testing.T) {
 	holds := make([]atomic.Bool, len(tags)) // a tag that lost enough waits for the others
 	pauses[0].Store(int64(25 * time.Millisecond))
 	pauses[1].Store(int64(2 * time.Millisecond))
-	loads := make([][]*connLoad, len(tags))
+	loads := make([][]*e2e.ConnLoad, len(tags))
 	highest := make([][]atomic.Int64, len(tags)) // per tag and instance: the highest ID served
 	var wg sync.WaitGroup
 	for i, tag := range tags {
@@ -92,7 +93,7 @@ func TestMySQLFailover(t *testing.T) {
 			}
 		}
 		wg.Go(func() {
-			loads[i] = runLoad(loadSpec{tag: tag, conns: 2, keep: true, pause: &pauses[i], hold: &holds[i], addrs: addrsOf(ls), stop: stop.Load, seen: seen})
+			loads[i] = e2e.RunLoad(e2e.Load{Tag: tag, Conns: 2, Keep: true, Pause: &pauses[i], Hold: &holds[i], Addrs: e2e.Addrs(ls...), Stop: stop.Load, Seen: seen})
 		})
 	}
 	// recovered waits until every instance has served, on every tag, an ID at or above floor
@@ -106,7 +107,7 @@ func TestMySQLFailover(t *testing.T) {
 					if time.Now().After(deadline) {
 						// Not fatal: the uniqueness check at the end says more (fence off).
 						t.Errorf("%s: instance %d served nothing of %s at or above %d within 30s (highest %d)\n%s",
-							what, inst, tags[j], floor[j], highest[j][inst].Load(), tail(ls[inst].Log(), 10))
+							what, inst, tags[j], floor[j], highest[j][inst].Load(), e2e.Tail(ls[inst].Log(), 10))
 						return
 					}
 					time.Sleep(10 * time.Millisecond)
@@ -166,7 +167,7 @@ func TestMySQLFailover(t *testing.T) {
 		// The primary is gone: every connection to it drops, new ones are refused.
 		px.SetMode(proxyReset, 0)
 		if rd.kill >= 0 {
-			ls[rd.kill].kill()
+			ls[rd.kill].Kill()
 			if rd.wipe {
 				if err := os.RemoveAll(wipeDir); err != nil {
 					t.Fatal(err)
@@ -187,7 +188,7 @@ func TestMySQLFailover(t *testing.T) {
 		}
 		rd.switched = time.Now()
 		if rd.kill >= 0 {
-			ls[rd.kill].start()
+			ls[rd.kill].Restart()
 		}
 		t.Logf("round %d: failover losing %v allocations of %v (%d transactions); killed %d wiped %v",
 			i, rd.lostN, tags, rd.lost, rd.kill, rd.wipe)
@@ -200,16 +201,16 @@ func TestMySQLFailover(t *testing.T) {
 
 	// Uniqueness (per tag) and order first.
 	for _, l := range loads {
-		checkUnique(t, l)
-		checkOrder(t, l)
+		e2e.CheckUnique(t, l)
+		e2e.CheckOrder(t, l)
 	}
-	var all []*connLoad
+	var all []*e2e.ConnLoad
 	for _, l := range loads {
 		all = append(all, l...)
 	}
-	tt := totals(all)
-	t.Logf("%d IDs, refusals %v, transport errors %d (killed instances)", tt.ids, tt.codes, tt.netErrs)
-	for code, n := range tt.codes {
+	tt := e2e.Sum(all)
+	t.Logf("%d IDs, refusals %v, transport errors %d (killed instances)", tt.IDs, tt.Codes, tt.NetErrs)
+	for code, n := range tt.Codes {
 		if code != "UNAVAILABLE" {
 			t.Errorf("got %d %s replies, want only UNAVAILABLE around the switches", n, code)
 		}
@@ -237,7 +238,7 @@ func TestMySQLFailover(t *testing.T) {
 		for inst := range ls {
 			worst := time.Duration(0)
 			for j := range tags {
-				d, ok := firstFrom(loads[j], inst, rd.oldMax[j], rd.switched, end)
+				d, ok := e2e.FirstOK(loads[j], inst, rd.oldMax[j], rd.switched, end)
 				if !ok {
 					t.Errorf("round %d: instance %d served no ID of %s from the new primary before the next round", i, inst, tags[j])
 					continue
@@ -245,29 +246,9 @@ func TestMySQLFailover(t *testing.T) {
 				worst = max(worst, d)
 			}
 			fmt.Fprintf(&report, " inst%d %v", inst, worst.Round(time.Millisecond))
-			benchOut(t, fmt.Sprintf("failover_recovery_round%d_inst%d", i, inst), float64(worst.Microseconds())/1000, "ms")
+			e2e.BenchOut(t, fmt.Sprintf("failover_recovery_round%d_inst%d", i, inst), float64(worst.Microseconds())/1000, "ms")
 		}
 		report.WriteString("\n")
 	}
 	t.Logf("recovery (switch → first ID from a range of the new primary, slowest tag):\n%s", report.String())
-}
-
-// firstFrom is how long after from the instance first served an ID >= floor on any of the
-// connections, before end.
-func firstFrom(loads []*connLoad, inst int, floor int64, from, end time.Time) (time.Duration, bool) {
-	best, ok := time.Duration(0), false
-	for _, cl := range loads {
-		if cl.inst != inst {
-			continue
-		}
-		for _, rp := range cl.replies {
-			if rp.err == nil && rp.id >= floor && rp.at.After(from) && rp.at.Before(end) {
-				if d := rp.at.Sub(from); !ok || d < best {
-					best, ok = d, true
-				}
-				break
-			}
-		}
-	}
-	return best, ok
 }

@@ -1,0 +1,224 @@
+package e2e
+
+// Snowflake and ZooKeeper helpers: INFO snowflake, IDS.SNOWFLAKE and IDS.DECODE through a
+// client, and a plain ZooKeeper client to read leafd's nodes.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+	"github.com/redis/go-redis/v9"
+)
+
+// ZKTestName is a cluster name unique to the test and the run (a developer's long-lived
+// LEAFD_TEST_ZK keeps the nodes of earlier runs).
+func ZKTestName(t testing.TB) string {
+	t.Helper()
+	n := strings.NewReplacer("/", "_", " ", "_").Replace(t.Name())
+	return n + "-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+}
+
+// ZKArgs are the arguments of an instance listening on a fresh port that is also its
+// advertised identity.
+func ZKArgs(t testing.TB, zkAddr, name string, extra ...string) []string {
+	t.Helper()
+	addr := FreeAddr(t)
+	return append([]string{"--zk-addrs", zkAddr, "--name", name, "--addr", addr, "--advertise-addr", addr,
+		"--zk-session-timeout", "1s"}, extra...)
+}
+
+// SFInfo returns the fields of INFO snowflake.
+func SFInfo(t testing.TB, c *redis.Client) map[string]string {
+	t.Helper()
+	s, err := c.Info(context.Background(), "snowflake").Result()
+	if err != nil {
+		t.Fatalf("INFO snowflake: %v", err)
+	}
+	m := map[string]string{}
+	for _, line := range strings.Split(s, "\n") {
+		if k, v, ok := strings.Cut(strings.TrimSpace(line), ":"); ok {
+			m[k] = v
+		}
+	}
+	return m
+}
+
+func SFInfoInt(t testing.TB, c *redis.Client, key string) int64 {
+	t.Helper()
+	m := SFInfo(t, c)
+	v, err := strconv.ParseInt(m[key], 10, 64)
+	if err != nil {
+		t.Fatalf("INFO snowflake %s: got %q, want an integer (%v)", key, m[key], m)
+	}
+	return v
+}
+
+func SFNext(t testing.TB, c *redis.Client) int64 {
+	t.Helper()
+	id, err := c.Do(context.Background(), "IDS.SNOWFLAKE").Int64()
+	if err != nil {
+		t.Fatalf("IDS.SNOWFLAKE: %v", err)
+	}
+	return id
+}
+
+// SFDecode returns IDS.DECODE's fields as integers (time as the string's length check aside).
+func SFDecode(t testing.TB, c *redis.Client, id int64) (tsMs, worker, seq int64, tm string) {
+	t.Helper()
+	v, err := c.Do(context.Background(), "IDS.DECODE", id).Result()
+	if err != nil {
+		t.Fatalf("IDS.DECODE %d: %v", id, err)
+	}
+	m := map[string]any{}
+	switch r := v.(type) {
+	case map[any]any: // RESP3
+		for k, x := range r {
+			m[fmt.Sprint(k)] = x
+		}
+	case []any: // RESP2: flat array
+		for i := 0; i+1 < len(r); i += 2 {
+			m[fmt.Sprint(r[i])] = r[i+1]
+		}
+	default:
+		t.Fatalf("IDS.DECODE %d: got %T %v, want a map", id, v, v)
+	}
+	num := func(k string) int64 {
+		n, ok := m[k].(int64)
+		if !ok {
+			t.Fatalf("IDS.DECODE %d: field %s = %v (%T), want an integer", id, k, m[k], m[k])
+		}
+		return n
+	}
+	tm, _ = m["time"].(string)
+	return num("timestamp_ms"), num("worker_id"), num("sequence"), tm
+}
+
+// WorkerOf returns the instance's worker id, checking INFO against IDS.DECODE of a new ID. It
+// waits (up to 20s) for snowflake to serve: a start leaves the wait for the time bound to the
+// background.
+func WorkerOf(t testing.TB, l *Leafd) int64 {
+	t.Helper()
+	c := l.Client(3)
+	id := WaitServing(t, c, 20*time.Second)
+	w := SFInfoInt(t, c, "snowflake_worker_id")
+	if _, dw, _, _ := SFDecode(t, c, id); dw != w {
+		t.Fatalf("%s: IDS.DECODE says worker %d, INFO says %d", l.Addr, dw, w)
+	}
+	return w
+}
+
+// WaitServing polls IDS.SNOWFLAKE until it returns an ID, for at most d.
+func WaitServing(t testing.TB, c *redis.Client, d time.Duration) int64 {
+	t.Helper()
+	end := time.Now().Add(d)
+	for {
+		id, err := c.Do(context.Background(), "IDS.SNOWFLAKE").Int64()
+		if err == nil {
+			return id
+		}
+		if time.Now().After(end) {
+			t.Fatalf("IDS.SNOWFLAKE still failing after %v: %v", d, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// ZKAdmin is a plain ZooKeeper client for inspecting nodes.
+func ZKAdmin(t testing.TB, addr string) *zk.Conn {
+	t.Helper()
+	c, _, err := zk.Connect([]string{addr}, 5*time.Second, zk.WithLogInfo(false), zk.WithLogger(quietZK{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+type quietZK struct{}
+
+func (quietZK) Printf(string, ...any) {}
+
+// ZKForever is a forever node's JSON: Leaf's Endpoint.
+type ZKForever struct {
+	IP        string `json:"ip"`
+	Port      string `json:"port"`
+	Timestamp int64  `json:"timestamp"`
+}
+
+// ForeverNode reads the node of worker id under /snowflake/<name>/forever.
+func ForeverNode(t testing.TB, c *zk.Conn, name string, id int64) (string, ZKForever) {
+	t.Helper()
+	dir := "/snowflake/" + name + "/forever"
+	kids, _, err := c.Children(dir)
+	if err != nil {
+		t.Fatalf("children of %s: %v", dir, err)
+	}
+	for _, k := range kids {
+		if strings.HasSuffix(k, fmt.Sprintf("-%010d", id)) {
+			b, _, err := c.Get(dir + "/" + k)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var n ZKForever
+			if err := json.Unmarshal(b, &n); err != nil {
+				t.Fatalf("node %s: %v: %s", k, err, b)
+			}
+			return k, n
+		}
+	}
+	t.Fatalf("no node for worker id %d in %s: %v", id, dir, kids)
+	return "", ZKForever{}
+}
+
+// ZKStateNode is leafd's state node of a worker id (/snowflake/<name>/state/<id>).
+type ZKStateNode struct {
+	Holder        string `json:"holder"`
+	Instance      string `json:"instance"`
+	Token         string `json:"token"`
+	ReservedUntil int64  `json:"reserved_until"`
+	Reuse         bool   `json:"reuse"`
+	ToleranceMs   int64  `json:"tolerance_ms"`
+}
+
+// StateNode reads the state node of worker id; ok is false when it cannot be read.
+func StateNode(c *zk.Conn, name string, id int64) (ZKStateNode, bool) {
+	b, _, err := c.Get(fmt.Sprintf("/snowflake/%s/state/%d", name, id))
+	var st ZKStateNode
+	if err != nil || json.Unmarshal(b, &st) != nil {
+		return st, false
+	}
+	return st, true
+}
+
+func MustState(t testing.TB, c *zk.Conn, name string, id int64) ZKStateNode {
+	t.Helper()
+	st, ok := StateNode(c, name, id)
+	if !ok {
+		t.Fatalf("no readable state node for worker id %d of %s", id, name)
+	}
+	return st
+}
+
+// WaitNoLive waits until the ephemeral live node of worker id is gone (its holder's session
+// expired).
+func WaitNoLive(t testing.TB, c *zk.Conn, name string, id int64, d time.Duration) {
+	t.Helper()
+	p := fmt.Sprintf("/snowflake/%s/live/%d", name, id)
+	end := time.Now().Add(d)
+	for {
+		ok, _, err := c.Exists(p)
+		if err == nil && !ok {
+			return
+		}
+		if time.Now().After(end) {
+			t.Fatalf("%s still exists after %v (%v)", p, d, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
