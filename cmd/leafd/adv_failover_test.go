@@ -67,16 +67,12 @@ func TestAdvLostCreate(t *testing.T) {
 
 	// z never served these tags (no mark). The application re-creates the tag it created
 	// before (NOTAG now), or auto-create does it on INCR.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		_, err := z.Do("IDS.CREATE", "explicit", "STEP", 10)
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("IDS.CREATE explicit on the new primary: %v", err)
-		}
-		time.Sleep(50 * time.Millisecond)
+	var err error
+	if !e2e.Poll(30*time.Second, func() bool {
+		_, err = z.Do("IDS.CREATE", "explicit", "STEP", 10)
+		return err == nil
+	}) {
+		t.Fatalf("IDS.CREATE explicit on the new primary: %v", err)
 	}
 	dups := 0
 	for tag, m := range served {
@@ -128,11 +124,10 @@ func TestAdvMixedMaxStep(t *testing.T) {
 		for range n {
 			var res any
 			var err error
-			for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-				if res, err = l.Do("IDS.SEGMENT", "t", 1000); err == nil || time.Now().After(deadline) {
-					break
-				}
-			}
+			e2e.Poll(30*time.Second, func() bool {
+				res, err = l.Do("IDS.SEGMENT", "t", 1000)
+				return err == nil
+			})
 			if err != nil {
 				t.Fatalf("IDS.SEGMENT on %s: %v", who, err)
 			}

@@ -20,7 +20,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -95,40 +95,25 @@ func TestRedisBenchmark(t *testing.T) {
 // no ID handed out by one run is handed out by a later run.
 func TestKillRestartNeverReissues(t *testing.T) {
 	l := e2e.Start(t, "--default-step", "50")
-	seen := map[int64]bool{}
-	var mu sync.Mutex
-	for round := 0; round < 6; round++ {
-		ctx, cancel := context.WithCancel(context.Background())
-		var wg sync.WaitGroup
-		for w := 0; w < 8; w++ {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				c := l.Client(2)
-				for ctx.Err() == nil {
-					v, err := c.Incr(ctx, "k").Result()
-					if err != nil {
-						return // the process died under us
-					}
-					mu.Lock()
-					if seen[v] {
-						mu.Unlock()
-						t.Errorf("round %d: ID %d issued twice", round, v)
-						return
-					}
-					seen[v] = true
-					mu.Unlock()
-				}
-			}()
-		}
-		time.Sleep(time.Duration(150+round*70) * time.Millisecond)
+	var runs [][]*e2e.ConnLoad
+	for round := range 6 {
+		var n e2e.Counts
+		var stop atomic.Bool
+		wait := e2e.Background(e2e.Load{Tag: "k", Conns: 8, Count: &n, Addrs: e2e.Addrs(l), Stop: stop.Load})
+		// The kill comes after a number of IDs that grows with the round (several refills of 50).
+		want := int64(200 + 100*round)
+		e2e.Eventually(t, time.Minute, fmt.Sprintf("round %d: %d IDs before the kill", round, want), func() bool { return n.OK.Load() >= want })
 		l.Kill()
-		cancel()
-		wg.Wait()
+		stop.Store(true)
+		runs = append(runs, wait())
 		l.Restart()
 	}
-	if len(seen) < 1000 {
-		t.Errorf("only %d IDs issued across the runs; the test did not exercise refills", len(seen))
+	all := e2e.CheckUnique(t, runs...)
+	for _, r := range runs {
+		e2e.CheckOrder(t, r)
+	}
+	if len(all) < 1000 {
+		t.Errorf("only %d IDs issued across the runs; the test did not exercise refills", len(all))
 	}
 }
 

@@ -84,10 +84,12 @@ func TestMySQLFailover(t *testing.T) {
 	pauses[1].Store(int64(2 * time.Millisecond))
 	loads := make([][]*e2e.ConnLoad, len(tags))
 	highest := make([][]atomic.Int64, len(tags)) // per tag and instance: the highest ID served
+	var served atomic.Int64                      // IDs served on all tags
 	var wg sync.WaitGroup
 	for i, tag := range tags {
 		highest[i] = make([]atomic.Int64, len(ls))
 		seen := func(inst int, id int64) {
+			served.Add(1)
 			h := &highest[i][inst]
 			for cur := h.Load(); id > cur && !h.CompareAndSwap(cur, id); cur = h.Load() {
 			}
@@ -103,14 +105,11 @@ func TestMySQLFailover(t *testing.T) {
 		deadline := time.Now().Add(30 * time.Second)
 		for j := range tags {
 			for inst := range ls {
-				for highest[j][inst].Load() < floor[j] {
-					if time.Now().After(deadline) {
-						// Not fatal: the uniqueness check at the end says more (fence off).
-						t.Errorf("%s: instance %d served nothing of %s at or above %d within 30s (highest %d)\n%s",
-							what, inst, tags[j], floor[j], highest[j][inst].Load(), e2e.Tail(ls[inst].Log(), 10))
-						return
-					}
-					time.Sleep(10 * time.Millisecond)
+				if !e2e.Poll(time.Until(deadline), func() bool { return highest[j][inst].Load() >= floor[j] }) {
+					// Not fatal: the uniqueness check at the end says more (fence off).
+					t.Errorf("%s: instance %d served nothing of %s at or above %d within 30s (highest %d)\n%s",
+						what, inst, tags[j], floor[j], highest[j][inst].Load(), e2e.Tail(ls[inst].Log(), 10))
+					return
 				}
 			}
 		}
@@ -133,7 +132,8 @@ func TestMySQLFailover(t *testing.T) {
 		if i > 0 {
 			recovered(fmt.Sprintf("after round %d", i-1), rounds[i-1].oldMax)
 		}
-		time.Sleep(time.Second) // load on the current primary
+		// Load on the current primary: 1000 IDs.
+		e2e.Eventually(t, time.Minute, fmt.Sprintf("round %d: 1000 IDs on the current primary", i), e2e.Grown(&served, 1000))
 		r.StopApplier()
 		base := maxIDs(r.Replica) // frozen: the replica applies nothing more
 		behind := func() (least int64, per []int64) {
@@ -162,7 +162,7 @@ func TestMySQLFailover(t *testing.T) {
 				t.Logf("round %d: the replica is %v allocations behind after 20s, want %d of each tag; failing over anyway", i, per, rd.lag)
 				break
 			}
-			time.Sleep(time.Millisecond)
+			time.Sleep(time.Millisecond) // polling the primary's max_id: the hold must come quickly
 		}
 		// The primary is gone: every connection to it drops, new ones are refused.
 		px.SetMode(proxyReset, 0)

@@ -353,10 +353,7 @@ func TestHostileMemory(t *testing.T) {
 	// The held buffers are the bulk of it: wait until the process has grown by most of them
 	// (evidence that the worst case is in place), then for the writers to finish or stall.
 	want := int64(perShape) * 8 * 1000 * 8 / 10 // kB: the held buffers and transactions
-	deadline := time.Now().Add(90 * time.Second)
-	for procKB(t, pid, "VmRSS")-base < want && time.Now().Before(deadline) {
-		time.Sleep(100 * time.Millisecond)
-	}
+	e2e.Poll(90*time.Second, func() bool { return procKB(t, pid, "VmRSS")-base >= want })
 	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()
 	select {
@@ -462,21 +459,16 @@ func TestHostileDescriptors(t *testing.T) {
 		flood = append(flood, c)
 	}
 	ext0 := e2e.InfoField(t, call("INFO snowflake"), "snowflake_lease_extensions")
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	if !e2e.Poll(60*time.Second, func() bool {
 		if got := call("IDS.SNOWFLAKE"); !strings.HasPrefix(got, ":") {
 			t.Fatalf("IDS.SNOWFLAKE with every descriptor in use: %q\n%s", got, l.Log())
 		}
 		if got := call("INCR t"); !strings.HasPrefix(got, ":") {
 			t.Fatalf("INCR with every descriptor in use: %q", got)
 		}
-		if e2e.InfoField(t, call("INFO snowflake"), "snowflake_lease_extensions") >= ext0+3 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the lease was not extended 3 times in 60s with every slot taken\n%s", l.Log())
-		}
-		time.Sleep(50 * time.Millisecond)
+		return e2e.InfoField(t, call("INFO snowflake"), "snowflake_lease_extensions") >= ext0+3
+	}) {
+		t.Fatalf("the lease was not extended 3 times in 60s with every slot taken\n%s", l.Log())
 	}
 	if got := e2e.InfoField(t, call("INFO clients"), "connected_clients"); got != fit {
 		t.Errorf("connected_clients: got %d, want %d", got, fit)

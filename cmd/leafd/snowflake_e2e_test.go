@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -19,41 +18,6 @@ import (
 	"github.com/leafd/leafd/internal/testenv"
 	"github.com/leafd/leafd/snowflake"
 )
-
-// sfLoad draws IDS.SNOWFLAKE 20 from l on n connections until ctx ends, into ids; it counts
-// the NOWORKER refusals and fails on any other error (unless the process is gone).
-type sfLoad struct {
-	ok, noWorker atomic.Int64
-	mu           sync.Mutex
-	other        []string
-}
-
-func (s *sfLoad) run(ctx context.Context, wg *sync.WaitGroup, l *e2e.Leafd, who string, ids *e2e.IDSet, n int) {
-	c := l.Client(2)
-	for range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for ctx.Err() == nil {
-				v, err := c.Do(ctx, "IDS.SNOWFLAKE", 20).Int64Slice()
-				switch {
-				case err == nil:
-					ids.Add(who, v...)
-					s.ok.Add(1)
-				case strings.HasPrefix(err.Error(), "NOWORKER "):
-					s.noWorker.Add(1)
-					time.Sleep(5 * time.Millisecond)
-				case ctx.Err() != nil:
-				default:
-					s.mu.Lock()
-					s.other = append(s.other, err.Error())
-					s.mu.Unlock()
-					time.Sleep(5 * time.Millisecond)
-				}
-			}
-		}()
-	}
-}
 
 func msOf(id int64) int64 { return snowflake.DefaultLayout().Decode(id).TimestampMs }
 
@@ -70,19 +34,19 @@ func TestSnowflakeSameAdvertiseAddr(t *testing.T) {
 	wa := e2e.WorkerOf(t, a)
 	b := e2e.Start(t, args...)
 	ids := e2e.NewIDSet()
-	var la, lb sfLoad
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	var la, lb e2e.BatchLoad
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second) // the load's length
 	defer cancel()
 	var wg sync.WaitGroup
-	la.run(ctx, &wg, a, "a", ids, 4)
-	lb.run(ctx, &wg, b, "b", ids, 4)
+	la.Run(ctx, &wg, a.Client(2), "a", ids, 4, false, "IDS.SNOWFLAKE", 20)
+	lb.Run(ctx, &wg, b.Client(2), "b", ids, 4, false, "IDS.SNOWFLAKE", 20)
 	wg.Wait()
-	t.Logf("a: %d batches; b: %d batches, %d NOWORKER", la.ok.Load(), lb.ok.Load(), lb.noWorker.Load())
-	if lb.ok.Load() != 0 || lb.noWorker.Load() == 0 {
-		t.Errorf("second process with the same identity: %d batches served, %d NOWORKER; want none served", lb.ok.Load(), lb.noWorker.Load())
+	t.Logf("a: %d batches; b: %d batches, %d NOWORKER", la.OK.Load(), lb.OK.Load(), lb.NoWorker.Load())
+	if lb.OK.Load() != 0 || lb.NoWorker.Load() == 0 {
+		t.Errorf("second process with the same identity: %d batches served, %d NOWORKER; want none served", lb.OK.Load(), lb.NoWorker.Load())
 	}
-	if len(la.other)+len(lb.other) > 0 {
-		t.Errorf("unexpected errors: %v %v", la.other[:min(len(la.other), 3)], lb.other[:min(len(lb.other), 3)])
+	if oa, ob := la.Other(), lb.Other(); len(oa)+len(ob) > 0 {
+		t.Errorf("unexpected errors: %v %v", oa[:min(len(oa), 3)], ob[:min(len(ob), 3)])
 	}
 	ids.Check(t, 10000)
 	if !strings.Contains(b.Log(), "held by "+adv) {
@@ -123,16 +87,12 @@ func TestSnowflakePausedHolderSameAddr(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The standby fences the state node once the holder's session has expired.
-	end := time.Now().Add(30 * time.Second)
-	for {
-		if st, ok := e2e.StateNode(adm, name, wa); ok && st.Instance != held.Instance {
-			break
-		}
-		if time.Now().After(end) {
-			_ = a.Signal(syscall.SIGCONT)
-			t.Fatalf("the standby never claimed worker %d\n%s", wa, b.Log())
-		}
-		time.Sleep(10 * time.Millisecond)
+	if !e2e.Poll(30*time.Second, func() bool {
+		st, ok := e2e.StateNode(adm, name, wa)
+		return ok && st.Instance != held.Instance
+	}) {
+		_ = a.Signal(syscall.SIGCONT)
+		t.Fatalf("the standby never claimed worker %d\n%s", wa, b.Log())
 	}
 	if err := a.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
@@ -151,7 +111,7 @@ func TestSnowflakePausedHolderSameAddr(t *testing.T) {
 			noWorker = true
 			break
 		}
-		time.Sleep(5 * time.Millisecond)
+		time.Sleep(5 * time.Millisecond) // pacing: retry after an error that is not NOWORKER
 	}
 	first := e2e.WaitServing(t, cb, 20*time.Second)
 	more, err := cb.Do(ctx, "IDS.SNOWFLAKE", 100).Int64Slice()
@@ -253,7 +213,7 @@ func TestSnowflakeRestartBoundAhead(t *testing.T) {
 	}
 	l.Kill()
 	start := time.Now()
-	l.Restart() // returns once the RESP port answers
+	l.Restart() // returns once the ready line is logged
 	listened := time.Since(start)
 	c = l.Client(2)
 	if _, err := c.Incr(ctx, "k").Result(); err != nil {

@@ -181,7 +181,7 @@ func TestZKOutage(t *testing.T) {
 	// Several lease windows without ZooKeeper: the bound is extended in the local cache.
 	var rLast int64
 	rRefused := false
-	for end := time.Now().Add(2 * time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+	for end := time.Now().Add(2 * time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) { // pacing: IDs through several lease windows
 		for who, c := range map[string]*redis.Client{"a": ca, "b": cb} {
 			v, err := c.Do(ctx, "IDS.SNOWFLAKE", 10).Int64Slice()
 			if err != nil {
@@ -233,7 +233,7 @@ func TestZKOutage(t *testing.T) {
 		if err == nil || !strings.HasPrefix(err.Error(), "NOWORKER ") {
 			t.Fatalf("new instance without ZooKeeper: got %v, want NOWORKER", err)
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond) // pacing: the refusals span some time
 	}
 	if info := e2e.SFInfo(t, cc); info["snowflake_worker_id"] != "-1" || info["snowflake_status"] == "ok" {
 		t.Errorf("new instance without ZooKeeper: INFO worker %q status %q", info["snowflake_worker_id"], info["snowflake_status"])
@@ -259,16 +259,12 @@ func TestZKOutage(t *testing.T) {
 	}
 	ids.Check(t, 1000)
 	adm := e2e.ZKAdmin(t, z.Addr())
-	end := time.Now().Add(10 * time.Second)
-	for {
-		st, _ := e2e.StateNode(adm, name, wa)
-		if st.ReservedUntil >= e2e.SFInfoInt(t, ca, "snowflake_start_bound_ms") {
-			break
-		}
-		if time.Now().After(end) {
-			t.Fatalf("ZooKeeper's bound of worker %d (%d) never caught up with the data dir's", wa, st.ReservedUntil)
-		}
-		time.Sleep(100 * time.Millisecond)
+	var st e2e.ZKStateNode
+	if !e2e.Poll(10*time.Second, func() bool {
+		st, _ = e2e.StateNode(adm, name, wa)
+		return st.ReservedUntil >= e2e.SFInfoInt(t, ca, "snowflake_start_bound_ms")
+	}) {
+		t.Fatalf("ZooKeeper's bound of worker %d (%d) never caught up with the data dir's", wa, st.ReservedUntil)
 	}
 }
 
@@ -354,12 +350,10 @@ func TestZKReusePausedHolder(t *testing.T) {
 	)
 	go func() {
 		defer close(oldDone)
-		for time.Now().Before(adminDone) {
-			if st, ok := e2e.StateNode(adm, name, wa); ok && st.Holder == addrB {
-				break
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
+		e2e.Poll(time.Until(adminDone), func() bool {
+			st, ok := e2e.StateNode(adm, name, wa)
+			return ok && st.Holder == addrB
+		})
 		if wakeErr = a.Signal(syscall.SIGCONT); wakeErr != nil {
 			return
 		}
@@ -376,7 +370,7 @@ func TestZKReusePausedHolder(t *testing.T) {
 				noWorker = true
 				return
 			}
-			time.Sleep(5 * time.Millisecond)
+			time.Sleep(5 * time.Millisecond) // pacing: retry after an error that is not NOWORKER
 		}
 	}()
 	b := e2e.Start(t, argsB...)
@@ -439,23 +433,15 @@ func TestZKKillRestartsUnderLoad(t *testing.T) {
 			for round := range 4 {
 				ctx, cancel := context.WithCancel(context.Background())
 				var wg sync.WaitGroup
+				loads := make([]e2e.BatchLoad, len(ls))
 				for i, l := range ls {
-					c := l.Client(2)
-					for range 3 {
-						wg.Add(1)
-						go func() {
-							defer wg.Done()
-							for ctx.Err() == nil {
-								v, err := c.Do(ctx, "IDS.SNOWFLAKE", 20).Int64Slice()
-								if err != nil {
-									return // killed under us
-								}
-								ids.Add(fmt.Sprintf("%d/%d", i, round), v...)
-							}
-						}()
-					}
+					loads[i].Run(ctx, &wg, l.Client(2), fmt.Sprintf("%d/%d", i, round), ids, 3, true, "IDS.SNOWFLAKE", 20)
 				}
-				time.Sleep(time.Duration(200+round*60) * time.Millisecond)
+				// The kill comes after a number of batches that grows with the round.
+				want := int64(80 + 20*round)
+				e2e.Eventually(t, time.Minute, fmt.Sprintf("round %d: %d batches before the kill", round, want), func() bool {
+					return loads[0].OK.Load()+loads[1].OK.Load() >= want
+				})
 				victims := []*e2e.Leafd{ls[round%2]}
 				if round == 3 {
 					victims = ls
@@ -463,7 +449,10 @@ func TestZKKillRestartsUnderLoad(t *testing.T) {
 				for _, v := range victims {
 					v.Kill()
 				}
-				time.Sleep(50 * time.Millisecond) // the other one, if any, keeps serving alone
+				if len(victims) == 1 { // the other one keeps serving alone
+					other := &loads[(round+1)%2]
+					e2e.Eventually(t, time.Minute, "10 batches from the survivor", e2e.Grown(&other.OK, 10))
+				}
 				cancel()
 				wg.Wait()
 				for _, v := range victims {
