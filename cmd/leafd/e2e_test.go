@@ -28,11 +28,12 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// End-to-end tests of the single-node server on its embedded defaults.
+// End-to-end tests of the single-node server on its embedded defaults: in-process where the
+// scenario does not kill, signal or restart the process, else the built binary.
 
 func TestRedisCLI(t *testing.T) {
 	e2e.NeedTool(t, "redis-cli")
-	l := e2e.Start(t)
+	l := startInProcess(t)
 	tests := []struct {
 		args []string
 		want string
@@ -73,7 +74,7 @@ func TestRedisCLI(t *testing.T) {
 
 func TestRedisBenchmark(t *testing.T) {
 	bench := e2e.NeedTool(t, "redis-benchmark")
-	l := e2e.Start(t)
+	l := startInProcess(t)
 	host, port, _ := net.SplitHostPort(l.Addr)
 	for _, extra := range [][]string{nil, {"-P", "16"}} {
 		args := append([]string{"-h", host, "-p", port, "-t", "incr", "-n", "20000", "-c", "20", "-q"}, extra...)
@@ -177,7 +178,7 @@ func TestGracefulShutdown(t *testing.T) {
 
 // TestDataDirLocked: a second process on the same data dir fails with a clear error.
 func TestDataDirLocked(t *testing.T) {
-	l := e2e.Start(t)
+	l := startInProcess(t)
 	cmd := exec.Command(e2e.Binary(), "--data-dir", l.DataDir, "--addr", e2e.FreeAddr(t), "--http-addr", "")
 	out, err := cmd.CombinedOutput()
 	if err == nil {
@@ -247,7 +248,7 @@ func TestTLS(t *testing.T) {
 	dir := t.TempDir()
 	certFile, keyFile := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
 	writeSelfSigned(t, certFile, keyFile)
-	l := e2e.Start(t, "--tls-cert", certFile, "--tls-key", keyFile)
+	l := startInProcess(t, "--tls-cert", certFile, "--tls-key", keyFile)
 	c := redis.NewClient(&redis.Options{Addr: l.Addr, MaxRetries: -1,
 		TLSConfig: &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12}})
 	defer c.Close()

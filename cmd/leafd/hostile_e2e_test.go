@@ -57,9 +57,9 @@ func exchange(t testing.TB, addr, in string) string {
 }
 
 // TestHostileRedisProtocol: Redis 7's tests/unit/protocol.tcl cases, byte for byte, against
-// the binary.
+// the server (in-process: the same code as the binary, under the test's race detector).
 func TestHostileRedisProtocol(t *testing.T) {
-	l := e2e.Start(t)
+	l := startInProcess(t)
 	for _, tc := range []struct{ name, in, want string }{
 		{"Handle an empty query", "\r\nPING\r\nQUIT\r\n", "+PONG\r\n+OK\r\n"},
 		{"Negative multibulk length", "*-10\r\nPING\r\nQUIT\r\n", "+PONG\r\n+OK\r\n"},
@@ -178,7 +178,7 @@ func infoIntAuth(t *testing.T, l *e2e.Leafd, pass, section, field string) int64 
 // with the RESP certificate.
 func TestHostileAdminAuth(t *testing.T) {
 	const pass = "resp-pass"
-	l := e2e.Start(t, "--requirepass-file", writeSecret(t, pass), "--http-open-probes")
+	l := startInProcess(t, "--requirepass-file", writeSecret(t, pass), "--http-open-probes")
 	paths := []string{"/api/segment/get/newtag", "/api/snowflake/get/x", "/readyz?tag=newtag", "/status", "/status.json", "/metrics", "/decodeSnowflakeId?snowflakeId=1"}
 	for _, p := range paths {
 		if status, body, err := l.HTTPGet(p, ""); err != nil || status != http.StatusUnauthorized {
@@ -205,7 +205,7 @@ func TestHostileAdminAuth(t *testing.T) {
 	dir := t.TempDir()
 	cert, key := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
 	writeSelfSigned(t, cert, key)
-	l2 := e2e.Start(t, "--requirepass", pass, "--http-auth-file", writeSecret(t, "admin-token"),
+	l2 := startInProcess(t, "--requirepass", pass, "--http-auth-file", writeSecret(t, "admin-token"),
 		"--http-tls", "--tls-cert", cert, "--tls-key", key)
 	insecure := &tls.Config{InsecureSkipVerify: true} //nolint:gosec // our self-signed test certificate
 	for _, tc := range []struct {

@@ -13,10 +13,10 @@ import (
 	"github.com/leafd/leafd/internal/e2e"
 )
 
-// TestHTTPAdmin: the built binary serves Leaf's segment API and the metrics on --http-addr,
+// TestHTTPAdmin: the server (in-process) serves Leaf's segment API and the metrics on --http-addr,
 // shares the segment state with RESP, and stops gracefully with the admin port open.
 func TestHTTPAdmin(t *testing.T) {
-	l := e2e.Start(t)
+	l := startInProcess(t)
 	for i, want := range []string{"1", "2"} {
 		status, body, err := l.HTTPGet("/api/segment/get/web", "")
 		if err != nil || status != http.StatusOK || body != want {
@@ -43,14 +43,14 @@ func TestHTTPAdmin(t *testing.T) {
 		t.Errorf("readyz: got %d %q %v, want 200 ready", status, body, err)
 	}
 	if err := l.Stop(20 * time.Second); err != nil {
-		t.Errorf("SIGTERM: %v\n%s", err, l.Log())
+		t.Errorf("stop: %v\n%s", err, l.Log())
 	}
 }
 
 // TestHTTPDisabled: --http-addr "" opens no admin port.
 func TestHTTPDisabled(t *testing.T) {
 	addr := e2e.FreeAddr(t)
-	l := e2e.Start(t, "--http-addr", "")
+	l := startInProcess(t, "--http-addr", "")
 	if l.HTTPAddr != "" {
 		t.Fatalf("httpAddr %q, want empty", l.HTTPAddr)
 	}

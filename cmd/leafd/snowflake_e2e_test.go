@@ -310,7 +310,7 @@ func TestSnowflakeZKChroot(t *testing.T) {
 	zkAddr := testenv.ZKAddr(t)
 	name := e2e.ZKTestName(t)
 	chroot := "/" + name + "-root/leaf"
-	l := e2e.Start(t, e2e.ZKArgs(t, zkAddr+chroot, name)...)
+	l := startInProcess(t, e2e.ZKArgs(t, zkAddr+chroot, name)...)
 	w := e2e.WorkerOf(t, l)
 	adm := e2e.ZKAdmin(t, zkAddr)
 	kids, _, err := adm.Children(chroot + "/snowflake/" + name + "/forever")

@@ -81,7 +81,7 @@ func TestZKFiveAtOnce(t *testing.T) {
 func TestZKDecodeAndInfo(t *testing.T) {
 	zkAddr := testenv.ZKAddr(t)
 	name := e2e.ZKTestName(t)
-	l := e2e.Start(t, e2e.ZKArgs(t, zkAddr, name, "--lease-window", "2s")...)
+	l := startInProcess(t, e2e.ZKArgs(t, zkAddr, name, "--lease-window", "2s")...)
 	for _, proto := range []int{2, 3} {
 		c := l.Client(proto)
 		info := e2e.SFInfo(t, c)
