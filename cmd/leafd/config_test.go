@@ -4,9 +4,13 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/leafd/leafd/handlers"
 )
 
 // TestConfigFileValues: a value may contain '=' (a DSN's parameters) in both line forms.
@@ -111,5 +115,39 @@ func TestSecretsFromFiles(t *testing.T) {
 				t.Errorf("got %v, want an error with %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// TestReadmeDefaults: the default the README's options table gives each option is the one
+// the flag set has (taken from the packages' DefaultConfig), so neither can drift alone.
+func TestReadmeDefaults(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c Config
+	fs := flagSet(&c)
+	row := regexp.MustCompile("^\\| `--([a-z0-9-]+)` \\| (`([^`]*)`|empty) \\|")
+	checked := 0
+	for _, line := range strings.Split(string(readme), "\n") {
+		m := row.FindStringSubmatch(line)
+		if m == nil {
+			continue
+		}
+		f := fs.Lookup(m[1])
+		if f == nil {
+			continue // documented elsewhere (--config)
+		}
+		want := m[3] // "" for "empty"
+		if f.DefValue != want {
+			t.Errorf("--%s: README says default %q, the flag has %q", m[1], want, f.DefValue)
+		}
+		checked++
+	}
+	if checked < 40 {
+		t.Errorf("checked %d README defaults, want the whole options table (40+)", checked)
+	}
+	if got := fs.Lookup("max-batch").DefValue; got != strconv.Itoa(handlers.DefaultMaxBatch) {
+		t.Errorf("--max-batch default %s, want handlers.DefaultMaxBatch %d", got, handlers.DefaultMaxBatch)
 	}
 }
