@@ -14,22 +14,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-sql-driver/mysql"
-
 	"github.com/leafd/leafd/internal/e2e"
-	"github.com/leafd/leafd/internal/testenv"
 )
 
 // TestAdvLostCreate: tags created and used on the old primary and lost at the failover, then
 // re-created on the new primary (explicitly and by auto-create), give no duplicate.
 func TestAdvLostCreate(t *testing.T) {
-	r := testenv.StartReplication(t)
-	r.Primary.Exec("CREATE DATABASE leafd")
-	r.WaitCaughtUp(30 * time.Second)
-	px := startProxy(t, r.Primary.Addr())
-	cfg := mysql.NewConfig()
-	cfg.User, cfg.Net, cfg.Addr, cfg.DBName = "root", "tcp", px.Addr(), "leafd"
-	dsn := cfg.FormatDSN()
+	r, px, dsn := e2e.Replicated(t)
 	args := []string{"--max-step", "10", "--default-step", "10", "--mysql-failover-allocs", "16", "--load-timeout", "2s", "--auto-create", "on"}
 	x := e2e.StartMySQL(t, dsn, args...)
 	z := e2e.StartMySQL(t, dsn, args...)
@@ -59,10 +50,10 @@ func TestAdvLostCreate(t *testing.T) {
 		}
 	}
 
-	px.SetMode(proxyReset, 0)
+	px.SetMode(e2e.ProxyReset, 0)
 	lost := r.Promote()
 	px.SetTarget(r.Primary.Addr())
-	px.SetMode(proxyPass, 0)
+	px.SetMode(e2e.ProxyPass, 0)
 	t.Logf("failover: %d transactions lost", lost)
 
 	// z never served these tags (no mark). The application re-creates the tag it created
@@ -105,13 +96,7 @@ func TestAdvLostCreate(t *testing.T) {
 // with --max-step 10 takes the tag over, with the largest gap any instance recorded in the
 // database fence row (16 × 100000), not its own 16 × 10.
 func TestAdvMixedMaxStep(t *testing.T) {
-	r := testenv.StartReplication(t)
-	r.Primary.Exec("CREATE DATABASE leafd")
-	r.WaitCaughtUp(30 * time.Second)
-	px := startProxy(t, r.Primary.Addr())
-	cfg := mysql.NewConfig()
-	cfg.User, cfg.Net, cfg.Addr, cfg.DBName = "root", "tcp", px.Addr(), "leafd"
-	dsn := cfg.FormatDSN()
+	r, px, dsn := e2e.Replicated(t)
 	x := e2e.StartMySQL(t, dsn, "--max-step", "100000", "--mysql-failover-allocs", "16", "--load-timeout", "2s")
 	y := e2e.StartMySQL(t, dsn, "--max-step", "10", "--mysql-failover-allocs", "16", "--load-timeout", "2s")
 	if _, err := x.Do("IDS.CREATE", "t", "STEP", 10); err != nil {
@@ -160,10 +145,10 @@ func TestAdvMixedMaxStep(t *testing.T) {
 			t.Fatal("x never held a next segment the replica lacks")
 		}
 	}
-	px.SetMode(proxyReset, 0)
+	px.SetMode(e2e.ProxyReset, 0)
 	lost := r.Promote()
 	px.SetTarget(r.Primary.Addr())
-	px.SetMode(proxyPass, 0)
+	px.SetMode(e2e.ProxyPass, 0)
 	t.Logf("failover: %d transactions lost", lost)
 	for range 50 { // y's segments hold 10 IDs: INCR, not batches
 		id, _, err := y.WaitIncr("t", 30*time.Second)

@@ -16,8 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-sql-driver/mysql"
-
 	"github.com/leafd/leafd/internal/e2e"
 	"github.com/leafd/leafd/internal/testenv"
 )
@@ -53,13 +51,7 @@ func TestMySQLFailover(t *testing.T) {
 	if v := os.Getenv("LEAFD_TEST_FAILOVER_ALLOCS"); v != "" {
 		allocs = v
 	}
-	r := testenv.StartReplication(t)
-	r.Primary.Exec("CREATE DATABASE leafd")
-	r.WaitCaughtUp(30 * time.Second)
-	px := startProxy(t, r.Primary.Addr())
-	cfg := mysql.NewConfig()
-	cfg.User, cfg.Net, cfg.Addr, cfg.DBName = "root", "tcp", px.Addr(), "leafd"
-	dsn := cfg.FormatDSN()
+	r, px, dsn := e2e.Replicated(t)
 
 	tags := []string{"ten", "hundred"}
 	steps := []int64{10, 100}
@@ -165,7 +157,7 @@ func TestMySQLFailover(t *testing.T) {
 			time.Sleep(time.Millisecond) // polling the primary's max_id: the hold must come quickly
 		}
 		// The primary is gone: every connection to it drops, new ones are refused.
-		px.SetMode(proxyReset, 0)
+		px.SetMode(e2e.ProxyReset, 0)
 		if rd.kill >= 0 {
 			ls[rd.kill].Kill()
 			if rd.wipe {
@@ -182,7 +174,7 @@ func TestMySQLFailover(t *testing.T) {
 			rd.lostN = append(rd.lostN, (rd.oldMax[j]-newMax[j])/steps[j])
 		}
 		px.SetTarget(r.Primary.Addr())
-		px.SetMode(proxyPass, 0)
+		px.SetMode(e2e.ProxyPass, 0)
 		for j := range holds {
 			holds[j].Store(false)
 		}

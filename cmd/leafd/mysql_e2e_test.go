@@ -7,6 +7,7 @@ package main
 // twice, and a refusal is a coded error reply, never a number.
 
 import (
+	"database/sql"
 	"math"
 	"slices"
 	"strconv"
@@ -131,7 +132,7 @@ func TestMySQLProxyFaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	px := startProxy(t, cfg.Addr)
+	px := e2e.StartProxy(t, cfg.Addr)
 	cfg.Addr = px.Addr()
 	const step = 10_000
 	l := e2e.StartMySQL(t, cfg.FormatDSN(), "--max-step", strconv.Itoa(step), "--wait-timeout", "1s", "--load-timeout", "3s")
@@ -152,7 +153,7 @@ func TestMySQLProxyFaults(t *testing.T) {
 	pause.Store(int64(time.Millisecond))
 	p1 := time.Now()
 	loads1 := l.InfoInt("segment", "segment_loads_ok")
-	px.SetMode(proxyDelay, 50*time.Millisecond)
+	px.SetMode(e2e.ProxyDelay, 50*time.Millisecond)
 	e2e.Eventually(t, time.Minute, "phase 1: two refills through the delay", func() bool {
 		return l.InfoInt("segment", "segment_loads_ok")-loads1 >= 2
 	})
@@ -161,18 +162,18 @@ func TestMySQLProxyFaults(t *testing.T) {
 	// Phase 2: blackhole. What is buffered is served, then UNAVAILABLE; the phase ends after
 	// 20 refusals.
 	p2 := time.Now()
-	px.SetMode(proxyBlackhole, 0)
+	px.SetMode(e2e.ProxyBlackhole, 0)
 	pause.Store(0) // use the buffers up quickly
 	e2e.Eventually(t, time.Minute, "phase 2: 20 refusals in the blackhole", e2e.Grown(&n.Refused, 20))
 
 	// Phase 3: every connection reset at once; the phase ends after 20 more refusals.
 	p3 := time.Now()
-	px.SetMode(proxyReset, 0)
+	px.SetMode(e2e.ProxyReset, 0)
 	e2e.Eventually(t, time.Minute, "phase 3: 20 refusals with resets", e2e.Grown(&n.Refused, 20))
 
 	// Phase 4: normal again; the phase ends after 1000 IDs.
 	p4 := time.Now()
-	px.SetMode(proxyPass, 0)
+	px.SetMode(e2e.ProxyPass, 0)
 	e2e.Eventually(t, time.Minute, "phase 4: 1000 IDs after the network came back", e2e.Grown(&n.OK, 1000))
 	stopped.Store(true)
 	loads := wait()
@@ -324,20 +325,25 @@ func TestMySQLDatabaseOutage(t *testing.T) {
 	e2e.StopClean(t, l, l2)
 }
 
+// servedTwo starts two instances on a fresh shared database with --max-step step, creates
+// tag "orders" with that step, and draws want IDs over conns connections per instance.
+func servedTwo(t *testing.T, step int64, conns int, want int64) (dsn string, db *sql.DB, ls []*e2e.Leafd, loads []*e2e.ConnLoad) {
+	t.Helper()
+	dsn, db = e2e.SharedDB(t)
+	ms := strconv.FormatInt(step, 10)
+	ls = []*e2e.Leafd{e2e.StartMySQL(t, dsn, "--max-step", ms), e2e.StartMySQL(t, dsn, "--max-step", ms)}
+	e2e.CreateTag(t, ls[0], db, "orders", step)
+	var n e2e.Counts
+	loads = e2e.RunLoad(e2e.Load{Tag: "orders", Conns: conns, Count: &n, Addrs: e2e.Addrs(ls...), Stop: e2e.Until(&n.OK, want, time.Now().Add(20*time.Second))})
+	return dsn, db, ls, loads
+}
+
 // (e) A lagging replica promoted: max_id drops by ten steps. Each instance refuses with
 // REGRESSION (not numbers) once it needs a new range, keeps refusing, still refuses after a
 // restart (the marks are durable), and serves again once max_id is above its mark.
 func TestMySQLRegression(t *testing.T) {
-	dsn, db := e2e.SharedDB(t)
 	const step = 100
-	ls := []*e2e.Leafd{
-		e2e.StartMySQL(t, dsn, "--max-step", strconv.Itoa(step)),
-		e2e.StartMySQL(t, dsn, "--max-step", strconv.Itoa(step)),
-	}
-	e2e.CreateTag(t, ls[0], db, "orders", step)
-
-	var n e2e.Counts
-	before := e2e.RunLoad(e2e.Load{Tag: "orders", Conns: 3, Count: &n, Addrs: e2e.Addrs(ls...), Stop: e2e.Until(&n.OK, 20_000, time.Now().Add(20*time.Second))})
+	_, db, ls, before := servedTwo(t, step, 3, 20_000)
 	e2e.CheckCodes(t, "before the failover", e2e.Sum(before))
 	high := e2e.SQLInt(t, db, "SELECT max_id FROM leaf_alloc WHERE biz_tag = 'orders'")
 	e2e.SQLExec(t, db, "UPDATE leaf_alloc SET max_id = max_id - ? WHERE biz_tag = 'orders'", 10*step)

@@ -37,15 +37,8 @@ func raiseCmd(t *testing.T, args ...string) (string, int) {
 // handed out. A third instance restarted before the repair, holding no tag, is covered by
 // its durable marks (IDS.MARKS). A second run never lowers max_id.
 func TestMySQLRaiseMaxID(t *testing.T) {
-	dsn, db := e2e.SharedDB(t)
 	const step = 100
-	ls := []*e2e.Leafd{
-		e2e.StartMySQL(t, dsn, "--max-step", strconv.Itoa(step)),
-		e2e.StartMySQL(t, dsn, "--max-step", strconv.Itoa(step)),
-	}
-	e2e.CreateTag(t, ls[0], db, "orders", step)
-	var n e2e.Counts
-	before := e2e.RunLoad(e2e.Load{Tag: "orders", Conns: 2, Count: &n, Addrs: e2e.Addrs(ls...), Stop: e2e.Until(&n.OK, 5_000, time.Now().Add(20*time.Second))})
+	dsn, db, ls, before := servedTwo(t, step, 2, 5_000)
 	e2e.CheckCodes(t, "before", e2e.Sum(before))
 	e2e.SQLExec(t, db, "UPDATE leaf_alloc SET max_id = max_id - ? WHERE biz_tag = 'orders'", 10*step)
 	var na e2e.Counts // until 100 refusals: the buffered IDs are used up

@@ -125,20 +125,7 @@ func TestSnowflakePausedHolderSameAddr(t *testing.T) {
 		t.Errorf("old holder after SIGCONT: last error %v, want NOWORKER\n%s", lastErr, a.Log())
 	}
 	t.Logf("old holder issued %d IDs after SIGCONT before NOWORKER", len(after))
-	all := append(before, after...)
-	if slices.Max(all) >= first {
-		t.Errorf("old holder issued %d, at or above the standby's first ID %d", slices.Max(all), first)
-	}
-	if sb := e2e.SFInfoInt(t, cb, "snowflake_start_bound_ms"); msOf(slices.Max(all)) >= sb {
-		t.Errorf("old holder issued in ms %d, not below the standby's start bound %d", msOf(slices.Max(all)), sb)
-	}
-	ids := e2e.NewIDSet()
-	ids.Add("old", all...)
-	ids.Add("standby", append(more, first)...)
-	ids.Check(t, 200)
-	if !strings.Contains(a.Log(), "worker id lost") {
-		t.Errorf("old holder's log does not say the worker id was lost:\n%s", a.Log())
-	}
+	e2e.CheckFenced(t, a, cb, append(before, after...), more, first)
 }
 
 // TestSnowflakeSourceSwitch: a data dir used by the file source as worker 0, kill -9'd with its

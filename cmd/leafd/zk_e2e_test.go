@@ -391,24 +391,7 @@ func TestZKReusePausedHolder(t *testing.T) {
 		t.Errorf("old holder after SIGCONT: last error %v, want NOWORKER once its bound is reached\n%s", lastErr, a.Log())
 	}
 	t.Logf("old holder issued %d IDs after SIGCONT before NOWORKER", len(after))
-	all := append(before, after...)
-	if len(all) > 0 && slices.Max(all) >= first {
-		t.Errorf("old holder issued %d, at or above the successor's first ID %d", slices.Max(all), first)
-	}
-	if sb := e2e.SFInfoInt(t, cb, "snowflake_start_bound_ms"); len(all) > 0 && snowflake.DefaultLayout().Decode(slices.Max(all)).TimestampMs >= sb {
-		t.Errorf("old holder issued in ms %d, not below the bound %d the successor started above",
-			snowflake.DefaultLayout().Decode(slices.Max(all)).TimestampMs, sb)
-	}
-	if slices.Min(more) <= first {
-		t.Errorf("successor not increasing: %d after %d", slices.Min(more), first)
-	}
-	ids := e2e.NewIDSet()
-	ids.Add("old", all...)
-	ids.Add("successor", append(more, first)...)
-	ids.Check(t, 200)
-	if !strings.Contains(a.Log(), "worker id lost") {
-		t.Errorf("old holder's log does not say the worker id was lost:\n%s", a.Log())
-	}
+	e2e.CheckFenced(t, a, cb, append(before, after...), more, first)
 }
 
 // TestZKKillRestartsUnderLoad: two instances, each kill -9'd and restarted several times while

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	_ "github.com/go-sql-driver/mysql" // the "mysql" driver of OpenSQL
+	"github.com/go-sql-driver/mysql"
 
 	"github.com/leafd/leafd/internal/testenv"
 )
@@ -70,4 +70,18 @@ func CreateTag(t testing.TB, l *Leafd, db *sql.DB, tag string, step int64) {
 	if got := SQLInt(t, db, "SELECT step FROM leaf_alloc WHERE biz_tag = ?", tag); got != step {
 		t.Fatalf("leaf_alloc.step of %s: got %d, want %d", tag, got, step)
 	}
+}
+
+// Replicated starts a private MariaDB primary replicating to a replica, with database leafd
+// created and replicated, and a proxy in front of the primary that moves like a virtual IP
+// on failover. dsn reaches database leafd through the proxy.
+func Replicated(t testing.TB) (r *testenv.Replication, px *Proxy, dsn string) {
+	t.Helper()
+	r = testenv.StartReplication(t)
+	r.Primary.Exec("CREATE DATABASE leafd")
+	r.WaitCaughtUp(30 * time.Second)
+	px = StartProxy(t, r.Primary.Addr())
+	cfg := mysql.NewConfig()
+	cfg.User, cfg.Net, cfg.Addr, cfg.DBName = "root", "tcp", px.Addr(), "leafd"
+	return r, px, cfg.FormatDSN()
 }

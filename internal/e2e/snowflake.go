@@ -7,12 +7,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/go-zookeeper/zk"
+	"github.com/leafd/leafd/snowflake"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -220,5 +222,34 @@ func WaitNoLive(t testing.TB, c *zk.Conn, name string, id int64, d time.Duration
 			t.Fatalf("%s still exists after %v (%v)", p, d, err)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// CheckFenced checks a holder whose worker id a successor took over while it was paused:
+// every ID the old holder issued (before the pause and after waking) lies below the
+// successor's first ID and in a millisecond below the successor's start bound, the
+// successor's later IDs (more) increase past first, no ID was issued twice, and the old
+// holder's log says it lost the worker id.
+func CheckFenced(t testing.TB, old *Leafd, successor *redis.Client, oldIDs, more []int64, first int64) {
+	t.Helper()
+	ms := func(id int64) int64 { return snowflake.DefaultLayout().Decode(id).TimestampMs }
+	if len(oldIDs) > 0 {
+		top := slices.Max(oldIDs)
+		if top >= first {
+			t.Errorf("old holder issued %d, at or above the successor's first ID %d", top, first)
+		}
+		if sb := SFInfoInt(t, successor, "snowflake_start_bound_ms"); ms(top) >= sb {
+			t.Errorf("old holder issued in ms %d, not below the bound %d the successor started above", ms(top), sb)
+		}
+	}
+	if len(more) > 0 && slices.Min(more) <= first {
+		t.Errorf("successor not increasing: %d after %d", slices.Min(more), first)
+	}
+	ids := NewIDSet()
+	ids.Add("old", oldIDs...)
+	ids.Add("successor", append(slices.Clone(more), first)...)
+	ids.Check(t, 200)
+	if !strings.Contains(old.Log(), "worker id lost") {
+		t.Errorf("old holder's log does not say the worker id was lost:\n%s", old.Log())
 	}
 }
