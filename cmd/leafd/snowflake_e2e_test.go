@@ -97,22 +97,7 @@ func TestSnowflakePausedHolderSameAddr(t *testing.T) {
 	if err := a.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
-	var after []int64
-	noWorker := false
-	var lastErr error
-	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); {
-		v, err := ca.Do(ctx, "IDS.SNOWFLAKE", 20).Int64Slice()
-		if err == nil {
-			after = append(after, v...)
-			continue
-		}
-		lastErr = err
-		if strings.HasPrefix(err.Error(), "NOWORKER ") {
-			noWorker = true
-			break
-		}
-		time.Sleep(5 * time.Millisecond) // pacing: retry after an error that is not NOWORKER
-	}
+	after, noWorker, lastErr := e2e.DrainUntilNoWorker(ca, 10*time.Second)
 	first := e2e.WaitServing(t, cb, 20*time.Second)
 	more, err := cb.Do(ctx, "IDS.SNOWFLAKE", 100).Int64Slice()
 	if err != nil {

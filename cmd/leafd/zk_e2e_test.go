@@ -359,19 +359,7 @@ func TestZKReusePausedHolder(t *testing.T) {
 		}
 		c := redis.NewClient(&redis.Options{Addr: a.Addr, Protocol: 3, MaxRetries: -1, ReadTimeout: 5 * time.Second})
 		defer c.Close()
-		for end := time.Now().Add(8 * time.Second); time.Now().Before(end); {
-			v, err := c.Do(ctx, "IDS.SNOWFLAKE", 20).Int64Slice()
-			if err == nil {
-				after = append(after, v...)
-				continue
-			}
-			lastErr = err
-			if strings.HasPrefix(err.Error(), "NOWORKER ") {
-				noWorker = true
-				return
-			}
-			time.Sleep(5 * time.Millisecond) // pacing: retry after an error that is not NOWORKER
-		}
+		after, noWorker, lastErr = e2e.DrainUntilNoWorker(c, 8*time.Second)
 	}()
 	b := e2e.Start(t, argsB...)
 	cb := b.Client(3)

@@ -253,3 +253,23 @@ func CheckFenced(t testing.TB, old *Leafd, successor *redis.Client, oldIDs, more
 		t.Errorf("old holder's log does not say the worker id was lost:\n%s", old.Log())
 	}
 }
+
+// DrainUntilNoWorker draws IDS.SNOWFLAKE 20 from c until a NOWORKER reply (noWorker true)
+// or timeout, and returns every ID served and the last error. It is how a woken, fenced
+// holder is read out: it may serve up to the bound it had persisted, then must refuse.
+func DrainUntilNoWorker(c *redis.Client, timeout time.Duration) (ids []int64, noWorker bool, lastErr error) {
+	ctx := context.Background()
+	for end := time.Now().Add(timeout); time.Now().Before(end); {
+		v, err := c.Do(ctx, "IDS.SNOWFLAKE", 20).Int64Slice()
+		if err == nil {
+			ids = append(ids, v...)
+			continue
+		}
+		lastErr = err
+		if strings.HasPrefix(err.Error(), "NOWORKER ") {
+			return ids, true, err
+		}
+		time.Sleep(5 * time.Millisecond) // pacing: retry after an error that is not NOWORKER
+	}
+	return ids, false, lastErr
+}
