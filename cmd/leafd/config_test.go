@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -149,5 +151,38 @@ func TestReadmeDefaults(t *testing.T) {
 	}
 	if got := fs.Lookup("max-batch").DefValue; got != strconv.Itoa(handlers.DefaultMaxBatch) {
 		t.Errorf("--max-batch default %s, want handlers.DefaultMaxBatch %d", got, handlers.DefaultMaxBatch)
+	}
+}
+
+// TestNoOutsideReferences: the repository stands alone: no file points at notes or a
+// contract outside it (the contract and the measured hazards are docs/CONTRACT.md and
+// docs/HAZARDS.md).
+func TestNoOutsideReferences(t *testing.T) {
+	outside := regexp.MustCompile(`NOTES\.md|SPEC\.md|STYLE\.md|\.\./shared|/work/shared`)
+	err := filepath.WalkDir("../..", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if n := d.Name(); n == ".git" || n == "node_modules" {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if strings.HasSuffix(path, "config_test.go") { // this test names them
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		if loc := outside.FindIndex(b); loc != nil && !bytes.Contains(b[:min(len(b), 8000)], []byte{0}) {
+			line := bytes.Count(b[:loc[0]], []byte("\n")) + 1
+			t.Errorf("%s:%d points outside the repository (%s): say it in docs/ instead", path, line, b[loc[0]:loc[1]])
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }
