@@ -243,7 +243,6 @@ func For(d time.Duration) func() bool {
 type BatchLoad struct {
 	OK, NoWorker atomic.Int64
 	mu           sync.Mutex
-	max          int64
 	other        []string
 }
 
@@ -259,9 +258,6 @@ func (s *BatchLoad) Run(ctx context.Context, wg *sync.WaitGroup, c *redis.Client
 				case err == nil:
 					ids.Add(who, v...)
 					s.OK.Add(1)
-					s.mu.Lock()
-					s.max = max(s.max, slices.Max(v))
-					s.mu.Unlock()
 				case strings.HasPrefix(err.Error(), "NOWORKER "):
 					s.NoWorker.Add(1)
 					time.Sleep(5 * time.Millisecond) // pacing: refused, do not spin
@@ -277,13 +273,6 @@ func (s *BatchLoad) Run(ctx context.Context, wg *sync.WaitGroup, c *redis.Client
 			}
 		})
 	}
-}
-
-// Max is the highest ID served.
-func (s *BatchLoad) Max() int64 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.max
 }
 
 // Other returns the errors that were neither IDs nor NOWORKER.
