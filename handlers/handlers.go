@@ -12,6 +12,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/leafd/leafd/internal/limits"
 	"github.com/leafd/leafd/resp"
 	"github.com/leafd/leafd/segment"
 	"github.com/leafd/leafd/snowflake"
@@ -49,8 +50,8 @@ const RedisVersion = "7.2.0"
 
 // DefaultMaxBatch is the largest count of one IDS.SEGMENT or IDS.SNOWFLAKE by default: the
 // documented default of --max-batch (README), which cmd/leafd also hands to the segment and
-// snowflake generators.
-const DefaultMaxBatch = 1000
+// snowflake generators (internal/limits, shared with their DefaultConfig).
+const DefaultMaxBatch = limits.MaxBatch
 
 // Config configures the command layer. A zero field takes its default from DefaultConfig.
 type Config struct {
