@@ -118,17 +118,15 @@ func WorkerOf(t testing.TB, l *Leafd) int64 {
 // WaitServing polls IDS.SNOWFLAKE until it returns an ID, for at most d.
 func WaitServing(t testing.TB, c *redis.Client, d time.Duration) int64 {
 	t.Helper()
-	end := time.Now().Add(d)
-	for {
-		id, err := c.Do(context.Background(), "IDS.SNOWFLAKE").Int64()
-		if err == nil {
-			return id
-		}
-		if time.Now().After(end) {
-			t.Fatalf("IDS.SNOWFLAKE still failing after %v: %v", d, err)
-		}
-		time.Sleep(50 * time.Millisecond)
+	var id int64
+	var err error
+	if !Poll(d, func() bool {
+		id, err = c.Do(context.Background(), "IDS.SNOWFLAKE").Int64()
+		return err == nil
+	}) {
+		t.Fatalf("IDS.SNOWFLAKE still failing after %v: %v", d, err)
 	}
+	return id
 }
 
 // ZKAdmin is a plain ZooKeeper client for inspecting nodes.
@@ -212,16 +210,13 @@ func MustState(t testing.TB, c *zk.Conn, name string, id int64) ZKStateNode {
 func WaitNoLive(t testing.TB, c *zk.Conn, name string, id int64, d time.Duration) {
 	t.Helper()
 	p := fmt.Sprintf("/snowflake/%s/live/%d", name, id)
-	end := time.Now().Add(d)
-	for {
-		ok, _, err := c.Exists(p)
-		if err == nil && !ok {
-			return
-		}
-		if time.Now().After(end) {
-			t.Fatalf("%s still exists after %v (%v)", p, d, err)
-		}
-		time.Sleep(50 * time.Millisecond)
+	var err error
+	if !Poll(d, func() bool {
+		var ok bool
+		ok, _, err = c.Exists(p)
+		return err == nil && !ok
+	}) {
+		t.Fatalf("%s still exists after %v (%v)", p, d, err)
 	}
 }
 
