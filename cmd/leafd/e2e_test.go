@@ -33,7 +33,7 @@ import (
 
 func TestRedisCLI(t *testing.T) {
 	e2e.NeedTool(t, "redis-cli")
-	l := startInProcess(t)
+	l := startInProcess(t, "--wait-timeout", "10s") // a first load on a loaded machine may be slow
 	tests := []struct {
 		args []string
 		want string
@@ -74,7 +74,7 @@ func TestRedisCLI(t *testing.T) {
 
 func TestRedisBenchmark(t *testing.T) {
 	bench := e2e.NeedTool(t, "redis-benchmark")
-	l := startInProcess(t)
+	l := startInProcess(t, "--wait-timeout", "10s") // a first load on a loaded machine may be slow
 	host, port, _ := net.SplitHostPort(l.Addr)
 	for _, extra := range [][]string{nil, {"-P", "16"}} {
 		args := append([]string{"-h", host, "-p", port, "-t", "incr", "-n", "20000", "-c", "20", "-q"}, extra...)

@@ -244,8 +244,12 @@ func CheckFenced(t testing.TB, old *Leafd, successor *redis.Client, oldIDs, more
 	ids.Add("old", oldIDs...)
 	ids.Add("successor", append(slices.Clone(more), first)...)
 	ids.Check(t, 200)
-	if !strings.Contains(old.Log(), "worker id lost") {
-		t.Errorf("old holder's log does not say the worker id was lost:\n%s", old.Log())
+	// The refusal can reach the client before the holder logs why: wait for the line.
+	if _, err := old.waitLine(func(m map[string]any) bool {
+		msg, _ := m["msg"].(string)
+		return strings.Contains(msg, "worker id lost")
+	}, 20*time.Second); err != nil {
+		t.Errorf("old holder's log does not say the worker id was lost (%v):\n%s", err, Tail(old.Log(), 40))
 	}
 }
 
