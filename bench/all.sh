@@ -23,8 +23,8 @@
 #            tag created with step 1000, steady state, the first requests after a restart
 #            (bench/refill_test.go; needs mariadb-server)   (baseline: 0 ms added)
 #
-# Servers are pinned to SERVER_CPU and the load generator to CLIENT_CPU (../shared/NOTES.md:
-# unpinned, a Go client and server fight over two cores), except in "cores". leafd runs with
+# Servers are pinned to SERVER_CPU and the load generator to CLIENT_CPU (docs/HAZARDS.md,
+# "Benchmarking a RESP server on two cores": unpinned, a Go client and server fight over two cores), except in "cores". leafd runs with
 # its embedded store in a fresh data dir, on /dev/shm when it exists (the tags section creates
 # 100 000 tags, each a durable bbolt commit: on a disk that alone takes minutes).
 #

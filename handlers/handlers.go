@@ -12,6 +12,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/leafd/leafd/internal/limits"
 	"github.com/leafd/leafd/resp"
 	"github.com/leafd/leafd/segment"
 	"github.com/leafd/leafd/snowflake"
@@ -47,9 +48,14 @@ type Snowflakes interface {
 // leafd_version.
 const RedisVersion = "7.2.0"
 
-// Config configures the command layer. A zero field takes its default.
+// DefaultMaxBatch is the largest count of one IDS.SEGMENT or IDS.SNOWFLAKE by default: the
+// documented default of --max-batch (README), which cmd/leafd also hands to the segment and
+// snowflake generators (internal/limits, shared with their DefaultConfig).
+const DefaultMaxBatch = limits.MaxBatch
+
+// Config configures the command layer. A zero field takes its default from DefaultConfig.
 type Config struct {
-	// MaxBatch bounds the count of IDS.SEGMENT and IDS.SNOWFLAKE (default 1000).
+	// MaxBatch bounds the count of IDS.SEGMENT and IDS.SNOWFLAKE (default DefaultMaxBatch).
 	MaxBatch int
 	// DisableCreate refuses IDS.CREATE with NOPERM (lock tag creation down to the operator).
 	DisableCreate bool
@@ -91,32 +97,73 @@ type Handler struct {
 	guard authGuard
 }
 
-// New returns a handler. snow may be nil (snowflake commands then answer NOWORKER).
+// DefaultConfig returns every default of the command layer: the one place they are written
+// (cmd/leafd's flags take theirs from here).
+func DefaultConfig() Config {
+	return Config{
+		MaxBatch:        DefaultMaxBatch,
+		CreateTimeout:   5 * time.Second,
+		Version:         "dev",
+		AuthMaxFailures: DefaultAuthMaxFailures,
+		AuthFailRate:    DefaultAuthFailRate,
+		AuthFailBurst:   DefaultAuthFailBurst,
+		Now:             time.Now,
+		Sleep:           time.Sleep,
+	}
+}
+
+// Validate reports every invalid field, joined into one error. Zero fields are valid (they
+// mean the default).
+func (c Config) Validate() error {
+	var errs []error
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"MaxBatch", c.MaxBatch}, {"AuthMaxFailures", c.AuthMaxFailures}, {"AuthFailRate", c.AuthFailRate}, {"AuthFailBurst", c.AuthFailBurst}} {
+		if f.v < 0 {
+			errs = append(errs, fmt.Errorf("handlers: %s %d: must not be negative", f.name, f.v))
+		}
+	}
+	if c.CreateTimeout < 0 {
+		errs = append(errs, fmt.Errorf("handlers: CreateTimeout %v: must not be negative", c.CreateTimeout))
+	}
+	return errors.Join(errs...)
+}
+
+// withDefaults fills the zero (or negative) fields from DefaultConfig.
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	if c.MaxBatch <= 0 {
+		c.MaxBatch = d.MaxBatch
+	}
+	if c.CreateTimeout <= 0 {
+		c.CreateTimeout = d.CreateTimeout
+	}
+	if c.Version == "" {
+		c.Version = d.Version
+	}
+	if c.Now == nil {
+		c.Now = d.Now
+	}
+	if c.Sleep == nil {
+		c.Sleep = d.Sleep
+	}
+	if c.AuthMaxFailures <= 0 {
+		c.AuthMaxFailures = d.AuthMaxFailures
+	}
+	if c.AuthFailRate <= 0 {
+		c.AuthFailRate = d.AuthFailRate
+	}
+	if c.AuthFailBurst <= 0 {
+		c.AuthFailBurst = d.AuthFailBurst
+	}
+	return c
+}
+
+// New returns a handler. snow may be nil (snowflake commands then answer NOWORKER). Zero
+// fields of cfg take their defaults (DefaultConfig).
 func New(cfg Config, seg Segments, snow Snowflakes, log *zap.Logger) *Handler {
-	if cfg.MaxBatch <= 0 {
-		cfg.MaxBatch = 1000
-	}
-	if cfg.CreateTimeout <= 0 {
-		cfg.CreateTimeout = 5 * time.Second
-	}
-	if cfg.Version == "" {
-		cfg.Version = "dev"
-	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
-	if cfg.Sleep == nil {
-		cfg.Sleep = time.Sleep
-	}
-	if cfg.AuthMaxFailures <= 0 {
-		cfg.AuthMaxFailures = DefaultAuthMaxFailures
-	}
-	if cfg.AuthFailRate <= 0 {
-		cfg.AuthFailRate = DefaultAuthFailRate
-	}
-	if cfg.AuthFailBurst <= 0 {
-		cfg.AuthFailBurst = DefaultAuthFailBurst
-	}
+	cfg = cfg.withDefaults()
 	h := &Handler{cfg: cfg, seg: seg, snow: snow, log: log, now: cfg.Now}
 	h.table = make(map[string]*command)
 	for _, c := range commands() {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/leafd/leafd/internal/clock"
+	"github.com/leafd/leafd/internal/limits"
 )
 
 // Config tunes a Generator. A zero field means the default given in its comment (see
@@ -57,7 +58,7 @@ type Config struct {
 	WarmTags int
 	// NoWarmStart disables the warm start.
 	NoWarmStart bool
-	// MaxBatch is the largest count of AppendIDs. Default 10,000.
+	// MaxBatch is the largest count of AppendIDs. Default limits.MaxBatch (1000).
 	MaxBatch int
 	// Clock gives the time (the dynamic step, the negative cache, retry backoff) and the waits
 	// (a request's WaitTimeout, the refresh period). Default clock.Real; tests use clock.Fake.
@@ -81,7 +82,7 @@ func DefaultConfig() Config {
 		MaxNegative:     10_000,
 		MaxTags:         100_000,
 		WarmTags:        1000,
-		MaxBatch:        10_000,
+		MaxBatch:        limits.MaxBatch,
 		Clock:           clock.Real{},
 	}
 }

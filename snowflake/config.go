@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/leafd/leafd/internal/clock"
+	"github.com/leafd/leafd/internal/limits"
 )
 
 // Config configures a Generator. A zero field means its default (see DefaultConfig).
@@ -27,7 +28,7 @@ type Config struct {
 	// MaxStartWait: the longest New (or the background acquisition) waits for the clock to pass
 	// the bound persisted by the previous run; beyond it, it refuses to start. Default 10s.
 	MaxStartWait time.Duration
-	// MaxBatch: the largest n of AppendIDs. Default 4096.
+	// MaxBatch: the largest n of AppendIDs. Default limits.MaxBatch (1000).
 	MaxBatch int
 	// ExtendTimeout bounds one WorkerSource.Extend or Acquire call. Default 2s.
 	ExtendTimeout time.Duration
@@ -51,7 +52,7 @@ func DefaultConfig() Config {
 		MaxWait:       200 * time.Millisecond,
 		LeaseWindow:   3 * time.Second,
 		MaxStartWait:  10 * time.Second,
-		MaxBatch:      4096,
+		MaxBatch:      limits.MaxBatch,
 		ExtendTimeout: 2 * time.Second,
 		RetryInterval: 100 * time.Millisecond,
 		Clock:         clock.Real{},

@@ -14,29 +14,21 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-sql-driver/mysql"
-
-	"github.com/leafd/leafd/internal/testenv"
+	"github.com/leafd/leafd/internal/e2e"
 )
 
 // TestAdvLostCreate: tags created and used on the old primary and lost at the failover, then
 // re-created on the new primary (explicitly and by auto-create), give no duplicate.
 func TestAdvLostCreate(t *testing.T) {
-	r := testenv.StartReplication(t)
-	r.Primary.Exec("CREATE DATABASE leafd")
-	r.WaitCaughtUp(30 * time.Second)
-	px := startProxy(t, r.Primary.Addr())
-	cfg := mysql.NewConfig()
-	cfg.User, cfg.Net, cfg.Addr, cfg.DBName = "root", "tcp", px.Addr(), "leafd"
-	dsn := cfg.FormatDSN()
+	r, px, dsn := e2e.Replicated(t)
 	args := []string{"--max-step", "10", "--default-step", "10", "--mysql-failover-allocs", "16", "--load-timeout", "2s", "--auto-create", "on"}
-	x := mysqlLeafd(t, dsn, args...)
-	z := mysqlLeafd(t, dsn, args...)
+	x := e2e.StartMySQL(t, dsn, args...)
+	z := e2e.StartMySQL(t, dsn, args...)
 	// Make sure both instances have opened the store (tables exist, replicated).
-	if _, err := do(x, "IDS.CREATE", "warm", "STEP", 10); err != nil {
+	if _, err := x.Do("IDS.CREATE", "warm", "STEP", 10); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := incrOnce(z, "warm"); err != nil {
+	if _, err := z.Incr("warm"); err != nil {
 		t.Fatal(err)
 	}
 	r.WaitCaughtUp(30 * time.Second)
@@ -44,13 +36,13 @@ func TestAdvLostCreate(t *testing.T) {
 	// The replica stops applying: what follows is lost at the failover (2 creations, 3
 	// allocations per tag: far below the 16 the fence is set to cover).
 	r.StopApplier()
-	if _, err := do(x, "IDS.CREATE", "explicit", "STEP", 10); err != nil {
+	if _, err := x.Do("IDS.CREATE", "explicit", "STEP", 10); err != nil {
 		t.Fatal(err)
 	}
 	served := map[string]map[int64]string{"explicit": {}, "auto": {}}
 	for tag := range served {
 		for range 25 {
-			id, err := incrOnce(x, tag) // "auto" is auto-created by x on the old primary
+			id, err := x.Incr(tag) // "auto" is auto-created by x on the old primary
 			if err != nil {
 				t.Fatalf("INCR %s on x: %v", tag, err)
 			}
@@ -58,29 +50,25 @@ func TestAdvLostCreate(t *testing.T) {
 		}
 	}
 
-	px.SetMode(proxyReset, 0)
+	px.SetMode(e2e.ProxyReset, 0)
 	lost := r.Promote()
 	px.SetTarget(r.Primary.Addr())
-	px.SetMode(proxyPass, 0)
+	px.SetMode(e2e.ProxyPass, 0)
 	t.Logf("failover: %d transactions lost", lost)
 
 	// z never served these tags (no mark). The application re-creates the tag it created
 	// before (NOTAG now), or auto-create does it on INCR.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		_, err := do(z, "IDS.CREATE", "explicit", "STEP", 10)
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("IDS.CREATE explicit on the new primary: %v", err)
-		}
-		time.Sleep(50 * time.Millisecond)
+	var err error
+	if !e2e.Poll(30*time.Second, func() bool {
+		_, err = z.Do("IDS.CREATE", "explicit", "STEP", 10)
+		return err == nil
+	}) {
+		t.Fatalf("IDS.CREATE explicit on the new primary: %v", err)
 	}
 	dups := 0
 	for tag, m := range served {
 		for range 25 {
-			id, err := incrOnce(z, tag)
+			id, err := z.Incr(tag)
 			if err != nil {
 				t.Logf("INCR %s on z: %v", tag, err)
 				continue
@@ -96,7 +84,7 @@ func TestAdvLostCreate(t *testing.T) {
 	}
 	// x, which holds marks, refuses instead (REGRESSION) or serves from its buffer.
 	for tag := range served {
-		id, err := incrOnce(x, tag)
+		id, err := x.Incr(tag)
 		t.Logf("x INCR %s after the failover: %d %v", tag, id, err)
 	}
 	if dups > 0 {
@@ -108,30 +96,23 @@ func TestAdvLostCreate(t *testing.T) {
 // with --max-step 10 takes the tag over, with the largest gap any instance recorded in the
 // database fence row (16 × 100000), not its own 16 × 10.
 func TestAdvMixedMaxStep(t *testing.T) {
-	r := testenv.StartReplication(t)
-	r.Primary.Exec("CREATE DATABASE leafd")
-	r.WaitCaughtUp(30 * time.Second)
-	px := startProxy(t, r.Primary.Addr())
-	cfg := mysql.NewConfig()
-	cfg.User, cfg.Net, cfg.Addr, cfg.DBName = "root", "tcp", px.Addr(), "leafd"
-	dsn := cfg.FormatDSN()
-	x := mysqlLeafd(t, dsn, "--max-step", "100000", "--mysql-failover-allocs", "16", "--load-timeout", "2s")
-	y := mysqlLeafd(t, dsn, "--max-step", "10", "--mysql-failover-allocs", "16", "--load-timeout", "2s")
-	if _, err := do(x, "IDS.CREATE", "t", "STEP", 10); err != nil {
+	r, px, dsn := e2e.Replicated(t)
+	x := e2e.StartMySQL(t, dsn, "--max-step", "100000", "--mysql-failover-allocs", "16", "--load-timeout", "2s")
+	y := e2e.StartMySQL(t, dsn, "--max-step", "10", "--mysql-failover-allocs", "16", "--load-timeout", "2s")
+	if _, err := x.Do("IDS.CREATE", "t", "STEP", 10); err != nil {
 		t.Fatal(err)
 	}
 	served := map[int64]string{}
 	dups := 0
-	batch := func(l *leafd, who string, n int) {
+	batch := func(l *e2e.Leafd, who string, n int) {
 		t.Helper()
 		for range n {
 			var res any
 			var err error
-			for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-				if res, err = do(l, "IDS.SEGMENT", "t", 1000); err == nil || time.Now().After(deadline) {
-					break
-				}
-			}
+			e2e.Poll(30*time.Second, func() bool {
+				res, err = l.Do("IDS.SEGMENT", "t", 1000)
+				return err == nil
+			})
 			if err != nil {
 				t.Fatalf("IDS.SEGMENT on %s: %v", who, err)
 			}
@@ -154,7 +135,7 @@ func TestAdvMixedMaxStep(t *testing.T) {
 	// Until x holds a preloaded next segment that the replica lacks.
 	for deadline := time.Now().Add(60 * time.Second); ; {
 		batch(x, "x", 1)
-		info, _ := do(x, "IDS.INFO", "t")
+		info, _ := x.Do("IDS.INFO", "t")
 		if s := fmt.Sprint(info); strings.Contains(s, "next_ready 1") &&
 			r.Primary.QueryString("SELECT max_id FROM leafd.leaf_alloc WHERE biz_tag = 't'") != frozen &&
 			r.Primary.QueryString("SELECT max_id FROM leafd.leaf_alloc WHERE biz_tag = 't'") == highWater(s) {
@@ -164,13 +145,13 @@ func TestAdvMixedMaxStep(t *testing.T) {
 			t.Fatal("x never held a next segment the replica lacks")
 		}
 	}
-	px.SetMode(proxyReset, 0)
+	px.SetMode(e2e.ProxyReset, 0)
 	lost := r.Promote()
 	px.SetTarget(r.Primary.Addr())
-	px.SetMode(proxyPass, 0)
+	px.SetMode(e2e.ProxyPass, 0)
 	t.Logf("failover: %d transactions lost", lost)
 	for range 50 { // y's segments hold 10 IDs: INCR, not batches
-		id, _, err := waitIncr(y, "t", 30*time.Second)
+		id, _, err := y.WaitIncr("t", 30*time.Second)
 		if err != nil {
 			t.Fatalf("INCR on y: %v", err)
 		}
@@ -182,11 +163,11 @@ func TestAdvMixedMaxStep(t *testing.T) {
 		}
 		served[id] = "y"
 	}
-	info, _ := do(x, "IDS.INFO", "t")
+	info, _ := x.Do("IDS.INFO", "t")
 	t.Logf("x IDS.INFO t after the failover: %v", info)
 	// x serves what its two segments hold (nothing to allocate), up to its first refusal.
 	for i := 0; i < 300; i++ {
-		res, err := do(x, "IDS.SEGMENT", "t", 1000)
+		res, err := x.Do("IDS.SEGMENT", "t", 1000)
 		if err != nil {
 			t.Logf("x after %d batches: %v", i, err)
 			break
@@ -202,7 +183,7 @@ func TestAdvMixedMaxStep(t *testing.T) {
 			served[id] = "x"
 		}
 	}
-	t.Logf("y log tail:\n%s", tail(y.Log(), 3))
+	t.Logf("y log tail:\n%s", e2e.Tail(y.Log(), 3))
 	if dups > 0 {
 		t.Errorf("%d duplicate IDs", dups)
 	}

@@ -69,7 +69,7 @@ func TestCompatGoRedis(t *testing.T) {
 			r := newCompatRun(t)
 			ctx := context.Background()
 			// Defaults, plus the password and the protocol (go-redis's default is 3).
-			c := redis.NewClient(&redis.Options{Addr: r.l.addr, Password: compatPass, Protocol: proto})
+			c := redis.NewClient(&redis.Options{Addr: r.l.Addr, Password: compatPass, Protocol: proto})
 			defer c.Close()
 			if err := c.Ping(ctx).Err(); err != nil {
 				t.Fatalf("connect: %v", err)
@@ -157,7 +157,7 @@ func TestCompatRueidis(t *testing.T) {
 	r := newCompatRun(t)
 	ctx := context.Background()
 	// Defaults: RESP3, client-side caching on (CLIENT TRACKING ON OPTIN at connect).
-	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{r.l.addr}, Password: compatPass})
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{r.l.Addr}, Password: compatPass})
 	if err != nil {
 		t.Fatalf("connect: %v", err)
 	}
@@ -208,7 +208,7 @@ func TestCompatRueidis(t *testing.T) {
 		t.Errorf("IDS.DECODE: %v", err)
 	}
 	// RESP2 through rueidis's own switch for servers without RESP3 (which needs the cache off).
-	c2, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{r.l.addr}, Password: compatPass, AlwaysRESP2: true, DisableCache: true})
+	c2, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{r.l.Addr}, Password: compatPass, AlwaysRESP2: true, DisableCache: true})
 	if err != nil {
 		t.Fatalf("connect RESP2: %v", err)
 	}
@@ -271,7 +271,7 @@ func TestCompatRueidis(t *testing.T) {
 func TestCompatRedigo(t *testing.T) {
 	r := newCompatRun(t)
 	pool := &redigo.Pool{Dial: func() (redigo.Conn, error) {
-		return redigo.Dial("tcp", r.l.addr, redigo.DialPassword(compatPass))
+		return redigo.Dial("tcp", r.l.Addr, redigo.DialPassword(compatPass))
 	}}
 	defer pool.Close()
 	conn := pool.Get()
@@ -364,7 +364,7 @@ func TestCompatRedigo(t *testing.T) {
 func TestCompatRadix(t *testing.T) {
 	r := newCompatRun(t)
 	ctx := context.Background()
-	pool, err := radix.PoolConfig{Dialer: radix.Dialer{AuthPass: compatPass}}.New(ctx, "tcp", r.l.addr)
+	pool, err := radix.PoolConfig{Dialer: radix.Dialer{AuthPass: compatPass}}.New(ctx, "tcp", r.l.Addr)
 	if err != nil {
 		t.Fatalf("connect: %v", err)
 	}
@@ -414,7 +414,7 @@ func TestCompatRadix(t *testing.T) {
 	} else {
 		t.Errorf("IDS.DECODE: %v", err)
 	}
-	c3, err := radix.Dialer{AuthPass: compatPass, Protocol: "3"}.Dial(ctx, "tcp", r.l.addr)
+	c3, err := radix.Dialer{AuthPass: compatPass, Protocol: "3"}.Dial(ctx, "tcp", r.l.Addr)
 	if err != nil {
 		t.Fatalf("dial RESP3: %v", err)
 	}

@@ -32,6 +32,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/leafd/leafd/internal/e2e"
 )
 
 const compatPass = "s3cret pass" // a space, so clients must quote or send it as one bulk
@@ -42,7 +44,7 @@ var compatChecks = []string{"connect", "incr", "pipeline", "segment", "snowflake
 // compatRun records what one client did.
 type compatRun struct {
 	t      *testing.T
-	l      *leafd
+	l      *e2e.Leafd
 	mu     sync.Mutex
 	ids    map[string]map[int64]bool
 	checks map[string]bool
@@ -50,7 +52,7 @@ type compatRun struct {
 
 func newCompatRun(t *testing.T) *compatRun {
 	return &compatRun{
-		t: t, l: startLeafd(t, "--requirepass", compatPass, "--addr", fixedAddr(t), "--http-addr", ""),
+		t: t, l: e2e.Start(t, "--requirepass", compatPass, "--addr", fixedAddr(t), "--http-addr", ""),
 		ids: map[string]map[int64]bool{}, checks: map[string]bool{},
 	}
 }
@@ -88,8 +90,8 @@ func (r *compatRun) decoded(proto int, id, tsMS, worker, seq int64) {
 
 // restart kills leafd (SIGKILL) and starts it again on the same port and data dir.
 func (r *compatRun) restart() {
-	r.l.kill()
-	r.l.start()
+	r.l.Kill()
+	r.l.Restart()
 	r.pass("reconnect-restarted")
 }
 
@@ -134,7 +136,7 @@ func (r *compatRun) runScript(name string, args ...string) {
 	r.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	host, port := splitAddr(r.l.addr)
+	host, port := splitAddr(r.l.Addr)
 	cmd := exec.CommandContext(ctx, name, args...)
 	cmd.Env = append(os.Environ(), "LEAFD_HOST="+host, "LEAFD_PORT="+port, "LEAFD_PASSWORD="+compatPass)
 	stdin, err := cmd.StdinPipe()

@@ -12,7 +12,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/leafd/leafd/handlers"
 	"github.com/leafd/leafd/resp"
+	"github.com/leafd/leafd/segment"
 	"github.com/leafd/leafd/snowflake"
 	"github.com/leafd/leafd/snowflake/zk"
 )
@@ -88,6 +90,9 @@ type Config struct {
 func flagSet(c *Config) *flag.FlagSet {
 	sf, zc := snowflake.DefaultConfig(), zk.DefaultConfig() // the snowflake and ZooKeeper defaults
 	fs := flag.NewFlagSet("leafd", flag.ContinueOnError)
+	// The defaults of the packages' options are theirs (DefaultConfig); only the server's own
+	// options have their defaults here.
+	rc, hc, sc, mc := resp.DefaultConfig(), handlers.DefaultConfig(), segment.DefaultConfig(), segment.DefaultMySQLConfig()
 	fs.StringVar(&c.Addr, "addr", "127.0.0.1:6380", "RESP listen address")
 	fs.StringVar(&c.HTTPAddr, "http-addr", "127.0.0.1:8080", "admin/HTTP listen address (metrics, probes, status, Leaf's HTTP API); empty disables")
 	fs.StringVar(&c.HTTPAuth, "http-auth", "", "token the admin port requires (Authorization: Bearer <token>, or Basic with it as the password); default: the --requirepass password")
@@ -112,30 +117,30 @@ func flagSet(c *Config) *flag.FlagSet {
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.LogFormat, "log-format", "console", "console or json")
 
-	fs.IntVar(&c.MaxClients, "maxclients", 10000, "connections served at once")
-	fs.DurationVar(&c.IdleTimeout, "timeout", 5*time.Minute, "close a client idle this long (0 disables)")
-	fs.IntVar(&c.MaxBulk, "max-bulk", 1<<20, "largest RESP argument in bytes")
-	fs.IntVar(&c.MaxQueryBuffer, "max-query-buffer", 4<<20, "largest unparsed input held per connection, bytes")
-	fs.IntVar(&c.MaxOutput, "max-output-buffer", 1<<20, "close a client whose pending replies exceed this many bytes (0 disables)")
-	fs.IntVar(&c.MaxArgs, "max-args", resp.DefaultMaxArgs, "most arguments of one command, its name included")
-	fs.IntVar(&c.MaxBatch, "max-batch", 1000, "largest count of IDS.SEGMENT and IDS.SNOWFLAKE")
+	fs.IntVar(&c.MaxClients, "maxclients", rc.MaxClients, "connections served at once")
+	fs.DurationVar(&c.IdleTimeout, "timeout", rc.IdleTimeout, "close a client idle this long (0 disables)")
+	fs.IntVar(&c.MaxBulk, "max-bulk", rc.Limits.MaxBulk, "largest RESP argument in bytes")
+	fs.IntVar(&c.MaxQueryBuffer, "max-query-buffer", rc.MaxQueryBuffer, "largest unparsed input held per connection, bytes")
+	fs.IntVar(&c.MaxOutput, "max-output-buffer", rc.MaxOutputBuffer, "close a client whose pending replies exceed this many bytes (0 disables)")
+	fs.IntVar(&c.MaxArgs, "max-args", rc.Limits.MaxMultibulk, "most arguments of one command, its name included")
+	fs.IntVar(&c.MaxBatch, "max-batch", hc.MaxBatch, "largest count of IDS.SEGMENT and IDS.SNOWFLAKE")
 	fs.StringVar(&c.TLSCert, "tls-cert", "", "TLS certificate file (with --tls-key: serve RESP over TLS)")
 	fs.StringVar(&c.TLSKey, "tls-key", "", "TLS key file")
 	fs.StringVar(&c.ServerModel, "server-model", resp.ModelGoroutine, "how RESP connections are served: goroutine (a goroutine per connection) or eventloop (epoll loops, one per GOMAXPROCS, Linux; TLS connections still get a goroutine each)")
 
-	fs.DurationVar(&c.WaitTimeout, "wait-timeout", 500*time.Millisecond, "how long a request waits for a segment before UNAVAILABLE")
-	fs.IntVar(&c.MaxLoaders, "max-loaders", 8, "segment loads running at once, across all tags")
-	fs.Float64Var(&c.PreloadRatio, "preload-ratio", 0.1, "preload the next segment once this fraction of the current one is used")
-	fs.Int64Var(&c.DefaultStep, "default-step", 1000, "step of tags created by auto-create or IDS.CREATE without STEP")
-	fs.Int64Var(&c.MaxStep, "max-step", 1000000, "upper bound of the dynamic step")
-	fs.DurationVar(&c.TagRefresh, "tag-refresh", time.Minute, "period of the tag list refresh from the store")
-	fs.DurationVar(&c.LoadTimeout, "load-timeout", 3*time.Second, "timeout of one segment allocation in the store")
-	fs.IntVar(&c.MaxTags, "max-tags", 100000, "segment tags held by this instance at most (LIMIT beyond)")
-	fs.IntVar(&c.WarmTags, "warm-tags", 1000, "at start, load the first segment of at most this many tags served before (0 disables)")
-	fs.IntVar(&c.MySQLMaxConns, "mysql-max-conns", 8, "MySQL connection pool size")
-	fs.DurationVar(&c.MySQLLifetime, "mysql-conn-max-lifetime", 3*time.Minute, "recycle MySQL connections older than this (keep it below proxy and server idle limits)")
-	fs.BoolVar(&c.MySQLCreate, "mysql-create-table", true, "create leaf_alloc (and leafd_fence) when missing")
-	fs.Int64Var(&c.MySQLFailover, "mysql-failover-allocs", 20, "most allocations per tag a database failover may lose: after a failover max_id first moves by this many × max(--max-step, stored step); 0 turns the fence off")
+	fs.DurationVar(&c.WaitTimeout, "wait-timeout", sc.WaitTimeout, "how long a request waits for a segment before UNAVAILABLE")
+	fs.IntVar(&c.MaxLoaders, "max-loaders", sc.MaxLoaders, "segment loads running at once, across all tags")
+	fs.Float64Var(&c.PreloadRatio, "preload-ratio", sc.PreloadRatio, "preload the next segment once this fraction of the current one is used")
+	fs.Int64Var(&c.DefaultStep, "default-step", sc.DefaultStep, "step of tags created by auto-create or IDS.CREATE without STEP")
+	fs.Int64Var(&c.MaxStep, "max-step", sc.MaxStep, "upper bound of the dynamic step")
+	fs.DurationVar(&c.TagRefresh, "tag-refresh", sc.RefreshInterval, "period of the tag list refresh from the store")
+	fs.DurationVar(&c.LoadTimeout, "load-timeout", sc.LoadTimeout, "timeout of one segment allocation in the store")
+	fs.IntVar(&c.MaxTags, "max-tags", sc.MaxTags, "segment tags held by this instance at most (LIMIT beyond)")
+	fs.IntVar(&c.WarmTags, "warm-tags", sc.WarmTags, "at start, load the first segment of at most this many tags served before (0 disables)")
+	fs.IntVar(&c.MySQLMaxConns, "mysql-max-conns", mc.MaxOpenConns, "MySQL connection pool size")
+	fs.DurationVar(&c.MySQLLifetime, "mysql-conn-max-lifetime", mc.ConnMaxLifetime, "recycle MySQL connections older than this (keep it below proxy and server idle limits)")
+	fs.BoolVar(&c.MySQLCreate, "mysql-create-table", mc.CreateTable, "create leaf_alloc (and leafd_fence) when missing")
+	fs.Int64Var(&c.MySQLFailover, "mysql-failover-allocs", mc.FailoverAllocs, "most allocations per tag a database failover may lose: after a failover max_id first moves by this many × max(--max-step, stored step); 0 turns the fence off")
 	fs.BoolVar(&c.MySQLSemiSync, "mysql-require-semisync", false, "refuse to lease (UNAVAILABLE) unless the primary replicates semi-synchronously")
 	fs.Int64Var(&c.SnowflakeEpoch, "snowflake-epoch", sf.Layout.EpochMs(), "snowflake epoch, Unix ms (Leaf's default)")
 	fs.StringVar(&c.SnowflakeBits, "snowflake-bits", fmt.Sprintf("%d/%d/%d", sf.Layout.TimeBits, sf.Layout.WorkerBits, sf.Layout.SeqBits), "snowflake layout: time/worker/sequence bits, summing to 63")

@@ -1,12 +1,18 @@
 package main
 
 import (
+	"bytes"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/leafd/leafd/handlers"
 )
 
 // TestConfigFileValues: a value may contain '=' (a DSN's parameters) in both line forms.
@@ -111,5 +117,72 @@ func TestSecretsFromFiles(t *testing.T) {
 				t.Errorf("got %v, want an error with %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// TestReadmeDefaults: the default the README's options table gives each option is the one
+// the flag set has (taken from the packages' DefaultConfig), so neither can drift alone.
+func TestReadmeDefaults(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c Config
+	fs := flagSet(&c)
+	row := regexp.MustCompile("^\\| `--([a-z0-9-]+)` \\| (`([^`]*)`|empty) \\|")
+	checked := 0
+	for _, line := range strings.Split(string(readme), "\n") {
+		m := row.FindStringSubmatch(line)
+		if m == nil {
+			continue
+		}
+		f := fs.Lookup(m[1])
+		if f == nil {
+			continue // documented elsewhere (--config)
+		}
+		want := m[3] // "" for "empty"
+		if f.DefValue != want {
+			t.Errorf("--%s: README says default %q, the flag has %q", m[1], want, f.DefValue)
+		}
+		checked++
+	}
+	if checked < 40 {
+		t.Errorf("checked %d README defaults, want the whole options table (40+)", checked)
+	}
+	if got := fs.Lookup("max-batch").DefValue; got != strconv.Itoa(handlers.DefaultMaxBatch) {
+		t.Errorf("--max-batch default %s, want handlers.DefaultMaxBatch %d", got, handlers.DefaultMaxBatch)
+	}
+}
+
+// TestNoOutsideReferences: the repository stands alone: no file points at notes or a
+// contract outside it (the contract and the measured hazards are docs/CONTRACT.md and
+// docs/HAZARDS.md).
+func TestNoOutsideReferences(t *testing.T) {
+	outside := regexp.MustCompile(`NOTES\.md|SPEC\.md|STYLE\.md|\.\./shared|/work/shared`)
+	err := filepath.WalkDir("../..", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if n := d.Name(); n == ".git" || n == "node_modules" {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if strings.HasSuffix(path, "config_test.go") { // this test names them
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		if loc := outside.FindIndex(b); loc != nil && !bytes.Contains(b[:min(len(b), 8000)], []byte{0}) {
+			line := bytes.Count(b[:loc[0]], []byte("\n")) + 1
+			t.Errorf("%s:%d points outside the repository (%s): say it in docs/ instead", path, line, b[loc[0]:loc[1]])
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }

@@ -20,18 +20,20 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/leafd/leafd/internal/e2e"
 	"github.com/redis/go-redis/v9"
 )
 
-// End-to-end tests of the single-node server on its embedded defaults.
+// End-to-end tests of the single-node server on its embedded defaults: in-process where the
+// scenario does not kill, signal or restart the process, else the built binary.
 
 func TestRedisCLI(t *testing.T) {
-	needTool(t, "redis-cli")
-	l := startLeafd(t)
+	e2e.NeedTool(t, "redis-cli")
+	l := startInProcess(t, "--wait-timeout", "10s") // a first load on a loaded machine may be slow
 	tests := []struct {
 		args []string
 		want string
@@ -48,32 +50,32 @@ func TestRedisCLI(t *testing.T) {
 		{[]string{"NOSUCH", "x"}, "ERR unknown command 'NOSUCH', with args beginning with: 'x'"},
 	}
 	for _, tt := range tests {
-		got, err := l.redisCLI(tt.args...)
+		got, err := l.RedisCLI(tt.args...)
 		if err != nil || got != tt.want {
 			t.Errorf("redis-cli %s: got %q (%v), want %q", strings.Join(tt.args, " "), got, err, tt.want)
 		}
 	}
-	id, err := l.redisCLI("IDS.SNOWFLAKE")
+	id, err := l.RedisCLI("IDS.SNOWFLAKE")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := strconv.ParseInt(id, 10, 64); err != nil {
 		t.Fatalf("IDS.SNOWFLAKE: got %q, want an integer", id)
 	}
-	dec, err := l.redisCLI("-3", "IDS.DECODE", id)
+	dec, err := l.RedisCLI("-3", "IDS.DECODE", id)
 	if err != nil || !strings.Contains(dec, "worker_id") || !strings.Contains(dec, "timestamp_ms") {
 		t.Errorf("IDS.DECODE: got %q, %v", dec, err)
 	}
-	info, err := l.redisCLI("INFO", "server")
+	info, err := l.RedisCLI("INFO", "server")
 	if err != nil || !strings.Contains(info, "leafd_version:") {
 		t.Errorf("INFO server: got %q, %v", info, err)
 	}
 }
 
 func TestRedisBenchmark(t *testing.T) {
-	bench := needTool(t, "redis-benchmark")
-	l := startLeafd(t)
-	host, port, _ := net.SplitHostPort(l.addr)
+	bench := e2e.NeedTool(t, "redis-benchmark")
+	l := startInProcess(t, "--wait-timeout", "10s") // a first load on a loaded machine may be slow
+	host, port, _ := net.SplitHostPort(l.Addr)
 	for _, extra := range [][]string{nil, {"-P", "16"}} {
 		args := append([]string{"-h", host, "-p", port, "-t", "incr", "-n", "20000", "-c", "20", "-q"}, extra...)
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -84,7 +86,7 @@ func TestRedisBenchmark(t *testing.T) {
 		}
 	}
 	// redis-benchmark uses the key counter:__rand_int__: 40000 INCRs in all, none failed.
-	got, err := l.redisCLI("INCR", "counter:__rand_int__")
+	got, err := l.RedisCLI("INCR", "counter:__rand_int__")
 	if err != nil || got != "40001" {
 		t.Errorf("INCR after the benchmarks: got %q (%v), want 40001", got, err)
 	}
@@ -93,48 +95,33 @@ func TestRedisBenchmark(t *testing.T) {
 // TestKillRestartNeverReissues kills leafd with SIGKILL under load, many times, and checks that
 // no ID handed out by one run is handed out by a later run.
 func TestKillRestartNeverReissues(t *testing.T) {
-	l := startLeafd(t, "--default-step", "50")
-	seen := map[int64]bool{}
-	var mu sync.Mutex
-	for round := 0; round < 6; round++ {
-		ctx, cancel := context.WithCancel(context.Background())
-		var wg sync.WaitGroup
-		for w := 0; w < 8; w++ {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				c := l.client(2)
-				for ctx.Err() == nil {
-					v, err := c.Incr(ctx, "k").Result()
-					if err != nil {
-						return // the process died under us
-					}
-					mu.Lock()
-					if seen[v] {
-						mu.Unlock()
-						t.Errorf("round %d: ID %d issued twice", round, v)
-						return
-					}
-					seen[v] = true
-					mu.Unlock()
-				}
-			}()
-		}
-		time.Sleep(time.Duration(150+round*70) * time.Millisecond)
-		l.kill()
-		cancel()
-		wg.Wait()
-		l.start()
+	l := e2e.Start(t, "--default-step", "50")
+	var runs [][]*e2e.ConnLoad
+	for round := range 6 {
+		var n e2e.Counts
+		var stop atomic.Bool
+		wait := e2e.Background(e2e.Load{Tag: "k", Conns: 8, Count: &n, Addrs: e2e.Addrs(l), Stop: stop.Load})
+		// The kill comes after a number of IDs that grows with the round (several refills of 50).
+		want := int64(200 + 100*round)
+		e2e.Eventually(t, time.Minute, fmt.Sprintf("round %d: %d IDs before the kill", round, want), func() bool { return n.OK.Load() >= want })
+		l.Kill()
+		stop.Store(true)
+		runs = append(runs, wait())
+		l.Restart()
 	}
-	if len(seen) < 1000 {
-		t.Errorf("only %d IDs issued across the runs; the test did not exercise refills", len(seen))
+	all := e2e.CheckUnique(t, runs...)
+	for _, r := range runs {
+		e2e.CheckOrder(t, r)
+	}
+	if len(all) < 1000 {
+		t.Errorf("only %d IDs issued across the runs; the test did not exercise refills", len(all))
 	}
 }
 
 // TestHostileInputsBinary sends the inputs that crash or hang redcon v1.6.4 to the built
 // binary and checks it answers, closes, and keeps serving.
 func TestHostileInputsBinary(t *testing.T) {
-	l := startLeafd(t)
+	l := e2e.Start(t)
 	for _, in := range []string{
 		"*1\r\n$9223372036854775807\r\nab",
 		"*3000000000\r\n",
@@ -142,7 +129,7 @@ func TestHostileInputsBinary(t *testing.T) {
 		"*1\r\n$2000000000\r\n" + strings.Repeat("x", 1<<16),
 		strings.Repeat("\x00", 100000),
 	} {
-		c, err := net.Dial("tcp", l.addr)
+		c, err := net.Dial("tcp", l.Addr)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -154,7 +141,7 @@ func TestHostileInputsBinary(t *testing.T) {
 			t.Errorf("input %q...: got %q, want a protocol error and a close", clipStr(in, 30), clipStr(string(out), 80))
 		}
 	}
-	if got, err := l.redisCLI("PING"); got != "PONG" {
+	if got, err := l.RedisCLI("PING"); got != "PONG" {
 		t.Fatalf("after hostile inputs: PING got %q, %v\n%s", got, err, l.Log())
 	}
 }
@@ -169,21 +156,21 @@ func clipStr(s string, n int) string {
 // TestGracefulShutdown: SIGTERM while clients pipeline; every reply read is complete, the
 // process exits 0, and a restart continues above every issued ID.
 func TestGracefulShutdown(t *testing.T) {
-	l := startLeafd(t)
-	c := l.client(3)
+	l := e2e.Start(t)
+	c := l.Client(3)
 	ctx := context.Background()
 	last, err := c.Incr(ctx, "g").Result()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := l.stop(15 * time.Second); err != nil {
+	if err := l.Stop(15 * time.Second); err != nil {
 		t.Fatalf("exit after SIGTERM: %v\n%s", err, l.Log())
 	}
 	if !strings.Contains(l.Log(), "stopped") {
 		t.Errorf("log does not show an orderly stop:\n%s", l.Log())
 	}
-	l.start()
-	v, err := l.client(3).Incr(ctx, "g").Result()
+	l.Restart()
+	v, err := l.Client(3).Incr(ctx, "g").Result()
 	if err != nil || v <= last {
 		t.Errorf("after restart: got %d, %v; want above %d", v, err, last)
 	}
@@ -191,8 +178,8 @@ func TestGracefulShutdown(t *testing.T) {
 
 // TestDataDirLocked: a second process on the same data dir fails with a clear error.
 func TestDataDirLocked(t *testing.T) {
-	l := startLeafd(t)
-	cmd := exec.Command(leafdBin, "--data-dir", l.dataDir, "--addr", freeAddr(t), "--http-addr", "")
+	l := startInProcess(t)
+	cmd := exec.Command(e2e.Binary(), "--data-dir", l.DataDir, "--addr", e2e.FreeAddr(t), "--http-addr", "")
 	out, err := cmd.CombinedOutput()
 	if err == nil {
 		t.Fatalf("second leafd on the same data dir started:\n%s", out)
@@ -261,21 +248,21 @@ func TestTLS(t *testing.T) {
 	dir := t.TempDir()
 	certFile, keyFile := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
 	writeSelfSigned(t, certFile, keyFile)
-	l := startLeafd(t, "--tls-cert", certFile, "--tls-key", keyFile)
-	c := redis.NewClient(&redis.Options{Addr: l.addr, MaxRetries: -1,
+	l := startInProcess(t, "--tls-cert", certFile, "--tls-key", keyFile)
+	c := redis.NewClient(&redis.Options{Addr: l.Addr, MaxRetries: -1,
 		TLSConfig: &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12}})
 	defer c.Close()
 	v, err := c.Incr(context.Background(), "tls").Result()
 	if err != nil || v != 1 {
 		t.Fatalf("INCR over TLS: got %d, %v; want 1", v, err)
 	}
-	plain := redis.NewClient(&redis.Options{Addr: l.addr, MaxRetries: -1, ReadTimeout: 2 * time.Second})
+	plain := redis.NewClient(&redis.Options{Addr: l.Addr, MaxRetries: -1, ReadTimeout: 2 * time.Second})
 	defer plain.Close()
 	if err := plain.Ping(context.Background()).Err(); err == nil {
 		t.Errorf("plain PING to a TLS port succeeded")
 	}
 	// A bad certificate path is a start-up error naming the option.
-	out, err := exec.Command(leafdBin, "--data-dir", t.TempDir(), "--addr", freeAddr(t), "--http-addr", "",
+	out, err := exec.Command(e2e.Binary(), "--data-dir", t.TempDir(), "--addr", e2e.FreeAddr(t), "--http-addr", "",
 		"--tls-cert", filepath.Join(dir, "missing.pem"), "--tls-key", keyFile).CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "--tls-cert") {
 		t.Errorf("missing certificate: got %v\n%s", err, out)

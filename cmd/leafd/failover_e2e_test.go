@@ -16,8 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-sql-driver/mysql"
-
+	"github.com/leafd/leafd/internal/e2e"
 	"github.com/leafd/leafd/internal/testenv"
 )
 
@@ -52,26 +51,20 @@ func TestMySQLFailover(t *testing.T) {
 	if v := os.Getenv("LEAFD_TEST_FAILOVER_ALLOCS"); v != "" {
 		allocs = v
 	}
-	r := testenv.StartReplication(t)
-	r.Primary.Exec("CREATE DATABASE leafd")
-	r.WaitCaughtUp(30 * time.Second)
-	px := startProxy(t, r.Primary.Addr())
-	cfg := mysql.NewConfig()
-	cfg.User, cfg.Net, cfg.Addr, cfg.DBName = "root", "tcp", px.Addr(), "leafd"
-	dsn := cfg.FormatDSN()
+	r, px, dsn := e2e.Replicated(t)
 
 	tags := []string{"ten", "hundred"}
 	steps := []int64{10, 100}
 	args := []string{"--max-step", "10", "--mysql-failover-allocs", allocs, "--load-timeout", "2s"}
 	wipeDir := filepath.Join(t.TempDir(), "wiped")
-	ls := []*leafd{
-		mysqlLeafd(t, dsn, args...),
-		mysqlLeafd(t, dsn, args...),
-		mysqlLeafd(t, dsn, append(slices.Clone(args), "--data-dir", wipeDir)...),
+	ls := []*e2e.Leafd{
+		e2e.StartMySQL(t, dsn, args...),
+		e2e.StartMySQL(t, dsn, args...),
+		e2e.StartMySQL(t, dsn, append(slices.Clone(args), "--data-dir", wipeDir)...),
 	}
-	db := openSQL(t, r.Primary.DSN("leafd"))
-	createTag(t, ls[0], db, tags[0], 10)
-	createTag(t, ls[0], db, tags[1], 100)
+	db := e2e.OpenSQL(t, r.Primary.DSN("leafd"))
+	e2e.CreateTag(t, ls[0], db, tags[0], 10)
+	e2e.CreateTag(t, ls[0], db, tags[1], 100)
 	_ = db.Close()
 
 	var stop atomic.Bool
@@ -81,18 +74,20 @@ func TestMySQLFailover(t *testing.T) {
 	holds := make([]atomic.Bool, len(tags)) // a tag that lost enough waits for the others
 	pauses[0].Store(int64(25 * time.Millisecond))
 	pauses[1].Store(int64(2 * time.Millisecond))
-	loads := make([][]*connLoad, len(tags))
+	loads := make([][]*e2e.ConnLoad, len(tags))
 	highest := make([][]atomic.Int64, len(tags)) // per tag and instance: the highest ID served
+	var served atomic.Int64                      // IDs served on all tags
 	var wg sync.WaitGroup
 	for i, tag := range tags {
 		highest[i] = make([]atomic.Int64, len(ls))
 		seen := func(inst int, id int64) {
+			served.Add(1)
 			h := &highest[i][inst]
 			for cur := h.Load(); id > cur && !h.CompareAndSwap(cur, id); cur = h.Load() {
 			}
 		}
 		wg.Go(func() {
-			loads[i] = runLoad(loadSpec{tag: tag, conns: 2, keep: true, pause: &pauses[i], hold: &holds[i], addrs: addrsOf(ls), stop: stop.Load, seen: seen})
+			loads[i] = e2e.RunLoad(e2e.Load{Tag: tag, Conns: 2, Keep: true, Pause: &pauses[i], Hold: &holds[i], Addrs: e2e.Addrs(ls...), Stop: stop.Load, Seen: seen})
 		})
 	}
 	// recovered waits until every instance has served, on every tag, an ID at or above floor
@@ -102,14 +97,11 @@ func TestMySQLFailover(t *testing.T) {
 		deadline := time.Now().Add(30 * time.Second)
 		for j := range tags {
 			for inst := range ls {
-				for highest[j][inst].Load() < floor[j] {
-					if time.Now().After(deadline) {
-						// Not fatal: the uniqueness check at the end says more (fence off).
-						t.Errorf("%s: instance %d served nothing of %s at or above %d within 30s (highest %d)\n%s",
-							what, inst, tags[j], floor[j], highest[j][inst].Load(), tail(ls[inst].Log(), 10))
-						return
-					}
-					time.Sleep(10 * time.Millisecond)
+				if !e2e.Poll(time.Until(deadline), func() bool { return highest[j][inst].Load() >= floor[j] }) {
+					// Not fatal: the uniqueness check at the end says more (fence off).
+					t.Errorf("%s: instance %d served nothing of %s at or above %d within 30s (highest %d)\n%s",
+						what, inst, tags[j], floor[j], highest[j][inst].Load(), e2e.Tail(ls[inst].Log(), 10))
+					return
 				}
 			}
 		}
@@ -132,7 +124,8 @@ func TestMySQLFailover(t *testing.T) {
 		if i > 0 {
 			recovered(fmt.Sprintf("after round %d", i-1), rounds[i-1].oldMax)
 		}
-		time.Sleep(time.Second) // load on the current primary
+		// Load on the current primary: 1000 IDs.
+		e2e.Eventually(t, time.Minute, fmt.Sprintf("round %d: 1000 IDs on the current primary", i), e2e.Grown(&served, 1000))
 		r.StopApplier()
 		base := maxIDs(r.Replica) // frozen: the replica applies nothing more
 		behind := func() (least int64, per []int64) {
@@ -161,12 +154,12 @@ func TestMySQLFailover(t *testing.T) {
 				t.Logf("round %d: the replica is %v allocations behind after 20s, want %d of each tag; failing over anyway", i, per, rd.lag)
 				break
 			}
-			time.Sleep(time.Millisecond)
+			time.Sleep(time.Millisecond) // polling the primary's max_id: the hold must come quickly
 		}
 		// The primary is gone: every connection to it drops, new ones are refused.
-		px.SetMode(proxyReset, 0)
+		px.SetMode(e2e.ProxyReset, 0)
 		if rd.kill >= 0 {
-			ls[rd.kill].kill()
+			ls[rd.kill].Kill()
 			if rd.wipe {
 				if err := os.RemoveAll(wipeDir); err != nil {
 					t.Fatal(err)
@@ -181,13 +174,13 @@ func TestMySQLFailover(t *testing.T) {
 			rd.lostN = append(rd.lostN, (rd.oldMax[j]-newMax[j])/steps[j])
 		}
 		px.SetTarget(r.Primary.Addr())
-		px.SetMode(proxyPass, 0)
+		px.SetMode(e2e.ProxyPass, 0)
 		for j := range holds {
 			holds[j].Store(false)
 		}
 		rd.switched = time.Now()
 		if rd.kill >= 0 {
-			ls[rd.kill].start()
+			ls[rd.kill].Restart()
 		}
 		t.Logf("round %d: failover losing %v allocations of %v (%d transactions); killed %d wiped %v",
 			i, rd.lostN, tags, rd.lost, rd.kill, rd.wipe)
@@ -200,16 +193,16 @@ func TestMySQLFailover(t *testing.T) {
 
 	// Uniqueness (per tag) and order first.
 	for _, l := range loads {
-		checkUnique(t, l)
-		checkOrder(t, l)
+		e2e.CheckUnique(t, l)
+		e2e.CheckOrder(t, l)
 	}
-	var all []*connLoad
+	var all []*e2e.ConnLoad
 	for _, l := range loads {
 		all = append(all, l...)
 	}
-	tt := totals(all)
-	t.Logf("%d IDs, refusals %v, transport errors %d (killed instances)", tt.ids, tt.codes, tt.netErrs)
-	for code, n := range tt.codes {
+	tt := e2e.Sum(all)
+	t.Logf("%d IDs, refusals %v, transport errors %d (killed instances)", tt.IDs, tt.Codes, tt.NetErrs)
+	for code, n := range tt.Codes {
 		if code != "UNAVAILABLE" {
 			t.Errorf("got %d %s replies, want only UNAVAILABLE around the switches", n, code)
 		}
@@ -237,7 +230,7 @@ func TestMySQLFailover(t *testing.T) {
 		for inst := range ls {
 			worst := time.Duration(0)
 			for j := range tags {
-				d, ok := firstFrom(loads[j], inst, rd.oldMax[j], rd.switched, end)
+				d, ok := e2e.FirstOK(loads[j], inst, rd.oldMax[j], rd.switched, end)
 				if !ok {
 					t.Errorf("round %d: instance %d served no ID of %s from the new primary before the next round", i, inst, tags[j])
 					continue
@@ -245,29 +238,9 @@ func TestMySQLFailover(t *testing.T) {
 				worst = max(worst, d)
 			}
 			fmt.Fprintf(&report, " inst%d %v", inst, worst.Round(time.Millisecond))
-			benchOut(t, fmt.Sprintf("failover_recovery_round%d_inst%d", i, inst), float64(worst.Microseconds())/1000, "ms")
+			e2e.BenchOut(t, fmt.Sprintf("failover_recovery_round%d_inst%d", i, inst), float64(worst.Microseconds())/1000, "ms")
 		}
 		report.WriteString("\n")
 	}
 	t.Logf("recovery (switch → first ID from a range of the new primary, slowest tag):\n%s", report.String())
-}
-
-// firstFrom is how long after from the instance first served an ID >= floor on any of the
-// connections, before end.
-func firstFrom(loads []*connLoad, inst int, floor int64, from, end time.Time) (time.Duration, bool) {
-	best, ok := time.Duration(0), false
-	for _, cl := range loads {
-		if cl.inst != inst {
-			continue
-		}
-		for _, rp := range cl.replies {
-			if rp.err == nil && rp.id >= floor && rp.at.After(from) && rp.at.Before(end) {
-				if d := rp.at.Sub(from); !ok || d < best {
-					best, ok = d, true
-				}
-				break
-			}
-		}
-	}
-	return best, ok
 }

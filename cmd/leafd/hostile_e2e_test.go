@@ -21,6 +21,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/leafd/leafd/internal/e2e"
 )
 
 // multibulk encodes a command in RESP.
@@ -55,9 +57,9 @@ func exchange(t testing.TB, addr, in string) string {
 }
 
 // TestHostileRedisProtocol: Redis 7's tests/unit/protocol.tcl cases, byte for byte, against
-// the binary.
+// the server (in-process: the same code as the binary, under the test's race detector).
 func TestHostileRedisProtocol(t *testing.T) {
-	l := startLeafd(t)
+	l := startInProcess(t)
 	for _, tc := range []struct{ name, in, want string }{
 		{"Handle an empty query", "\r\nPING\r\nQUIT\r\n", "+PONG\r\n+OK\r\n"},
 		{"Negative multibulk length", "*-10\r\nPING\r\nQUIT\r\n", "+PONG\r\n+OK\r\n"},
@@ -71,7 +73,7 @@ func TestHostileRedisProtocol(t *testing.T) {
 		{"Unbalanced number of quotes", "set \"\"\"test-key\"\"\" test-value\r\nping\r\n", "-ERR Protocol error: unbalanced quotes in request\r\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := exchange(t, l.addr, tc.in); got != tc.want {
+			if got := exchange(t, l.Addr, tc.in); got != tc.want {
 				t.Errorf("got %q, want %q", got, tc.want)
 			}
 		})
@@ -81,7 +83,7 @@ func TestHostileRedisProtocol(t *testing.T) {
 	// answer a protocol error and close within Redis's 30 seconds.
 	for i, seq := range []string{"\x00", "*\x00", "$\x00"} {
 		t.Run(fmt.Sprintf("Protocol desync regression test #%d", i+1), func(t *testing.T) {
-			c := rawDial(t, l.addr, 30*time.Second)
+			c := rawDial(t, l.Addr, 30*time.Second)
 			done := make(chan struct{})
 			go func() {
 				defer close(done)
@@ -120,8 +122,8 @@ func writeSecret(t testing.TB, s string) string {
 // argument cap holds after AUTH.
 func TestHostileAuth(t *testing.T) {
 	const pass = "pw-from-a-file"
-	l := startLeafd(t, "--requirepass-file", writeSecret(t, pass))
-	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", l.cmd.Process.Pid))
+	l := e2e.Start(t, "--requirepass-file", writeSecret(t, pass))
+	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", l.PID()))
 	if err != nil || bytes.Contains(cmdline, []byte(pass)) {
 		t.Errorf("/proc/<pid>/cmdline: %q, %v; want no password", cmdline, err)
 	}
@@ -141,7 +143,7 @@ func TestHostileAuth(t *testing.T) {
 			strings.Repeat("-WRONGPASS invalid username-password pair or user is disabled.\r\n", 10)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := exchange(t, l.addr, tc.in); got != tc.want {
+			if got := exchange(t, l.Addr, tc.in); got != tc.want {
 				t.Errorf("got %.300q, want %.300q", got, tc.want)
 			}
 		})
@@ -149,7 +151,7 @@ func TestHostileAuth(t *testing.T) {
 	if n := infoIntAuth(t, l, pass, "stats", "acl_access_denied_auth"); n != 10 {
 		t.Errorf("INFO acl_access_denied_auth: got %d, want 10", n)
 	}
-	status, body, err := l.httpGetAuth("/metrics", pass)
+	status, body, err := l.HTTPGet("/metrics", pass)
 	if err != nil || status != 200 || !strings.Contains(body, `leafd_auth_failures_total{port="resp"} 10`) {
 		t.Errorf("/metrics: got %d %v, want leafd_auth_failures_total{port=\"resp\"} 10", status, err)
 	}
@@ -158,52 +160,16 @@ func TestHostileAuth(t *testing.T) {
 		t.Errorf("log: %d 'authentication failed' lines for 10 failures within a second, want 1 (2 if the second turned)", n)
 	}
 	// The flag form warns that the secret shows in ps.
-	l2 := startLeafd(t, "--requirepass", "on-the-command-line")
+	l2 := e2e.Start(t, "--requirepass", "on-the-command-line")
 	if !strings.Contains(l2.Log(), "visible to local users") {
 		t.Errorf("--requirepass on the command line: no warning in the log:\n%s", l2.Log())
 	}
 }
 
 // infoIntAuth reads one INFO field over an authenticated raw connection.
-func infoIntAuth(t *testing.T, l *leafd, pass, section, field string) int64 {
+func infoIntAuth(t *testing.T, l *e2e.Leafd, pass, section, field string) int64 {
 	t.Helper()
-	got := exchange(t, l.addr, "AUTH "+pass+"\r\nINFO "+section+"\r\nQUIT\r\n")
-	for _, line := range strings.Split(got, "\r\n") {
-		if k, v, ok := strings.Cut(line, ":"); ok && k == field {
-			n, err := strconv.ParseInt(v, 10, 64)
-			if err != nil {
-				t.Fatalf("INFO %s=%q", field, v)
-			}
-			return n
-		}
-	}
-	t.Fatalf("INFO %s: no %s in %q", section, field, got)
-	return 0
-}
-
-// httpGetAuth fetches path from the admin port with a Bearer token (none when empty).
-func (l *leafd) httpGetAuth(path, token string) (int, string, error) {
-	return httpDo("http://"+l.httpAddr+path, token, nil)
-}
-
-func httpDo(url, token string, tlsCfg *tls.Config) (int, string, error) {
-	tr := &http.Transport{TLSClientConfig: tlsCfg}
-	defer tr.CloseIdleConnections()
-	c := &http.Client{Transport: tr, Timeout: 30 * time.Second}
-	req, err := http.NewRequest(http.MethodGet, url, nil)
-	if err != nil {
-		return 0, "", err
-	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := c.Do(req)
-	if err != nil {
-		return 0, "", err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b), err
+	return e2e.InfoField(t, exchange(t, l.Addr, "AUTH "+pass+"\r\nINFO "+section+"\r\nQUIT\r\n"), field)
 }
 
 // TestHostileAdminAuth: with --requirepass every admin endpoint needs the token, and the
@@ -212,26 +178,26 @@ func httpDo(url, token string, tlsCfg *tls.Config) (int, string, error) {
 // with the RESP certificate.
 func TestHostileAdminAuth(t *testing.T) {
 	const pass = "resp-pass"
-	l := startLeafd(t, "--requirepass-file", writeSecret(t, pass), "--http-open-probes")
+	l := startInProcess(t, "--requirepass-file", writeSecret(t, pass), "--http-open-probes")
 	paths := []string{"/api/segment/get/newtag", "/api/snowflake/get/x", "/readyz?tag=newtag", "/status", "/status.json", "/metrics", "/decodeSnowflakeId?snowflakeId=1"}
 	for _, p := range paths {
-		if status, body, err := l.httpGetAuth(p, ""); err != nil || status != http.StatusUnauthorized {
+		if status, body, err := l.HTTPGet(p, ""); err != nil || status != http.StatusUnauthorized {
 			t.Errorf("%s without a token: got %d %q %v, want 401", p, status, body, err)
 		}
-		if status, _, err := l.httpGetAuth(p, "wrong"); err != nil || status != http.StatusUnauthorized {
+		if status, _, err := l.HTTPGet(p, "wrong"); err != nil || status != http.StatusUnauthorized {
 			t.Errorf("%s with a wrong token: got %d %v, want 401", p, status, err)
 		}
 	}
-	if out := exchange(t, l.addr, "AUTH "+pass+"\r\nIDS.TAGS\r\nQUIT\r\n"); out != "+OK\r\n*0\r\n+OK\r\n" {
+	if out := exchange(t, l.Addr, "AUTH "+pass+"\r\nIDS.TAGS\r\nQUIT\r\n"); out != "+OK\r\n*0\r\n+OK\r\n" {
 		t.Errorf("tags after unauthenticated HTTP calls: got %q, want none created", out)
 	}
-	if status, body, _ := l.httpGetAuth("/healthz", ""); status != 200 || body != "ok" {
+	if status, body, _ := l.HTTPGet("/healthz", ""); status != 200 || body != "ok" {
 		t.Errorf("open /healthz: got %d %q", status, body)
 	}
-	if status, body, _ := l.httpGetAuth("/readyz", ""); status != 200 || body != "{\"ready\":true}\n" {
+	if status, body, _ := l.HTTPGet("/readyz", ""); status != 200 || body != "{\"ready\":true}\n" {
 		t.Errorf("open /readyz: got %d %q, want 200 {\"ready\":true}", status, body)
 	}
-	if status, body, _ := l.httpGetAuth("/api/segment/get/newtag", pass); status != 200 || body != "1" {
+	if status, body, _ := l.HTTPGet("/api/segment/get/newtag", pass); status != 200 || body != "1" {
 		t.Errorf("segment get with the token: got %d %q, want 200 1", status, body)
 	}
 
@@ -239,7 +205,7 @@ func TestHostileAdminAuth(t *testing.T) {
 	dir := t.TempDir()
 	cert, key := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
 	writeSelfSigned(t, cert, key)
-	l2 := startLeafd(t, "--requirepass", pass, "--http-auth-file", writeSecret(t, "admin-token"),
+	l2 := startInProcess(t, "--requirepass", pass, "--http-auth-file", writeSecret(t, "admin-token"),
 		"--http-tls", "--tls-cert", cert, "--tls-key", key)
 	insecure := &tls.Config{InsecureSkipVerify: true} //nolint:gosec // our self-signed test certificate
 	for _, tc := range []struct {
@@ -247,16 +213,16 @@ func TestHostileAdminAuth(t *testing.T) {
 		want  int
 	}{{"", 401}, {pass, 401}, {"admin-token", 200}} {
 		for _, p := range []string{"/healthz", "/readyz", "/metrics"} {
-			if status, _, err := httpDo("https://"+l2.httpAddr+p, tc.token, insecure); err != nil || status != tc.want {
+			if status, _, err := e2e.HTTPDo("https://"+l2.HTTPAddr+p, tc.token, insecure); err != nil || status != tc.want {
 				t.Errorf("TLS %s with %q: got %d %v, want %d", p, tc.token, status, err, tc.want)
 			}
 		}
 	}
-	if status, _, err := httpDo("http://"+l2.httpAddr+"/healthz", "admin-token", nil); err == nil && status == 200 {
+	if status, _, err := e2e.HTTPDo("http://"+l2.HTTPAddr+"/healthz", "admin-token", nil); err == nil && status == 200 {
 		t.Errorf("plain HTTP to the TLS admin port succeeded")
 	}
 	// The RESP side (TLS too) keeps its own password.
-	rc, err := tls.Dial("tcp", l2.addr, insecure)
+	rc, err := tls.Dial("tcp", l2.Addr, insecure)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -279,7 +245,7 @@ var (
 func buildNoRace(t *testing.T) string {
 	t.Helper()
 	noRaceOnce.Do(func() {
-		noRaceBin = filepath.Join(filepath.Dir(leafdBin), "leafd-norace")
+		noRaceBin = filepath.Join(filepath.Dir(e2e.Binary()), "leafd-norace")
 		out, err := exec.Command("go", "build", "-o", noRaceBin, ".").CombinedOutput()
 		if err != nil {
 			noRaceErr = fmt.Errorf("go build: %v\n%s", err, out)
@@ -322,9 +288,9 @@ func procKB(t testing.TB, pid int, field string) int64 {
 // by connections of their own.
 func TestHostileMemory(t *testing.T) {
 	bin := buildNoRace(t)
-	l := startLeafdAs(t, &leafd{bin: bin}, "--maxclients", "200")
-	pid := l.cmd.Process.Pid
-	if out := exchange(t, l.addr, "INCR warm\r\nIDS.SNOWFLAKE 100\r\nQUIT\r\n"); !strings.HasPrefix(out, ":1\r\n") {
+	l := e2e.StartAs(t, &e2e.Leafd{Bin: bin}, "--maxclients", "200")
+	pid := l.PID()
+	if out := exchange(t, l.Addr, "INCR warm\r\nIDS.SNOWFLAKE 100\r\nQUIT\r\n"); !strings.HasPrefix(out, ":1\r\n") {
 		t.Fatalf("warm-up: %q", out)
 	}
 	base := procKB(t, pid, "VmRSS")
@@ -357,7 +323,7 @@ func TestHostileMemory(t *testing.T) {
 	var conns []net.Conn
 	var mu sync.Mutex
 	send := func(payload []byte, repeat int) {
-		c, err := net.DialTimeout("tcp", l.addr, 5*time.Second)
+		c, err := net.DialTimeout("tcp", l.Addr, 5*time.Second)
 		if err != nil {
 			t.Error(err)
 			return
@@ -387,10 +353,7 @@ func TestHostileMemory(t *testing.T) {
 	// The held buffers are the bulk of it: wait until the process has grown by most of them
 	// (evidence that the worst case is in place), then for the writers to finish or stall.
 	want := int64(perShape) * 8 * 1000 * 8 / 10 // kB: the held buffers and transactions
-	deadline := time.Now().Add(90 * time.Second)
-	for procKB(t, pid, "VmRSS")-base < want && time.Now().Before(deadline) {
-		time.Sleep(100 * time.Millisecond)
-	}
+	e2e.Poll(90*time.Second, func() bool { return procKB(t, pid, "VmRSS")-base >= want })
 	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()
 	select {
@@ -410,7 +373,7 @@ func TestHostileMemory(t *testing.T) {
 		t.Errorf("peak RSS +%d kB over %d connections, above the documented bound +%d kB", hwm-base, conns5, bound)
 	}
 	// The server still serves, and the old shapes were refused.
-	if out := exchange(t, l.addr, "PING\r\nQUIT\r\n"); out != "+PONG\r\n+OK\r\n" {
+	if out := exchange(t, l.Addr, "PING\r\nQUIT\r\n"); out != "+PONG\r\n+OK\r\n" {
 		t.Errorf("PING under load: %q", out)
 	}
 	for _, c := range conns {
@@ -428,16 +391,16 @@ func TestHostileMemory(t *testing.T) {
 // each time) with every slot taken and the admin port flooded; the admin port answers once
 // its flood is gone.
 func TestHostileDescriptors(t *testing.T) {
-	needTool(t, "prlimit")
+	e2e.NeedTool(t, "prlimit")
 	const pass = "fd-pass"
-	l := startLeafdAs(t, &leafd{prefix: []string{"prlimit", "--nofile=256:256"}},
+	l := e2e.StartAs(t, &e2e.Leafd{Prefix: []string{"prlimit", "--nofile=256:256"}},
 		"--requirepass-file", writeSecret(t, pass), "--http-maxclients", "16", "--lease-window", "300ms")
 	const fit = 256 - 48 - 16
 	if want := fmt.Sprintf("maxclients has been reduced to %d", fit); !strings.Contains(l.Log(), want) {
 		t.Fatalf("log: no %q:\n%s", want, l.Log())
 	}
 	// The client of record, authenticated before the flood.
-	a := rawDial(t, l.addr, 120*time.Second)
+	a := rawDial(t, l.Addr, 120*time.Second)
 	ar := bufio.NewReader(a)
 	call := func(cmd string) string {
 		t.Helper()
@@ -464,7 +427,7 @@ func TestHostileDescriptors(t *testing.T) {
 	// Every other slot, then 40 more: refused with Redis's error.
 	var idle []net.Conn
 	for i := 0; i < fit-1; i++ {
-		c, err := net.DialTimeout("tcp", l.addr, 5*time.Second)
+		c, err := net.DialTimeout("tcp", l.Addr, 5*time.Second)
 		if err != nil {
 			t.Fatalf("connection %d: %v", i, err)
 		}
@@ -477,7 +440,7 @@ func TestHostileDescriptors(t *testing.T) {
 	}()
 	refused := 0
 	for i := 0; i < 40; i++ {
-		c := rawDial(t, l.addr, 10*time.Second)
+		c := rawDial(t, l.Addr, 10*time.Second)
 		if line, _ := bufio.NewReader(c).ReadString('\n'); line == "-ERR max number of clients reached\r\n" {
 			refused++
 		}
@@ -489,55 +452,34 @@ func TestHostileDescriptors(t *testing.T) {
 	// Flood the admin port beyond its cap.
 	var flood []net.Conn
 	for i := 0; i < 60; i++ {
-		c, err := net.DialTimeout("tcp", l.httpAddr, 5*time.Second)
+		c, err := net.DialTimeout("tcp", l.HTTPAddr, 5*time.Second)
 		if err != nil {
 			t.Fatalf("admin connection %d: %v", i, err)
 		}
 		flood = append(flood, c)
 	}
-	ext0 := infoIntField(t, call("INFO snowflake"), "snowflake_lease_extensions")
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	ext0 := e2e.InfoField(t, call("INFO snowflake"), "snowflake_lease_extensions")
+	if !e2e.Poll(60*time.Second, func() bool {
 		if got := call("IDS.SNOWFLAKE"); !strings.HasPrefix(got, ":") {
 			t.Fatalf("IDS.SNOWFLAKE with every descriptor in use: %q\n%s", got, l.Log())
 		}
 		if got := call("INCR t"); !strings.HasPrefix(got, ":") {
 			t.Fatalf("INCR with every descriptor in use: %q", got)
 		}
-		if infoIntField(t, call("INFO snowflake"), "snowflake_lease_extensions") >= ext0+3 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the lease was not extended 3 times in 60s with every slot taken\n%s", l.Log())
-		}
-		time.Sleep(50 * time.Millisecond)
+		return e2e.InfoField(t, call("INFO snowflake"), "snowflake_lease_extensions") >= ext0+3
+	}) {
+		t.Fatalf("the lease was not extended 3 times in 60s with every slot taken\n%s", l.Log())
 	}
-	if got := infoIntField(t, call("INFO clients"), "connected_clients"); got != fit {
+	if got := e2e.InfoField(t, call("INFO clients"), "connected_clients"); got != fit {
 		t.Errorf("connected_clients: got %d, want %d", got, fit)
 	}
 	for _, c := range flood {
 		_ = c.Close()
 	}
-	if status, _, err := l.httpGetAuth("/metrics", pass); err != nil || status != 200 {
+	if status, _, err := l.HTTPGet("/metrics", pass); err != nil || status != 200 {
 		t.Errorf("/metrics after the admin flood: got %d %v", status, err)
 	}
 	if strings.Contains(l.Log(), "too many open files") {
 		t.Errorf("the process ran out of descriptors:\n%s", l.Log())
 	}
-}
-
-// infoIntField reads an integer field of an INFO text.
-func infoIntField(t *testing.T, info, field string) int64 {
-	t.Helper()
-	for _, line := range strings.Split(info, "\r\n") {
-		if k, v, ok := strings.Cut(line, ":"); ok && k == field {
-			n, err := strconv.ParseInt(v, 10, 64)
-			if err != nil {
-				t.Fatalf("%s=%q", field, v)
-			}
-			return n
-		}
-	}
-	t.Fatalf("no %s in %q", field, info)
-	return 0
 }

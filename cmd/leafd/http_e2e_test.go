@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"io"
 	"net"
 	"net/http"
 	"os/exec"
@@ -10,40 +9,28 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/leafd/leafd/internal/e2e"
 )
 
-// httpGet fetches path from the process's admin port.
-func (l *leafd) httpGet(path string) (int, string, error) {
-	tr := &http.Transport{}
-	defer tr.CloseIdleConnections()
-	c := &http.Client{Transport: tr, Timeout: 10 * time.Second}
-	resp, err := c.Get("http://" + l.httpAddr + path)
-	if err != nil {
-		return 0, "", err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b), err
-}
-
-// TestHTTPAdmin: the built binary serves Leaf's segment API and the metrics on --http-addr,
+// TestHTTPAdmin: the server (in-process) serves Leaf's segment API and the metrics on --http-addr,
 // shares the segment state with RESP, and stops gracefully with the admin port open.
 func TestHTTPAdmin(t *testing.T) {
-	l := startLeafd(t)
+	l := startInProcess(t)
 	for i, want := range []string{"1", "2"} {
-		status, body, err := l.httpGet("/api/segment/get/web")
+		status, body, err := l.HTTPGet("/api/segment/get/web", "")
 		if err != nil || status != http.StatusOK || body != want {
 			t.Fatalf("segment get #%d: got %d %q %v, want 200 %q", i, status, body, err, want)
 		}
 	}
-	if out, err := l.redisCLI("INCR", "web"); err != nil || out != "3" {
+	if out, err := l.RedisCLI("INCR", "web"); err != nil || out != "3" {
 		t.Errorf("INCR after HTTP: got %q %v, want 3", out, err)
 	}
-	status, body, err := l.httpGet("/api/snowflake/get/x")
+	status, body, err := l.HTTPGet("/api/snowflake/get/x", "")
 	if id, perr := strconv.ParseInt(body, 10, 64); err != nil || status != 200 || perr != nil || id <= 0 {
 		t.Errorf("snowflake get: got %d %q %v, want 200 and a positive ID", status, body, err)
 	}
-	status, body, err = l.httpGet("/metrics")
+	status, body, err = l.HTTPGet("/metrics", "")
 	if err != nil || status != http.StatusOK {
 		t.Fatalf("metrics: got %d %v", status, err)
 	}
@@ -52,20 +39,20 @@ func TestHTTPAdmin(t *testing.T) {
 			t.Errorf("metrics: missing %q", want)
 		}
 	}
-	if status, body, err := l.httpGet("/readyz"); err != nil || status != http.StatusOK || !strings.Contains(body, `"ready":true`) {
+	if status, body, err := l.HTTPGet("/readyz", ""); err != nil || status != http.StatusOK || !strings.Contains(body, `"ready":true`) {
 		t.Errorf("readyz: got %d %q %v, want 200 ready", status, body, err)
 	}
-	if err := l.stop(20 * time.Second); err != nil {
-		t.Errorf("SIGTERM: %v\n%s", err, l.Log())
+	if err := l.Stop(20 * time.Second); err != nil {
+		t.Errorf("stop: %v\n%s", err, l.Log())
 	}
 }
 
 // TestHTTPDisabled: --http-addr "" opens no admin port.
 func TestHTTPDisabled(t *testing.T) {
-	addr := freeAddr(t)
-	l := startLeafd(t, "--http-addr", "")
-	if l.httpAddr != "" {
-		t.Fatalf("httpAddr %q, want empty", l.httpAddr)
+	addr := e2e.FreeAddr(t)
+	l := startInProcess(t, "--http-addr", "")
+	if l.HTTPAddr != "" {
+		t.Fatalf("httpAddr %q, want empty", l.HTTPAddr)
 	}
 	if strings.Contains(l.Log(), "admin HTTP ready") {
 		t.Errorf("admin HTTP started although disabled:\n%s", l.Log())
@@ -78,7 +65,7 @@ func TestHTTPDisabled(t *testing.T) {
 	defer ln.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, leafdBin, "--data-dir", t.TempDir(), "--addr", freeAddr(t), "--http-addr", addr).CombinedOutput()
+	out, err := exec.CommandContext(ctx, e2e.Binary(), "--data-dir", t.TempDir(), "--addr", e2e.FreeAddr(t), "--http-addr", addr).CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "--http-addr") {
 		t.Errorf("taken admin port: got %v\n%s", err, out)
 	}

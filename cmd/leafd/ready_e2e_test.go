@@ -4,49 +4,24 @@ package main
 // embedded store.
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/leafd/leafd/internal/e2e"
 	"github.com/leafd/leafd/internal/testenv"
 )
 
-// infoStat returns one numeric field of INFO section.
-func infoStat(t *testing.T, l *leafd, section, field string) int64 {
-	t.Helper()
-	c := connClient(l.addr)
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	out, err := c.Info(ctx, section).Result()
-	if err != nil {
-		t.Fatalf("INFO %s: %v", section, err)
-	}
-	for _, line := range strings.Split(out, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), field+":"); ok {
-			n, err := strconv.ParseInt(v, 10, 64)
-			if err != nil {
-				t.Fatalf("INFO %s: %s: %v", section, line, err)
-			}
-			return n
-		}
-	}
-	t.Fatalf("INFO %s has no %s:\n%s", section, field, out)
-	return 0
-}
-
 // waitReady polls /readyz until it answers 200 and returns how long that took from start.
-func waitReady(t *testing.T, l *leafd, start time.Time, limit time.Duration) time.Duration {
+func waitReady(t *testing.T, l *e2e.Leafd, start time.Time, limit time.Duration) time.Duration {
 	t.Helper()
 	for {
-		status, body, err := l.httpGet("/readyz")
+		status, body, err := l.HTTPGet("/readyz", "")
 		if err == nil && status == http.StatusOK {
 			return time.Since(start)
 		}
@@ -58,11 +33,11 @@ func waitReady(t *testing.T, l *leafd, start time.Time, limit time.Duration) tim
 }
 
 // waitWarm polls /readyz until the warm start has ended ("warming": false).
-func waitWarm(t *testing.T, l *leafd) {
+func waitWarm(t *testing.T, l *e2e.Leafd) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		status, body, err := l.httpGet("/readyz")
+		status, body, err := l.HTTPGet("/readyz", "")
 		if err == nil && status == http.StatusOK && strings.Contains(body, `"warming":false`) {
 			return
 		}
@@ -88,32 +63,32 @@ func TestReadyAndWarmRestartBinary(t *testing.T) {
 				dsn := testenv.FreshDatabase(t, testenv.MySQLDSN(t))
 				args = []string{"--mysql-dsn", dsn}
 			}
-			l := startLeafd(t, append(args, "--log-level", "warn")...)
+			l := e2e.Start(t, args...)
 			warm := []string{"w1", "w2", "w3", "w4", "w5"}
 			for _, tag := range warm {
-				if _, err := do(l, "IDS.CREATE", tag, "STEP", 50); err != nil {
+				if _, err := l.Do("IDS.CREATE", tag, "STEP", 50); err != nil {
 					t.Fatal(err)
 				}
 			}
 			for i := range 30 { // stored tags this instance never serves
-				if _, err := do(l, "IDS.CREATE", fmt.Sprintf("cold%02d", i), "STEP", 50); err != nil {
+				if _, err := l.Do("IDS.CREATE", fmt.Sprintf("cold%02d", i), "STEP", 50); err != nil {
 					t.Fatal(err)
 				}
 			}
 			last := map[string]int64{}
 			for _, tag := range warm {
-				v, err := incrOnce(l, tag)
+				v, err := l.Incr(tag)
 				if err != nil {
 					t.Fatal(err)
 				}
 				last[tag] = v
 			}
-			if err := l.stop(20 * time.Second); err != nil {
+			if err := l.Stop(20 * time.Second); err != nil {
 				t.Fatal(err)
 			}
 
 			start := time.Now()
-			l.start() // returns once the RESP port answers
+			l.Restart() // returns once the RESP port answers
 			listening := time.Now()
 			took := waitReady(t, l, start, 20*time.Second)
 			t.Logf("%s: ready %v after the process start, %v after it listened (race-enabled binary, loaded machine)",
@@ -124,11 +99,11 @@ func TestReadyAndWarmRestartBinary(t *testing.T) {
 				t.Errorf("ready %v after it listened (%v after the process start), want within 2s", d, took)
 			}
 			waitWarm(t, l)
-			if n := infoStat(t, l, "segment", "segment_warm_loads"); n != int64(len(warm)) {
+			if n := l.InfoInt("segment", "segment_warm_loads"); n != int64(len(warm)) {
 				t.Errorf("segment_warm_loads %d, want %d (the tags served before the restart)", n, len(warm))
 			}
 			for _, tag := range warm {
-				v, err := incrOnce(l, tag)
+				v, err := l.Incr(tag)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -136,22 +111,22 @@ func TestReadyAndWarmRestartBinary(t *testing.T) {
 					t.Errorf("INCR %s after the restart: %d, not above %d", tag, v, last[tag])
 				}
 			}
-			if n := infoStat(t, l, "segment", "segment_load_waits"); n != 0 {
+			if n := l.InfoInt("segment", "segment_load_waits"); n != 0 {
 				t.Errorf("segment_load_waits %d after the first INCRs of warmed tags, want 0", n)
 			}
-			if _, err := incrOnce(l, "cold00"); err != nil {
+			if _, err := l.Incr("cold00"); err != nil {
 				t.Fatal(err)
 			}
-			if n := infoStat(t, l, "segment", "segment_load_waits"); n != 1 {
+			if n := l.InfoInt("segment", "segment_load_waits"); n != 1 {
 				t.Errorf("segment_load_waits %d after the first INCR of a tag not warmed, want 1", n)
 			}
-			if _, body, err := l.httpGet("/metrics"); err != nil || !strings.Contains(body, "\nleafd_segment_load_waits_total 1\n") {
+			if _, body, err := l.HTTPGet("/metrics", ""); err != nil || !strings.Contains(body, "\nleafd_segment_load_waits_total 1\n") {
 				t.Errorf("/metrics: no leafd_segment_load_waits_total 1 (%v)", err)
 			}
 
 			if store == "mariadb" { // a fresh instance on a store with tags
 				start := time.Now()
-				f := startLeafd(t, args...)
+				f := e2e.Start(t, args...)
 				listening := time.Now()
 				took := waitReady(t, f, start, 20*time.Second)
 				t.Logf("fresh instance: ready %v after the process start, %v after it listened", took, time.Since(listening))
@@ -169,16 +144,16 @@ func TestReadyAndWarmRestartBinary(t *testing.T) {
 // --data-dir refuses to run while leafd holds the files, changes nothing with --dry-run, and
 // then raises max_id to the marks, after which the tag serves again above every ID issued.
 func TestRestoredBoltBackupBinary(t *testing.T) {
-	l := startLeafd(t, "--log-level", "error")
-	dbPath := filepath.Join(l.dataDir, "leafd.db")
-	if _, err := do(l, "IDS.CREATE", "a", "STEP", 10); err != nil {
+	l := e2e.Start(t)
+	dbPath := filepath.Join(l.DataDir, "leafd.db")
+	if _, err := l.Do("IDS.CREATE", "a", "STEP", 10); err != nil {
 		t.Fatal(err)
 	}
 	issued := map[int64]bool{}
 	incr := func(n int) {
 		t.Helper()
 		for range n {
-			v, err := incrOnce(l, "a")
+			v, err := l.Incr("a")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -186,36 +161,36 @@ func TestRestoredBoltBackupBinary(t *testing.T) {
 		}
 	}
 	incr(3)
-	if err := l.stop(20 * time.Second); err != nil {
+	if err := l.Stop(20 * time.Second); err != nil {
 		t.Fatal(err)
 	}
 	backup := filepath.Join(t.TempDir(), "leafd.db.bak")
 	copyFileT(t, dbPath, backup)
-	l.start()
+	l.Restart()
 	incr(25) // three more leases of 10
 	top := int64(0)
 	for v := range issued {
 		top = max(top, v)
 	}
-	if err := l.stop(20 * time.Second); err != nil {
+	if err := l.Stop(20 * time.Second); err != nil {
 		t.Fatal(err)
 	}
 	copyFileT(t, backup, dbPath) // the operator restores the copy, keeping marks.db
 
-	l.start()
+	l.Restart()
 	for i := range 5 {
-		v, err := incrOnce(l, "a")
-		if code, _ := replyCode(err); code != "REGRESSION" {
+		v, err := l.Incr("a")
+		if code, _ := e2e.ReplyCode(err); code != "REGRESSION" {
 			t.Fatalf("INCR #%d after restoring leafd.db: got %d %v, want REGRESSION (issued before: %v)", i, v, err, issued[v])
 		}
 	}
-	if n := infoStat(t, l, "segment", "segment_regressions"); n < 1 {
+	if n := l.InfoInt("segment", "segment_regressions"); n < 1 {
 		t.Errorf("segment_regressions %d, want at least 1", n)
 	}
 
 	raise := func(args ...string) (int, string) {
 		t.Helper()
-		cmd := exec.Command(leafdBin, append([]string{"raise-max-id", "--data-dir", l.dataDir}, args...)...)
+		cmd := exec.Command(e2e.Binary(), append([]string{"raise-max-id", "--data-dir", l.DataDir}, args...)...)
 		out, err := cmd.CombinedOutput()
 		code := 0
 		if ee, ok := err.(*exec.ExitError); ok {
@@ -228,17 +203,17 @@ func TestRestoredBoltBackupBinary(t *testing.T) {
 	if code, out := raise(); code != 1 || !strings.Contains(out, "in use") {
 		t.Errorf("raise-max-id while leafd runs: exit %d %q, want 1 saying the data dir is in use", code, out)
 	}
-	if err := l.stop(20 * time.Second); err != nil {
+	if err := l.Stop(20 * time.Second); err != nil {
 		t.Fatal(err)
 	}
 	if code, out := raise("--dry-run"); code != 0 || !strings.Contains(out, "dry run") {
 		t.Fatalf("raise-max-id --dry-run: exit %d %q", code, out)
 	}
-	l.start()
-	if _, err := incrOnce(l, "a"); err == nil {
+	l.Restart()
+	if _, err := l.Incr("a"); err == nil {
 		t.Fatal("INCR after a dry run served an ID, want REGRESSION still")
 	}
-	if err := l.stop(20 * time.Second); err != nil {
+	if err := l.Stop(20 * time.Second); err != nil {
 		t.Fatal(err)
 	}
 	code, out := raise()
@@ -246,9 +221,9 @@ func TestRestoredBoltBackupBinary(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "a ") {
 		t.Fatalf("raise-max-id: exit %d %q", code, out)
 	}
-	l.start()
+	l.Restart()
 	for range 15 {
-		v, err := incrOnce(l, "a")
+		v, err := l.Incr("a")
 		if err != nil {
 			t.Fatalf("INCR after raise-max-id: %v", err)
 		}
@@ -274,23 +249,23 @@ func copyFileT(t *testing.T, from, to string) {
 // IDS.CREATE is NOPERM, and neither leaves a tag or a mark behind; --auto-create on with it
 // is a configuration error.
 func TestAllowCreateFalseBinary(t *testing.T) {
-	l := startLeafd(t, "--allow-create=false", "--log-level", "error")
-	if _, err := do(l, "INCR", "newtag"); err == nil || !strings.HasPrefix(err.Error(), "NOTAG") {
+	l := e2e.Start(t, "--allow-create=false")
+	if _, err := l.Do("INCR", "newtag"); err == nil || !strings.HasPrefix(err.Error(), "NOTAG") {
 		t.Errorf("INCR newtag: %v, want NOTAG", err)
 	}
-	if _, err := do(l, "INCRBY", "newtag", 5); err == nil || !strings.HasPrefix(err.Error(), "NOTAG") {
+	if _, err := l.Do("INCRBY", "newtag", 5); err == nil || !strings.HasPrefix(err.Error(), "NOTAG") {
 		t.Errorf("INCRBY newtag 5: %v, want NOTAG", err)
 	}
-	if _, err := do(l, "IDS.CREATE", "newtag"); err == nil || !strings.HasPrefix(err.Error(), "NOPERM") {
+	if _, err := l.Do("IDS.CREATE", "newtag"); err == nil || !strings.HasPrefix(err.Error(), "NOPERM") {
 		t.Errorf("IDS.CREATE newtag: %v, want NOPERM", err)
 	}
-	if v, err := do(l, "IDS.TAGS"); err != nil || len(v.([]any)) != 0 {
+	if v, err := l.Do("IDS.TAGS"); err != nil || len(v.([]any)) != 0 {
 		t.Errorf("IDS.TAGS: %v %v, want none", v, err)
 	}
-	if v, err := do(l, "IDS.MARKS"); err != nil || len(v.([]any)) != 0 {
+	if v, err := l.Do("IDS.MARKS"); err != nil || len(v.([]any)) != 0 {
 		t.Errorf("IDS.MARKS: %v %v, want none", v, err)
 	}
-	out, err := exec.Command(leafdBin, "--allow-create=false", "--auto-create", "on", "--data-dir", t.TempDir()).CombinedOutput()
+	out, err := exec.Command(e2e.Binary(), "--allow-create=false", "--auto-create", "on", "--data-dir", t.TempDir()).CombinedOutput()
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), "--allow-create=false") {
 		t.Errorf("--auto-create on --allow-create=false: %v %q, want exit 2 naming the contradiction", err, out)
 	}

@@ -5,55 +5,19 @@ package main
 
 import (
 	"context"
-	"io"
 	"net/http"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/leafd/leafd/internal/e2e"
 	"github.com/leafd/leafd/internal/testenv"
 	"github.com/leafd/leafd/snowflake"
 )
-
-// sfLoad draws IDS.SNOWFLAKE 20 from l on n connections until ctx ends, into ids; it counts
-// the NOWORKER refusals and fails on any other error (unless the process is gone).
-type sfLoad struct {
-	ok, noWorker atomic.Int64
-	mu           sync.Mutex
-	other        []string
-}
-
-func (s *sfLoad) run(ctx context.Context, wg *sync.WaitGroup, l *leafd, who string, ids *idSet, n int) {
-	c := l.client(2)
-	for range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for ctx.Err() == nil {
-				v, err := c.Do(ctx, "IDS.SNOWFLAKE", 20).Int64Slice()
-				switch {
-				case err == nil:
-					ids.add(who, v...)
-					s.ok.Add(1)
-				case strings.HasPrefix(err.Error(), "NOWORKER "):
-					s.noWorker.Add(1)
-					time.Sleep(5 * time.Millisecond)
-				case ctx.Err() != nil:
-				default:
-					s.mu.Lock()
-					s.other = append(s.other, err.Error())
-					s.mu.Unlock()
-					time.Sleep(5 * time.Millisecond)
-				}
-			}
-		}()
-	}
-}
 
 func msOf(id int64) int64 { return snowflake.DefaultLayout().Decode(id).TimestampMs }
 
@@ -63,32 +27,32 @@ func msOf(id int64) int64 { return snowflake.DefaultLayout().Decode(id).Timestam
 // duplicates in 6s.)
 func TestSnowflakeSameAdvertiseAddr(t *testing.T) {
 	zkAddr := testenv.ZKAddr(t)
-	name := zkTestName(t)
-	adv := freeAddr(t)
+	name := e2e.ZKTestName(t)
+	adv := e2e.FreeAddr(t)
 	args := []string{"--zk-addrs", zkAddr, "--name", name, "--advertise-addr", adv, "--zk-session-timeout", "2s"}
-	a := startLeafd(t, args...)
-	wa := workerOf(t, a)
-	b := startLeafd(t, args...)
-	ids := newIDSet()
-	var la, lb sfLoad
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	a := e2e.Start(t, args...)
+	wa := e2e.WorkerOf(t, a)
+	b := e2e.Start(t, args...)
+	ids := e2e.NewIDSet()
+	var la, lb e2e.BatchLoad
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second) // the load's length
 	defer cancel()
 	var wg sync.WaitGroup
-	la.run(ctx, &wg, a, "a", ids, 4)
-	lb.run(ctx, &wg, b, "b", ids, 4)
+	la.Run(ctx, &wg, a.Client(2), "a", ids, 4, false, "IDS.SNOWFLAKE", 20)
+	lb.Run(ctx, &wg, b.Client(2), "b", ids, 4, false, "IDS.SNOWFLAKE", 20)
 	wg.Wait()
-	t.Logf("a: %d batches; b: %d batches, %d NOWORKER", la.ok.Load(), lb.ok.Load(), lb.noWorker.Load())
-	if lb.ok.Load() != 0 || lb.noWorker.Load() == 0 {
-		t.Errorf("second process with the same identity: %d batches served, %d NOWORKER; want none served", lb.ok.Load(), lb.noWorker.Load())
+	t.Logf("a: %d batches; b: %d batches, %d NOWORKER", la.OK.Load(), lb.OK.Load(), lb.NoWorker.Load())
+	if lb.OK.Load() != 0 || lb.NoWorker.Load() == 0 {
+		t.Errorf("second process with the same identity: %d batches served, %d NOWORKER; want none served", lb.OK.Load(), lb.NoWorker.Load())
 	}
-	if len(la.other)+len(lb.other) > 0 {
-		t.Errorf("unexpected errors: %v %v", la.other[:min(len(la.other), 3)], lb.other[:min(len(lb.other), 3)])
+	if oa, ob := la.Other(), lb.Other(); len(oa)+len(ob) > 0 {
+		t.Errorf("unexpected errors: %v %v", oa[:min(len(oa), 3)], ob[:min(len(ob), 3)])
 	}
-	ids.check(t, 10000)
+	ids.Check(t, 10000)
 	if !strings.Contains(b.Log(), "held by "+adv) {
 		t.Errorf("the refusing process's log does not name the holder %s:\n%s", adv, b.Log())
 	}
-	if got := sfInfoInt(t, a.client(3), "snowflake_worker_id"); got != wa {
+	if got := e2e.SFInfoInt(t, a.Client(3), "snowflake_worker_id"); got != wa {
 		t.Errorf("holder's worker id changed to %d", got)
 	}
 }
@@ -99,86 +63,54 @@ func TestSnowflakeSameAdvertiseAddr(t *testing.T) {
 // all below the standby's first ID, then answers NOWORKER (its next write fails: the fence).
 func TestSnowflakePausedHolderSameAddr(t *testing.T) {
 	zkAddr := testenv.ZKAddr(t)
-	name := zkTestName(t)
-	adv := freeAddr(t)
+	name := e2e.ZKTestName(t)
+	adv := e2e.FreeAddr(t)
 	args := []string{"--zk-addrs", zkAddr, "--name", name, "--advertise-addr", adv, "--zk-session-timeout", "1s",
 		"--lease-window", "4s"}
-	a := startLeafd(t, args...)
-	wa := workerOf(t, a)
-	ca := a.client(3)
+	a := e2e.Start(t, args...)
+	wa := e2e.WorkerOf(t, a)
+	ca := a.Client(3)
 	ctx := context.Background()
 	before, err := ca.Do(ctx, "IDS.SNOWFLAKE", 100).Int64Slice()
 	if err != nil {
 		t.Fatal(err)
 	}
-	adm := zkAdmin(t, zkAddr)
-	held := mustState(t, adm, name, wa)
-	b := startLeafd(t, args...)
-	cb := b.client(3)
+	adm := e2e.ZKAdmin(t, zkAddr)
+	held := e2e.MustState(t, adm, name, wa)
+	b := e2e.Start(t, args...)
+	cb := b.Client(3)
 	if _, err := cb.Do(ctx, "IDS.SNOWFLAKE").Int64(); err == nil || !strings.HasPrefix(err.Error(), "NOWORKER ") {
 		t.Fatalf("standby while the holder lives: got %v, want NOWORKER", err)
 	}
 
-	if err := a.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+	if err := a.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
 	// The standby fences the state node once the holder's session has expired.
-	end := time.Now().Add(30 * time.Second)
-	for {
-		if st, ok := stateNode(adm, name, wa); ok && st.Instance != held.Instance {
-			break
-		}
-		if time.Now().After(end) {
-			_ = a.cmd.Process.Signal(syscall.SIGCONT)
-			t.Fatalf("the standby never claimed worker %d\n%s", wa, b.Log())
-		}
-		time.Sleep(10 * time.Millisecond)
+	if !e2e.Poll(30*time.Second, func() bool {
+		st, ok := e2e.StateNode(adm, name, wa)
+		return ok && st.Instance != held.Instance
+	}) {
+		_ = a.Signal(syscall.SIGCONT)
+		t.Fatalf("the standby never claimed worker %d\n%s", wa, b.Log())
 	}
-	if err := a.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+	if err := a.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
-	var after []int64
-	noWorker := false
-	var lastErr error
-	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); {
-		v, err := ca.Do(ctx, "IDS.SNOWFLAKE", 20).Int64Slice()
-		if err == nil {
-			after = append(after, v...)
-			continue
-		}
-		lastErr = err
-		if strings.HasPrefix(err.Error(), "NOWORKER ") {
-			noWorker = true
-			break
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	first := waitServing(t, cb, 20*time.Second)
+	after, noWorker, lastErr := e2e.DrainUntilNoWorker(ca, 10*time.Second)
+	first := e2e.WaitServing(t, cb, 20*time.Second)
 	more, err := cb.Do(ctx, "IDS.SNOWFLAKE", 100).Int64Slice()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if wb := sfInfoInt(t, cb, "snowflake_worker_id"); wb != wa {
+	if wb := e2e.SFInfoInt(t, cb, "snowflake_worker_id"); wb != wa {
 		t.Fatalf("standby serves worker %d, want the holder's %d", wb, wa)
 	}
 	if !noWorker {
 		t.Errorf("old holder after SIGCONT: last error %v, want NOWORKER\n%s", lastErr, a.Log())
 	}
 	t.Logf("old holder issued %d IDs after SIGCONT before NOWORKER", len(after))
-	all := append(before, after...)
-	if slices.Max(all) >= first {
-		t.Errorf("old holder issued %d, at or above the standby's first ID %d", slices.Max(all), first)
-	}
-	if sb := sfInfoInt(t, cb, "snowflake_start_bound_ms"); msOf(slices.Max(all)) >= sb {
-		t.Errorf("old holder issued in ms %d, not below the standby's start bound %d", msOf(slices.Max(all)), sb)
-	}
-	ids := newIDSet()
-	ids.add("old", all...)
-	ids.add("standby", append(more, first)...)
-	ids.check(t, 200)
-	if !strings.Contains(a.Log(), "worker id lost") {
-		t.Errorf("old holder's log does not say the worker id was lost:\n%s", a.Log())
-	}
+	e2e.CheckFenced(t, a, cb, append(before, after...), more, first)
 }
 
 // TestSnowflakeSourceSwitch: a data dir used by the file source as worker 0, kill -9'd with its
@@ -188,46 +120,46 @@ func TestSnowflakePausedHolderSameAddr(t *testing.T) {
 func TestSnowflakeSourceSwitch(t *testing.T) {
 	zkAddr := testenv.ZKAddr(t)
 	dir := t.TempDir()
-	ids := newIDSet()
-	phase := func(who string, l *leafd) (maxID int64) {
+	ids := e2e.NewIDSet()
+	phase := func(who string, l *e2e.Leafd) (maxID int64) {
 		t.Helper()
-		c := l.client(2)
-		waitServing(t, c, 20*time.Second)
+		c := l.Client(2)
+		e2e.WaitServing(t, c, 20*time.Second)
 		for end := time.Now().Add(500 * time.Millisecond); time.Now().Before(end); {
 			v, err := c.Do(context.Background(), "IDS.SNOWFLAKE", 50).Int64Slice()
 			if err != nil {
 				t.Fatalf("%s: %v", who, err)
 			}
-			ids.add(who, v...)
+			ids.Add(who, v...)
 			maxID = max(maxID, slices.Max(v))
 		}
 		return maxID
 	}
-	f := startLeafd(t, "--data-dir", dir, "--lease-window", "5s")
+	f := e2e.Start(t, "--data-dir", dir, "--lease-window", "5s")
 	maxF := phase("file", f)
-	f.kill()
+	f.Kill()
 
-	z := startLeafd(t, "--data-dir", dir, "--zk-addrs", zkAddr, "--name", zkTestName(t), "--advertise-addr", freeAddr(t),
+	z := e2e.Start(t, "--data-dir", dir, "--zk-addrs", zkAddr, "--name", e2e.ZKTestName(t), "--advertise-addr", e2e.FreeAddr(t),
 		"--lease-window", "5s")
-	cz := z.client(3)
-	if w := workerOf(t, z); w != 0 {
+	cz := z.Client(3)
+	if w := e2e.WorkerOf(t, z); w != 0 {
 		t.Fatalf("ZooKeeper run: worker %d, want 0 (the case that reissued)", w)
 	}
-	if sb := sfInfoInt(t, cz, "snowflake_start_bound_ms"); sb <= msOf(maxF) {
+	if sb := e2e.SFInfoInt(t, cz, "snowflake_start_bound_ms"); sb <= msOf(maxF) {
 		t.Errorf("ZooKeeper run's start bound %d not above the file run's last ms %d", sb, msOf(maxF))
 	}
 	maxZ := phase("zookeeper", z)
-	z.kill()
+	z.Kill()
 
-	f2 := startLeafd(t, "--data-dir", dir)
-	if w := workerOf(t, f2); w != 0 {
+	f2 := e2e.Start(t, "--data-dir", dir)
+	if w := e2e.WorkerOf(t, f2); w != 0 {
 		t.Fatalf("file run after ZooKeeper: worker %d, want 0", w)
 	}
-	if sb := sfInfoInt(t, f2.client(3), "snowflake_start_bound_ms"); sb <= msOf(maxZ) {
+	if sb := e2e.SFInfoInt(t, f2.Client(3), "snowflake_start_bound_ms"); sb <= msOf(maxZ) {
 		t.Errorf("file run's start bound %d not above the ZooKeeper run's last ms %d", sb, msOf(maxZ))
 	}
 	phase("file again", f2)
-	ids.check(t, 1000)
+	ids.Check(t, 1000)
 }
 
 // TestSnowflakeRestartBoundAhead (issue #12 item 4 and #7): after kill -9 the persisted bound
@@ -235,34 +167,34 @@ func TestSnowflakeSourceSwitch(t *testing.T) {
 // NOWORKER for snowflake (readiness says so) until its clock has passed the bound, then serves
 // above every earlier ID.
 func TestSnowflakeRestartBoundAhead(t *testing.T) {
-	l := startLeafd(t, "--lease-window", "3s")
-	c := l.client(2)
+	l := e2e.Start(t, "--lease-window", "3s")
+	c := l.Client(2)
 	ctx := context.Background()
-	ids := newIDSet()
+	ids := e2e.NewIDSet()
 	var maxPre int64
 	for end := time.Now().Add(500 * time.Millisecond); time.Now().Before(end); {
 		v, err := c.Do(ctx, "IDS.SNOWFLAKE", 50).Int64Slice()
 		if err != nil {
 			t.Fatal(err)
 		}
-		ids.add("before", v...)
+		ids.Add("before", v...)
 		maxPre = max(maxPre, slices.Max(v))
 		if _, err := c.Incr(ctx, "k").Result(); err != nil {
 			t.Fatal(err)
 		}
 	}
-	l.kill()
+	l.Kill()
 	start := time.Now()
-	l.start() // returns once the RESP port answers
+	l.Restart() // returns once the ready line is logged
 	listened := time.Since(start)
-	c = l.client(2)
+	c = l.Client(2)
 	if _, err := c.Incr(ctx, "k").Result(); err != nil {
 		t.Fatalf("segment right after the restart: %v", err)
 	}
 	segment := time.Since(start)
 	_, sfErr := c.Do(ctx, "IDS.SNOWFLAKE").Int64()
 	snowAt := time.Now()
-	ready, readyTag := httpStatus(t, l, "/readyz"), httpStatus(t, l, "/readyz?tag=k")
+	ready, readyTag := l.HTTPStatus("/readyz"), l.HTTPStatus("/readyz?tag=k")
 	t.Logf("kill -9 restart: listening after %v, first segment ID after %v (race-enabled binary on a loaded machine)", listened, segment)
 	// The bound was up to 3s ahead of the clock at the kill; the old start waited it out
 	// before listening. Now snowflake is still refusing when segment IDs are already served.
@@ -275,33 +207,22 @@ func TestSnowflakeRestartBoundAhead(t *testing.T) {
 	if segment > 2*time.Second {
 		t.Errorf("first segment ID %v after the restart", segment)
 	}
-	first := waitServing(t, c, 20*time.Second)
+	first := e2e.WaitServing(t, c, 20*time.Second)
 	t.Logf("snowflake served %v after the first NOWORKER", time.Since(snowAt))
 	if first <= maxPre || msOf(first) <= msOf(maxPre) {
 		t.Errorf("first ID after the restart %d (ms %d), not above the previous run's %d (ms %d)", first, msOf(first), maxPre, msOf(maxPre))
 	}
-	sb := sfInfoInt(t, l.client(3), "snowflake_start_bound_ms")
+	sb := e2e.SFInfoInt(t, l.Client(3), "snowflake_start_bound_ms")
 	if msOf(first) <= sb || sb <= msOf(maxPre) {
 		t.Errorf("start bound %d: want between the old run's last ms %d and the first new ms %d", sb, msOf(maxPre), msOf(first))
 	}
-	ids.add("after", first)
+	ids.Add("after", first)
 	v, err := c.Do(ctx, "IDS.SNOWFLAKE", 500).Int64Slice()
 	if err != nil {
 		t.Fatal(err)
 	}
-	ids.add("after", v...)
-	ids.check(t, 1000)
-}
-
-func httpStatus(t *testing.T, l *leafd, path string) int {
-	t.Helper()
-	resp, err := http.Get("http://" + l.httpAddr + path)
-	if err != nil {
-		t.Fatalf("GET %s: %v", path, err)
-	}
-	defer resp.Body.Close()
-	_, _ = io.Copy(io.Discard, resp.Body)
-	return resp.StatusCode
+	ids.Add("after", v...)
+	ids.Check(t, 1000)
 }
 
 // TestSnowflakeGracefulRestartFast: after SIGTERM the persisted bound is lowered to just past
@@ -321,26 +242,26 @@ func TestSnowflakeGracefulRestartFast(t *testing.T) {
 		t.Run(mode.name, func(t *testing.T) {
 			args := append([]string{"--lease-window", "3s"}, mode.args...)
 			if len(mode.args) > 0 {
-				args = zkArgs(t, zkAddr, zkTestName(t), args...)
+				args = e2e.ZKArgs(t, zkAddr, e2e.ZKTestName(t), args...)
 			}
-			l := startLeafd(t, args...)
-			c := l.client(2)
-			waitServing(t, c, 20*time.Second)
+			l := e2e.Start(t, args...)
+			c := l.Client(2)
+			e2e.WaitServing(t, c, 20*time.Second)
 			v, err := c.Do(context.Background(), "IDS.SNOWFLAKE", 100).Int64Slice()
 			if err != nil {
 				t.Fatal(err)
 			}
 			last := slices.Max(v)
-			if err := l.stop(10 * time.Second); err != nil {
+			if err := l.Stop(10 * time.Second); err != nil {
 				t.Fatal(err)
 			}
 			stopped := time.Now().UnixMilli()
 			start := time.Now()
-			l.start()
-			c = l.client(2)
-			first := waitServing(t, c, 20*time.Second)
+			l.Restart()
+			c = l.Client(2)
+			first := e2e.WaitServing(t, c, 20*time.Second)
 			took := time.Since(start)
-			sb := sfInfoInt(t, l.client(3), "snowflake_start_bound_ms")
+			sb := e2e.SFInfoInt(t, l.Client(3), "snowflake_start_bound_ms")
 			t.Logf("%s: graceful restart served a snowflake ID %v after exec (race-enabled binary, loaded machine); start bound %d ms past the last ID's ms",
 				mode.name, took, sb-msOf(last))
 			if first <= last {
@@ -359,11 +280,11 @@ func TestSnowflakeGracefulRestartFast(t *testing.T) {
 // (common with Leaf); every node lives below the chroot.
 func TestSnowflakeZKChroot(t *testing.T) {
 	zkAddr := testenv.ZKAddr(t)
-	name := zkTestName(t)
+	name := e2e.ZKTestName(t)
 	chroot := "/" + name + "-root/leaf"
-	l := startLeafd(t, zkArgs(t, zkAddr+chroot, name)...)
-	w := workerOf(t, l)
-	adm := zkAdmin(t, zkAddr)
+	l := startInProcess(t, e2e.ZKArgs(t, zkAddr+chroot, name)...)
+	w := e2e.WorkerOf(t, l)
+	adm := e2e.ZKAdmin(t, zkAddr)
 	kids, _, err := adm.Children(chroot + "/snowflake/" + name + "/forever")
 	if err != nil || len(kids) != 1 {
 		t.Fatalf("forever nodes under the chroot: %v %v", kids, err)

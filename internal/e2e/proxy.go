@@ -1,4 +1,4 @@
-package main
+package e2e
 
 // A loopback TCP proxy for fault injection between leafd and its database: it forwards,
 // delays every chunk, blackholes (accepts and forwards nothing) or resets connections, and
@@ -13,27 +13,27 @@ import (
 	"time"
 )
 
-// proxyMode is what the proxy does with connections and the chunks they carry.
-type proxyMode int32
+// ProxyMode is what the proxy does with connections and the chunks they carry.
+type ProxyMode int32
 
 const (
-	proxyPass      proxyMode = iota // forward as is
-	proxyDelay                      // forward each chunk after the configured delay
-	proxyBlackhole                  // accept and read, forward nothing, never close
-	proxyReset                      // close every connection at once
+	ProxyPass      ProxyMode = iota // forward as is
+	ProxyDelay                      // forward each chunk after the configured delay
+	ProxyBlackhole                  // accept and read, forward nothing, never close
+	ProxyReset                      // close every connection at once
 )
 
-func (m proxyMode) String() string {
+func (m ProxyMode) String() string {
 	return [...]string{"pass", "delay", "blackhole", "reset"}[m]
 }
 
-// tcpProxy listens on 127.0.0.1 and forwards to target according to its mode, which can be
+// Proxy listens on 127.0.0.1 and forwards to target according to its mode, which can be
 // changed at any time. It is closed at test cleanup, waiting for its goroutines.
-type tcpProxy struct {
+type Proxy struct {
 	target atomic.Pointer[string]
 	ln     net.Listener
 	mode   atomic.Int32
-	delay  atomic.Int64 // ns, for proxyDelay
+	delay  atomic.Int64 // ns, for ProxyDelay
 
 	mu     sync.Mutex
 	conns  map[net.Conn]struct{}
@@ -41,14 +41,14 @@ type tcpProxy struct {
 	wg     sync.WaitGroup
 }
 
-// startProxy starts a proxy to target in pass mode.
-func startProxy(t testing.TB, target string) *tcpProxy {
+// StartProxy starts a proxy to target in pass mode.
+func StartProxy(t testing.TB, target string) *Proxy {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &tcpProxy{ln: ln, conns: map[net.Conn]struct{}{}}
+	p := &Proxy{ln: ln, conns: map[net.Conn]struct{}{}}
 	p.target.Store(&target)
 	p.wg.Add(1)
 	go p.accept()
@@ -57,29 +57,29 @@ func startProxy(t testing.TB, target string) *tcpProxy {
 }
 
 // Addr is the address clients dial instead of the target.
-func (p *tcpProxy) Addr() string { return p.ln.Addr().String() }
+func (p *Proxy) Addr() string { return p.ln.Addr().String() }
 
 // SetMode switches the behaviour. Leaving blackhole, and entering reset, closes every open
 // connection: a blackholed stream has lost bytes and cannot carry the protocol any more.
-func (p *tcpProxy) SetMode(m proxyMode, delay time.Duration) {
+func (p *Proxy) SetMode(m ProxyMode, delay time.Duration) {
 	p.delay.Store(int64(delay))
-	old := proxyMode(p.mode.Swap(int32(m)))
-	if m == proxyReset || (old == proxyBlackhole && m != proxyBlackhole) {
+	old := ProxyMode(p.mode.Swap(int32(m)))
+	if m == ProxyReset || (old == ProxyBlackhole && m != ProxyBlackhole) {
 		p.closeConns()
 	}
 }
 
 // SetTarget points new connections at target and closes every open one, as a virtual IP
 // that moves to another server does.
-func (p *tcpProxy) SetTarget(target string) {
+func (p *Proxy) SetTarget(target string) {
 	p.target.Store(&target)
 	p.closeConns()
 }
 
-func (p *tcpProxy) current() proxyMode { return proxyMode(p.mode.Load()) }
+func (p *Proxy) current() ProxyMode { return ProxyMode(p.mode.Load()) }
 
 // track registers c; false when the proxy is closed (c is then closed).
-func (p *tcpProxy) track(cs ...net.Conn) bool {
+func (p *Proxy) track(cs ...net.Conn) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
@@ -94,7 +94,7 @@ func (p *tcpProxy) track(cs ...net.Conn) bool {
 	return true
 }
 
-func (p *tcpProxy) untrack(cs ...net.Conn) {
+func (p *Proxy) untrack(cs ...net.Conn) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, c := range cs {
@@ -103,7 +103,7 @@ func (p *tcpProxy) untrack(cs ...net.Conn) {
 	}
 }
 
-func (p *tcpProxy) closeConns() {
+func (p *Proxy) closeConns() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for c := range p.conns {
@@ -112,7 +112,7 @@ func (p *tcpProxy) closeConns() {
 	}
 }
 
-func (p *tcpProxy) close() {
+func (p *Proxy) close() {
 	p.mu.Lock()
 	p.closed = true
 	p.mu.Unlock()
@@ -121,7 +121,7 @@ func (p *tcpProxy) close() {
 	p.wg.Wait()
 }
 
-func (p *tcpProxy) accept() {
+func (p *Proxy) accept() {
 	defer p.wg.Done()
 	for {
 		c, err := p.ln.Accept()
@@ -129,10 +129,10 @@ func (p *tcpProxy) accept() {
 			return
 		}
 		switch p.current() {
-		case proxyReset:
+		case ProxyReset:
 			c.Close()
 			continue
-		case proxyBlackhole:
+		case ProxyBlackhole:
 			if p.track(c) {
 				p.wg.Add(1)
 				go p.sink(c)
@@ -150,7 +150,7 @@ func (p *tcpProxy) accept() {
 		}
 		// SetTarget or SetMode(reset) may have run while we dialed: they closed what was
 		// tracked then, so close this one ourselves.
-		if p.target.Load() != tgt || p.current() == proxyReset {
+		if p.target.Load() != tgt || p.current() == ProxyReset {
 			p.untrack(c, up)
 			continue
 		}
@@ -161,14 +161,14 @@ func (p *tcpProxy) accept() {
 }
 
 // sink reads and drops everything from c until it is closed.
-func (p *tcpProxy) sink(c net.Conn) {
+func (p *Proxy) sink(c net.Conn) {
 	defer p.wg.Done()
 	_, _ = io.Copy(io.Discard, c)
 	p.untrack(c)
 }
 
 // pipe copies src to dst chunk by chunk, applying the mode current at each chunk.
-func (p *tcpProxy) pipe(src, dst net.Conn) {
+func (p *Proxy) pipe(src, dst net.Conn) {
 	defer p.wg.Done()
 	defer p.untrack(src, dst)
 	buf := make([]byte, 32<<10)
@@ -176,11 +176,11 @@ func (p *tcpProxy) pipe(src, dst net.Conn) {
 		n, err := src.Read(buf)
 		if n > 0 {
 			switch p.current() {
-			case proxyDelay:
+			case ProxyDelay:
 				time.Sleep(time.Duration(p.delay.Load()))
-			case proxyBlackhole:
+			case ProxyBlackhole:
 				continue // swallow: the peer waits for an answer that never comes
-			case proxyReset:
+			case ProxyReset:
 				return
 			}
 			if _, werr := dst.Write(buf[:n]); werr != nil {

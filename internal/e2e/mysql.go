@@ -1,0 +1,87 @@
+package e2e
+
+// MySQL helpers: leafd on a MySQL DSN, a fresh database on the shared MariaDB of
+// scripts/test.sh, and the test's own SQL for setup and fault injection.
+
+import (
+	"context"
+	"database/sql"
+	"testing"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/leafd/leafd/internal/testenv"
+)
+
+// OpenSQL opens dsn for the test's own SQL; it is closed at cleanup.
+func OpenSQL(t testing.TB, dsn string) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("mysql", dsn)
+	if err != nil {
+		t.Fatalf("sql.Open: %v", err)
+	}
+	db.SetMaxOpenConns(2)
+	t.Cleanup(func() { _ = db.Close() })
+	return db
+}
+
+// SQLExec runs q or fails the test.
+func SQLExec(t testing.TB, db *sql.DB, q string, args ...any) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := db.ExecContext(ctx, q, args...); err != nil {
+		t.Fatalf("%s: %v", q, err)
+	}
+}
+
+// SQLInt runs a query for one integer or fails the test.
+func SQLInt(t testing.TB, db *sql.DB, q string, args ...any) int64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var v int64
+	if err := db.QueryRowContext(ctx, q, args...).Scan(&v); err != nil {
+		t.Fatalf("%s: %v", q, err)
+	}
+	return v
+}
+
+// StartMySQL starts leafd (the binary) on dsn with extra flags.
+func StartMySQL(t testing.TB, dsn string, extra ...string) *Leafd {
+	t.Helper()
+	return Start(t, append([]string{"--mysql-dsn", dsn}, extra...)...)
+}
+
+// SharedDB is a fresh database on the shared server of scripts/test.sh.
+func SharedDB(t *testing.T) (string, *sql.DB) {
+	t.Helper()
+	dsn := testenv.FreshDatabase(t, testenv.MySQLDSN(t))
+	return dsn, OpenSQL(t, dsn)
+}
+
+// CreateTag creates tag through leafd (IDS.CREATE) and checks the row.
+func CreateTag(t testing.TB, l *Leafd, db *sql.DB, tag string, step int64) {
+	t.Helper()
+	if _, err := l.Do("IDS.CREATE", tag, "STEP", step); err != nil {
+		t.Fatalf("IDS.CREATE %s STEP %d: %v", tag, step, err)
+	}
+	if got := SQLInt(t, db, "SELECT step FROM leaf_alloc WHERE biz_tag = ?", tag); got != step {
+		t.Fatalf("leaf_alloc.step of %s: got %d, want %d", tag, got, step)
+	}
+}
+
+// Replicated starts a private MariaDB primary replicating to a replica, with database leafd
+// created and replicated, and a proxy in front of the primary that moves like a virtual IP
+// on failover. dsn reaches database leafd through the proxy.
+func Replicated(t testing.TB) (r *testenv.Replication, px *Proxy, dsn string) {
+	t.Helper()
+	r = testenv.StartReplication(t)
+	r.Primary.Exec("CREATE DATABASE leafd")
+	r.WaitCaughtUp(30 * time.Second)
+	px = StartProxy(t, r.Primary.Addr())
+	cfg := mysql.NewConfig()
+	cfg.User, cfg.Net, cfg.Addr, cfg.DBName = "root", "tcp", px.Addr(), "leafd"
+	return r, px, cfg.FormatDSN()
+}

@@ -1,0 +1,474 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// ReadyMsg is the message of the structured log line leafd writes once its RESP port accepts
+// connections (cmd/leafd/run.go); the harness waits for it after every start. Its "addr"
+// field is the RESP address.
+const ReadyMsg = "leafd ready"
+
+// StartTimeout bounds the wait for the ready line (a -race binary on a loaded 2-core machine
+// may take a while to open its stores).
+const StartTimeout = 60 * time.Second
+
+var binary string
+
+// Build compiles the leafd command in pkgDir with -race into a temporary directory and makes
+// it the binary Start runs. Call it from TestMain; cleanup removes the directory.
+func Build(pkgDir string) (cleanup func(), err error) {
+	dir, err := os.MkdirTemp("", "leafd-bin-")
+	if err != nil {
+		return nil, err
+	}
+	bin := filepath.Join(dir, "leafd")
+	build := exec.Command("go", "build", "-race", "-o", bin, ".")
+	build.Dir = pkgDir
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, fmt.Errorf("building leafd: %w", err)
+	}
+	binary = bin
+	return func() { _ = os.RemoveAll(dir) }, nil
+}
+
+// Binary is the path of the binary Build made.
+func Binary() string { return binary }
+
+// RunFunc runs the server in-process: it parses args like the command line, writes its JSON
+// log lines to logOut, and serves until ctx ends. cmd/leafd's tests supply it around their
+// run function.
+type RunFunc func(ctx context.Context, args []string, logOut io.Writer) error
+
+// Leafd is one leafd under test: a process of the binary, or the server in-process.
+type Leafd struct {
+	Addr     string   // RESP address
+	HTTPAddr string   // admin HTTP address; empty when the args disabled it
+	DataDir  string   // the data dir the harness made, or the one the args name
+	Args     []string // the arguments of every (re)start, with the harness's additions
+
+	Bin    string   // the binary; Binary() when empty
+	Prefix []string // a command that runs the binary (prlimit ...)
+
+	t       testing.TB
+	run     RunFunc // in-process when set
+	cancel  context.CancelFunc
+	cmd     *exec.Cmd
+	logMu   sync.Mutex
+	log     bytes.Buffer
+	logMore chan struct{} // closed and replaced on every new log line
+	runFrom int           // log offset where the current run began
+	exited  chan struct{}
+	exitErr error
+}
+
+// FreeAddr returns a loopback address with a port that was free a moment ago.
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// Start starts the binary with its own data dir (unless args name one) and free RESP and
+// admin ports (unless args name them), and returns once the ready line is logged. It is
+// killed at cleanup.
+func Start(t testing.TB, args ...string) *Leafd {
+	t.Helper()
+	return StartAs(t, &Leafd{}, args...)
+}
+
+// StartAs is Start for a process whose Bin or Prefix l sets.
+func StartAs(t testing.TB, l *Leafd, args ...string) *Leafd {
+	t.Helper()
+	l.prepare(t, args)
+	if err := l.launch(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(l.Kill)
+	l.waitReady()
+	return l
+}
+
+// StartMany starts one binary process per argument list at the same time (they race for
+// whatever they share) and waits for every ready line on the test's goroutine.
+func StartMany(t testing.TB, argLists ...[]string) []*Leafd {
+	t.Helper()
+	ls := make([]*Leafd, len(argLists))
+	for i, args := range argLists {
+		ls[i] = &Leafd{}
+		ls[i].prepare(t, args)
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, len(ls))
+	for i, l := range ls {
+		wg.Go(func() { errs[i] = l.launch() })
+	}
+	wg.Wait()
+	for i, l := range ls {
+		if errs[i] == nil {
+			t.Cleanup(l.Kill)
+		}
+	}
+	for i, l := range ls {
+		if errs[i] != nil {
+			t.Fatal(errs[i])
+		}
+		l.waitReady()
+	}
+	return ls
+}
+
+// StartInProcess runs the server in this process through run (same arguments and defaults
+// as Start) and returns once it logged the ready line. Stop ends it; Kill, Pause and Resume
+// are for processes only. It is stopped at cleanup.
+func StartInProcess(t testing.TB, run RunFunc, args ...string) *Leafd {
+	t.Helper()
+	l := &Leafd{run: run}
+	l.prepare(t, args)
+	if err := l.launch(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Stop(30 * time.Second) })
+	l.waitReady()
+	return l
+}
+
+func (l *Leafd) prepare(t testing.TB, args []string) {
+	l.t, l.Args = t, cloneArgs(args)
+	if !HasFlag(args, "--data-dir") {
+		l.DataDir = t.TempDir()
+		l.Args = append(l.Args, "--data-dir", l.DataDir)
+	} else {
+		l.DataDir = FlagValue(args, "--data-dir")
+	}
+	if !HasFlag(args, "--addr") {
+		l.Addr = FreeAddr(t)
+		l.Args = append(l.Args, "--addr", l.Addr)
+	} else {
+		l.Addr = FlagValue(args, "--addr")
+	}
+	// A free admin port too: the default 127.0.0.1:8080 would collide between instances.
+	if !HasArg(args, "--http-addr") {
+		l.HTTPAddr = FreeAddr(t)
+		l.Args = append(l.Args, "--http-addr", l.HTTPAddr)
+	} else {
+		l.HTTPAddr = FlagValue(args, "--http-addr")
+	}
+	l.logMore = make(chan struct{})
+}
+
+func cloneArgs(s []string) []string { return append([]string(nil), s...) }
+
+// HasFlag reports whether args give the flag a non-empty value.
+func HasFlag(args []string, name string) bool { return FlagValue(args, name) != "" }
+
+// HasArg reports whether args name the flag at all, even with an empty value.
+func HasArg(args []string, name string) bool {
+	for _, a := range args {
+		if a == name || strings.HasPrefix(a, name+"=") {
+			return true
+		}
+	}
+	return false
+}
+
+// FlagValue is the value args give the flag ("--name v" or "--name=v"), or "".
+func FlagValue(args []string, name string) string {
+	for i, a := range args {
+		if a == name && i+1 < len(args) {
+			return args[i+1]
+		}
+		if v, ok := strings.CutPrefix(a, name+"="); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// Restart starts the stopped or killed server again with the same arguments and waits for
+// its ready line.
+func (l *Leafd) Restart() {
+	l.t.Helper()
+	if err := l.launch(); err != nil {
+		l.t.Fatal(err)
+	}
+	l.waitReady()
+}
+
+// launch starts the process (or the in-process server) without waiting for it.
+func (l *Leafd) launch() error {
+	l.logMu.Lock()
+	l.runFrom = l.log.Len()
+	l.logMu.Unlock()
+	l.exited = make(chan struct{})
+	if l.run != nil {
+		ctx, cancel := context.WithCancel(context.Background())
+		l.cancel = cancel
+		exited := l.exited
+		go func() {
+			l.exitErr = l.run(ctx, cloneArgs(l.Args), logWriter{l})
+			close(exited)
+		}()
+		return nil
+	}
+	bin := binary
+	if l.Bin != "" {
+		bin = l.Bin
+	}
+	if bin == "" {
+		return fmt.Errorf("e2e: no leafd binary: call e2e.Build in TestMain")
+	}
+	argv := append(append(cloneArgs(l.Prefix), bin), l.Args...)
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = append(os.Environ(), "GORACE=halt_on_error=1")
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	cmd.Stdout, cmd.Stderr = pw, pw
+	if err := cmd.Start(); err != nil {
+		_ = pr.Close()
+		_ = pw.Close()
+		return err
+	}
+	_ = pw.Close()
+	l.cmd = cmd
+	copied := make(chan struct{})
+	go func() {
+		defer close(copied)
+		sc := bufio.NewScanner(pr)
+		sc.Buffer(make([]byte, 64*1024), 1<<20)
+		for sc.Scan() {
+			l.appendLine(sc.Bytes())
+		}
+		_ = pr.Close()
+	}()
+	exited := l.exited
+	go func() {
+		err := cmd.Wait()
+		<-copied // every line of the run is in the log before it counts as exited
+		l.exitErr = err
+		close(exited)
+	}()
+	return nil
+}
+
+// logWriter feeds an in-process server's log into the Leafd's log, line by line.
+type logWriter struct{ l *Leafd }
+
+func (w logWriter) Write(p []byte) (int, error) {
+	for line := range bytes.SplitSeq(bytes.TrimRight(p, "\n"), []byte("\n")) {
+		w.l.appendLine(line)
+	}
+	return len(p), nil
+}
+
+func (l *Leafd) appendLine(b []byte) {
+	l.logMu.Lock()
+	l.log.Write(b)
+	l.log.WriteByte('\n')
+	close(l.logMore)
+	l.logMore = make(chan struct{})
+	l.logMu.Unlock()
+}
+
+// waitReady waits for the ready line of the current run; an exit first is fatal.
+func (l *Leafd) waitReady() {
+	l.t.Helper()
+	line, err := l.waitLine(func(m map[string]any) bool { return m["msg"] == ReadyMsg }, StartTimeout)
+	if err != nil {
+		l.t.Fatalf("leafd on %s: %v\n%s", l.Addr, err, Tail(l.Log(), 40))
+	}
+	if a, _ := line["addr"].(string); a != "" && a != l.Addr {
+		l.t.Fatalf("leafd ready on %s, want %s", a, l.Addr)
+	}
+}
+
+// WaitLog waits until the current run logs a line whose message contains msg, and returns
+// that line's fields. The wait ends on the line (an event), the process's exit or timeout.
+func (l *Leafd) WaitLog(msg string, timeout time.Duration) map[string]any {
+	l.t.Helper()
+	line, err := l.waitLine(func(m map[string]any) bool {
+		s, _ := m["msg"].(string)
+		return strings.Contains(s, msg)
+	}, timeout)
+	if err != nil {
+		l.t.Fatalf("waiting for log line %q: %v\n%s", msg, err, Tail(l.Log(), 40))
+	}
+	return line
+}
+
+// waitLine scans the current run's JSON log lines (from its start) for one match accepts.
+func (l *Leafd) waitLine(match func(map[string]any) bool, timeout time.Duration) (map[string]any, error) {
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	l.logMu.Lock()
+	off := l.runFrom
+	l.logMu.Unlock()
+	for {
+		l.logMu.Lock()
+		chunk := slicesBytes(l.log.Bytes()[off:])
+		more := l.logMore
+		l.logMu.Unlock()
+		for {
+			i := bytes.IndexByte(chunk, '\n')
+			if i < 0 {
+				break
+			}
+			line := chunk[:i]
+			chunk = chunk[i+1:]
+			off += i + 1
+			if m := parseLine(line); m != nil && match(m) {
+				return m, nil
+			}
+		}
+		select {
+		case <-more:
+		case <-l.exited:
+			// Lines written before the exit are in the log already: look once more.
+			l.logMu.Lock()
+			rest := slicesBytes(l.log.Bytes()[off:])
+			l.logMu.Unlock()
+			for line := range bytes.SplitSeq(rest, []byte("\n")) {
+				if m := parseLine(line); m != nil && match(m) {
+					return m, nil
+				}
+			}
+			return nil, fmt.Errorf("exited (%v) before the log line", l.exitErr)
+		case <-deadline.C:
+			return nil, fmt.Errorf("no such log line within %v", timeout)
+		}
+	}
+}
+
+// parseLine returns the fields of one zap log line, its message under "msg": a JSON line
+// (--log-format json) or a console line (time, level, [logger,] caller, message and the
+// fields as JSON, separated by tabs). Other lines (a panic, the race detector) give nil.
+func parseLine(line []byte) map[string]any {
+	var m map[string]any
+	if bytes.HasPrefix(line, []byte("{")) {
+		if json.Unmarshal(line, &m) != nil {
+			return nil
+		}
+		return m
+	}
+	parts := strings.Split(string(line), "\t")
+	for i, p := range parts {
+		if i < 2 || !strings.Contains(p, ".go:") || i+1 >= len(parts) {
+			continue
+		}
+		if i+2 < len(parts) && json.Unmarshal([]byte(parts[i+2]), &m) != nil {
+			return nil
+		}
+		if m == nil {
+			m = map[string]any{}
+		}
+		m["msg"] = parts[i+1]
+		return m
+	}
+	return nil
+}
+
+func slicesBytes(b []byte) []byte { return append([]byte(nil), b...) }
+
+// Log returns what the server logged so far, over all its runs.
+func (l *Leafd) Log() string {
+	l.logMu.Lock()
+	defer l.logMu.Unlock()
+	return l.log.String()
+}
+
+// PID is the process id of the current run (0 in-process).
+func (l *Leafd) PID() int {
+	if l.cmd == nil || l.cmd.Process == nil {
+		return 0
+	}
+	return l.cmd.Process.Pid
+}
+
+// Kill sends SIGKILL and waits for the exit (in-process: Stop).
+func (l *Leafd) Kill() {
+	if l.exited == nil {
+		return
+	}
+	select {
+	case <-l.exited:
+		return
+	default:
+	}
+	if l.run != nil {
+		l.cancel()
+		<-l.exited
+		return
+	}
+	_ = l.cmd.Process.Kill()
+	<-l.exited
+}
+
+// Stop asks for a graceful exit (SIGTERM, or the context in-process) and waits for it,
+// returning the exit error; after timeout it kills.
+func (l *Leafd) Stop(timeout time.Duration) error {
+	if l.exited == nil {
+		return nil
+	}
+	if l.run != nil {
+		l.cancel()
+	} else {
+		_ = l.cmd.Process.Signal(syscall.SIGTERM)
+	}
+	select {
+	case <-l.exited:
+		return l.exitErr
+	case <-time.After(timeout):
+		l.Kill()
+		return fmt.Errorf("leafd did not exit within %v of the stop", timeout)
+	}
+}
+
+// Exited is closed when the current run ends.
+func (l *Leafd) Exited() <-chan struct{} { return l.exited }
+
+// Pause freezes the process (SIGSTOP).
+func (l *Leafd) Pause() { l.signal(syscall.SIGSTOP) }
+
+// Resume lets a paused process run again (SIGCONT).
+func (l *Leafd) Resume() { l.signal(syscall.SIGCONT) }
+
+func (l *Leafd) signal(s syscall.Signal) {
+	l.t.Helper()
+	if err := l.Signal(s); err != nil {
+		l.t.Fatal(err)
+	}
+}
+
+// Signal sends s to the process; it does not fail the test (for use off the test's
+// goroutine).
+func (l *Leafd) Signal(s syscall.Signal) error {
+	if l.run != nil {
+		return fmt.Errorf("e2e: %v needs a process, and this server runs in-process", s)
+	}
+	if err := l.cmd.Process.Signal(s); err != nil {
+		return fmt.Errorf("%v: %w", s, err)
+	}
+	return nil
+}
