@@ -250,8 +250,12 @@ func TestZKOutage(t *testing.T) {
 		t.Errorf("instance started in the outage got worker id %d; others hold %d, %d, %d", wc, wa, wb, wr)
 	}
 	// a's cached id is confirmed, and ZooKeeper gets a's bound back.
+	// An outage longer than the tolerance (ZooKeeper's JVM can take seconds to start on a
+	// loaded machine) stops a and b until they hold their ids again: wait for each to serve.
 	for _, l := range []*e2e.Leafd{a, b, c, r} {
-		v, err := l.Client(3).Do(ctx, "IDS.SNOWFLAKE", 100).Int64Slice()
+		lc := l.Client(3)
+		ids.Add(l.Addr, e2e.WaitServing(t, lc, 20*time.Second))
+		v, err := lc.Do(ctx, "IDS.SNOWFLAKE", 100).Int64Slice()
 		if err != nil {
 			t.Fatalf("%s after the outage: %v", l.Addr, err)
 		}
