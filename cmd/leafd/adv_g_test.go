@@ -107,3 +107,41 @@ func TestAdvGRestoreWithoutMarks(t *testing.T) {
 		}
 	}
 }
+
+// TestAdvGRecreateOtherCase: on ONE instance. MySQL's default collation matches biz_tag
+// case-insensitively, but the marks are keyed by the exact name. "kb" issues 1..3, is retired
+// and its row deleted; IDS.CREATE KB (no START) finds no mark for "KB" and starts at 1: the
+// same row hands out 1..3 again (and INCR kb is then served from that row too).
+func TestAdvGRecreateOtherCase(t *testing.T) {
+	advRepro(t, "marks are case-sensitive, MySQL rows are not: a re-creation in another case restarts at START")
+	dsn := testenv.FreshDatabase(t, testenv.MySQLDSN(t))
+	db := openSQL(t, dsn)
+	x := mysqlLeafd(t, dsn, "--default-step", "10", "--tag-refresh", "1h")
+	if _, err := do(x, "IDS.CREATE", "kb", "STEP", 10); err != nil {
+		t.Fatal(err)
+	}
+	served := map[int64]bool{}
+	for range 3 {
+		id, err := incrOnce(x, "kb")
+		if err != nil {
+			t.Fatal(err)
+		}
+		served[id] = true
+	}
+	if _, err := do(x, "IDS.RETIRE", "kb"); err != nil {
+		t.Fatal(err)
+	}
+	sqlExec(t, db, "DELETE FROM leaf_alloc WHERE biz_tag = 'kb'")
+	if _, err := do(x, "IDS.CREATE", "KB", "STEP", 10); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		id, err := incrOnce(x, "KB")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if served[id] {
+			t.Errorf("ID %d of row kb served again as KB after the row was deleted and re-created", id)
+		}
+	}
+}
