@@ -24,46 +24,6 @@ func advRepro(t *testing.T, why string) {
 	}
 }
 
-// TestAdvGRecreateOnOtherInstance: README says of IDS.RETIRE "its IDs are never reissued,
-// even if the tag is deleted and created again". That holds only on the instance that issued
-// them (its marks.db). x issues 1..3 of tag "r", the row is deleted, IDS.CREATE r (no START)
-// on z — which never served r — starts again at 1, and z reissues x's IDs. The leafd_fence
-// row of "r" survives the deletion, so the store knows the tag existed.
-func TestAdvGRecreateOnOtherInstance(t *testing.T) {
-	advRepro(t, "a tag deleted from MySQL and re-created through another instance restarts at START")
-	dsn := testenv.FreshDatabase(t, testenv.MySQLDSN(t))
-	db := openSQL(t, dsn)
-	x := mysqlLeafd(t, dsn, "--default-step", "10")
-	z := mysqlLeafd(t, dsn, "--default-step", "10")
-	if _, err := do(x, "IDS.CREATE", "r", "STEP", 10); err != nil {
-		t.Fatal(err)
-	}
-	served := map[int64]bool{}
-	for range 3 {
-		id, err := incrOnce(x, "r")
-		if err != nil {
-			t.Fatal(err)
-		}
-		served[id] = true
-	}
-	if _, err := do(x, "IDS.RETIRE", "r"); err != nil {
-		t.Fatal(err)
-	}
-	sqlExec(t, db, "DELETE FROM leaf_alloc WHERE biz_tag = 'r'")
-	if _, err := do(z, "IDS.CREATE", "r", "STEP", 10); err != nil {
-		t.Fatal(err)
-	}
-	for range 3 {
-		id, err := incrOnce(z, "r")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if served[id] {
-			t.Errorf("ID %d of tag r served by x, then again by z after the tag was deleted and re-created", id)
-		}
-	}
-}
-
 // TestAdvGRestoreWithoutMarks: the embedded store with marks.db lost (deleted, or a data dir
 // rebuilt from a backup of leafd.db alone) and leafd.db restored from an earlier copy starts
 // silently and reissues IDs. docs/SEGMENT.md says "never delete it"; nothing enforces it.
@@ -107,44 +67,6 @@ func TestAdvGRestoreWithoutMarks(t *testing.T) {
 		}
 		if served[id] {
 			t.Errorf("ID %d reissued after leafd.db was restored without marks.db", id)
-		}
-	}
-}
-
-// TestAdvGRecreateOtherCase: on ONE instance. MySQL's default collation matches biz_tag
-// case-insensitively, but the marks are keyed by the exact name. "kb" issues 1..3, is retired
-// and its row deleted; IDS.CREATE KB (no START) finds no mark for "KB" and starts at 1: the
-// same row hands out 1..3 again (and INCR kb is then served from that row too).
-func TestAdvGRecreateOtherCase(t *testing.T) {
-	advRepro(t, "marks are case-sensitive, MySQL rows are not: a re-creation in another case restarts at START")
-	dsn := testenv.FreshDatabase(t, testenv.MySQLDSN(t))
-	db := openSQL(t, dsn)
-	x := mysqlLeafd(t, dsn, "--default-step", "10", "--tag-refresh", "1h")
-	if _, err := do(x, "IDS.CREATE", "kb", "STEP", 10); err != nil {
-		t.Fatal(err)
-	}
-	served := map[int64]bool{}
-	for range 3 {
-		id, err := incrOnce(x, "kb")
-		if err != nil {
-			t.Fatal(err)
-		}
-		served[id] = true
-	}
-	if _, err := do(x, "IDS.RETIRE", "kb"); err != nil {
-		t.Fatal(err)
-	}
-	sqlExec(t, db, "DELETE FROM leaf_alloc WHERE biz_tag = 'kb'")
-	if _, err := do(x, "IDS.CREATE", "KB", "STEP", 10); err != nil {
-		t.Fatal(err)
-	}
-	for range 3 {
-		id, err := incrOnce(x, "KB")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if served[id] {
-			t.Errorf("ID %d of row kb served again as KB after the row was deleted and re-created", id)
 		}
 	}
 }
