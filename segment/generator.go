@@ -41,6 +41,8 @@ type Generator struct {
 	wg        sync.WaitGroup
 	closeOnce sync.Once
 
+	mono *monoClock // retry back-offs and the negative cache (never wall-clock instants)
+
 	storeErr atomic.Pointer[string] // nil when the latest store call answered
 	warmDone chan struct{}          // closed when the warm start has ended
 
@@ -55,8 +57,8 @@ type Generator struct {
 
 // negEntry is a remembered refusal of a tag that is not held.
 type negEntry struct {
-	until int64 // unix ns of Config.Now
-	err   error // the load error (ErrUnknownTag, or what made the first load fail)
+	until time.Duration // on Generator.mono
+	err   error         // the load error (ErrUnknownTag, or what made the first load fail)
 }
 
 var (
@@ -94,6 +96,7 @@ func New(cfg Config, store Store, marks Marks, log *zap.Logger) (*Generator, err
 		neg:      make(map[string]negEntry),
 		jobs:     make(chan *buffer, cfg.MaxPending),
 		warmDone: make(chan struct{}),
+		mono:     newMonoClock(cfg.Clock.Now),
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	g.cancel = cancel

@@ -45,7 +45,7 @@ func (g *Generator) submit(b *buffer) {
 // preload starts a background load of b's next segment if none is ready or running and no
 // recent failure asks to back off. Called from the hot path once the threshold is passed.
 func (g *Generator) preload(b *buffer) {
-	if ra := b.retryAt.Load(); ra != 0 && g.cfg.Clock.Now().UnixNano() < ra {
+	if ra := b.retryAt.Load(); ra != 0 && int64(g.mono.since()) < ra {
 		return
 	}
 	b.mu.Lock()
@@ -218,7 +218,6 @@ func (g *Generator) fetch(ctx context.Context, b *buffer) (*seg, error) {
 // failed before it ever held a segment is not kept (a failed or unknown tag is not held):
 // the tag is remembered as refused for the back-off (NegativeTTL when unknown), then dropped.
 func (g *Generator) finish(b *buffer, s *seg, err error) {
-	now := g.cfg.Clock.Now()
 	if err != nil && err != errStale {
 		b.mu.Lock()
 		never := b.cur.Load() == nil && b.next == nil
@@ -245,7 +244,7 @@ func (g *Generator) finish(b *buffer, s *seg, err error) {
 	case err == nil, err == errStale: // a dead buffer never publishes: the range is a gap
 	default:
 		b.lastErr = err
-		b.retryAt.Store(now.Add(g.cfg.RetryBackoff).UnixNano())
+		b.retryAt.Store(int64(g.mono.since() + g.cfg.RetryBackoff))
 		if errors.Is(err, errRejected) || errors.Is(err, errClosed) {
 			g.stats.loadsRejected.Add(1)
 		} else {

@@ -153,7 +153,7 @@ func (g *Generator) Retire(tag string) bool {
 func (g *Generator) negative(tag string) error {
 	g.negMu.Lock()
 	e, ok := g.neg[tag]
-	if ok && g.cfg.Clock.Now().UnixNano() >= e.until {
+	if ok && g.mono.since() >= e.until {
 		delete(g.neg, tag)
 		ok = false
 	}
@@ -170,7 +170,7 @@ func (g *Generator) negative(tag string) error {
 
 // remember refuses tag (an owned string) for ttl with err, within MaxNegative.
 func (g *Generator) remember(tag string, err error, ttl time.Duration) {
-	now := g.cfg.Clock.Now().UnixNano()
+	now := g.mono.since()
 	g.negMu.Lock()
 	defer g.negMu.Unlock()
 	if len(g.neg) >= g.cfg.MaxNegative {
@@ -186,7 +186,7 @@ func (g *Generator) remember(tag string, err error, ttl time.Duration) {
 			delete(g.neg, k)
 		}
 	}
-	g.neg[tag] = negEntry{until: now + int64(ttl), err: err}
+	g.neg[tag] = negEntry{until: now + ttl, err: err}
 }
 
 func (g *Generator) unforget(tag string) {

@@ -1,29 +1,17 @@
 package segment
 
-// Adversarial review G (after #8). Skipped reproductions of open defects; run them with
-// LEAFD_ADV_REPRO=1.
-
 import (
 	"errors"
-	"os"
 	"testing"
 	"time"
 )
 
-func advRepro(t *testing.T, why string) {
-	t.Helper()
-	if os.Getenv("LEAFD_ADV_REPRO") != "1" {
-		t.Skip("repro: " + why + " (LEAFD_ADV_REPRO=1 runs it)")
-	}
-}
-
-// TestAdvGRetryAfterWallClockStepBack: the retry back-off (buffer.retryAt) and the negative
-// cache (negEntry.until) are wall-clock instants (Config.Now().UnixNano(), which drops the
-// monotonic reading). A failed load followed by a step back of the wall clock (NTP, a VM
-// resumed) keeps the tag refused for as long as the step, although the store answers again
-// and far more than RetryBackoff has passed.
-func TestAdvGRetryAfterWallClockStepBack(t *testing.T) {
-	advRepro(t, "retry back-off and negative cache are wall-clock instants: a clock step back stalls a tag")
+// TestRetryAfterWallClockStepBack (adversarial review G): the retry back-off
+// (buffer.retryAt) and the negative cache (negEntry.until) are durations on the generator's
+// monoClock, not wall-clock instants: a failed load followed by a step back of the wall clock
+// (NTP, a VM resumed) does not keep the tag refused for the size of the step once the store
+// answers again and RetryBackoff has passed.
+func TestRetryAfterWallClockStepBack(t *testing.T) {
 	for _, held := range []bool{true, false} {
 		name := map[bool]string{true: "held tag (retryAt)", false: "first load (negative cache)"}[held]
 		t.Run(name, func(t *testing.T) {
@@ -50,10 +38,16 @@ func TestAdvGRetryAfterWallClockStepBack(t *testing.T) {
 				}
 			}
 			// The wall clock steps back an hour; then the store returns and 2 s pass — 20
-			// times the back-off.
-			clk.Advance(-time.Hour)
+			// times the back-off. The fake clock has no monotonic reading, so the generator
+			// must see it once between the step and the forward move (a request, still
+			// refused) to tell them apart; with the real clock time.Time.Sub uses the
+			// monotonic reading and the step never shows at all.
+			clk.Add(-time.Hour)
+			if _, err := g.Next("a"); err == nil {
+				t.Fatal("Next succeeded with the store still down")
+			}
 			st.set(func(s *fakeStore) { s.fail = nil })
-			clk.Advance(2 * time.Second)
+			clk.Add(2 * time.Second)
 			var err error
 			for range 50 {
 				if _, err = g.Next("a"); err == nil {
