@@ -43,8 +43,9 @@ type Generator struct {
 
 	mono *monoClock // retry back-offs and the negative cache (never wall-clock instants)
 
-	storeErr atomic.Pointer[string] // nil when the latest store call answered
-	warmDone chan struct{}          // closed when the warm start has ended
+	storeErr    atomic.Pointer[string] // nil when the latest store call answered
+	warmDone    chan struct{}          // closed when the warm start has ended
+	warmStarted atomic.Bool            // the warm start was started (or skipped): once
 
 	stats struct {
 		loadsOK, loadsFailed, loadsRejected, loadsPanicked atomic.Int64
@@ -107,22 +108,15 @@ func New(cfg Config, store Store, marks Marks, log *zap.Logger) (*Generator, err
 	if err != nil {
 		log.Warn("segment: initial tag list failed; tags will be loaded on first use", zap.Error(err))
 	}
-	var warm []string
-	if err == nil && !cfg.NoWarmStart {
-		warm = g.warmList(listed)
-	}
 
 	g.wg.Add(cfg.MaxLoaders + 1)
 	for range cfg.MaxLoaders {
 		go g.worker(ctx)
 	}
+	if err == nil || cfg.NoWarmStart {
+		g.startWarm(ctx, listed)
+	} // else after the first tag list that succeeds (refresher)
 	go g.refresher(ctx)
-	if len(warm) == 0 {
-		close(g.warmDone)
-	} else {
-		g.wg.Add(1)
-		go g.warm(ctx, warm)
-	}
 	return g, nil
 }
 
@@ -136,6 +130,9 @@ func (g *Generator) Close() error {
 		g.poolMu.Unlock()
 		g.cancel()
 		g.wg.Wait()
+		if g.warmStarted.CompareAndSwap(false, true) { // the store never answered
+			close(g.warmDone)
+		}
 		for {
 			select {
 			case b := <-g.jobs:

@@ -5,15 +5,10 @@ package main
 // stays green; run it with LEAFD_ADV_REPRO=1 to see it fail.
 
 import (
-	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
-
-	"github.com/go-sql-driver/mysql"
-
-	"github.com/leafd/leafd/internal/testenv"
 )
 
 // advRepro skips a reproduction of an open defect unless LEAFD_ADV_REPRO=1.
@@ -68,50 +63,5 @@ func TestAdvGRestoreWithoutMarks(t *testing.T) {
 		if served[id] {
 			t.Errorf("ID %d reissued after leafd.db was restored without marks.db", id)
 		}
-	}
-}
-
-// TestAdvGWarmAfterOutageStart: the warm start runs only when the tag list at start
-// succeeds. An instance restarted while MySQL is unreachable becomes ready within about a
-// second of MySQL's return, but never warms the tags it served before: each first INCR then
-// waits for a load (docs/SEGMENT.md "Warm start" promises the warm start at every start).
-func TestAdvGWarmAfterOutageStart(t *testing.T) {
-	advRepro(t, "no warm start when the store is unreachable at start")
-	base := testenv.FreshDatabase(t, testenv.MySQLDSN(t))
-	cfg, err := mysql.ParseDSN(base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	px := startProxy(t, cfg.Addr)
-	cfg.Addr = px.Addr()
-	x := mysqlLeafd(t, cfg.FormatDSN(), "--default-step", "10", "--load-timeout", "1s")
-	const n = 5
-	for i := range n {
-		tag := fmt.Sprintf("w%d", i)
-		if _, err := do(x, "IDS.CREATE", tag, "STEP", 10); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := incrOnce(x, tag); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := x.stop(30 * time.Second); err != nil {
-		t.Fatal(err)
-	}
-	px.SetMode(proxyReset, 0)
-	x.start()
-	px.SetMode(proxyPass, 0)
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		v, err := do(x, "IDS.TAGS")
-		if err == nil {
-			if tags, _ := v.([]any); len(tags) == n {
-				return // warmed
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("20 s after MySQL returned, IDS.TAGS = %v (%v): the %d tags served before the restart were not warmed", v, err, n)
-		}
-		time.Sleep(100 * time.Millisecond)
 	}
 }
