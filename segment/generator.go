@@ -44,6 +44,7 @@ type Generator struct {
 	mono *monoClock // retry back-offs and the negative cache (never wall-clock instants)
 
 	storeErr    atomic.Pointer[string] // nil when the latest store call answered
+	marksErr    atomic.Pointer[string] // nil when the latest mark read or raise succeeded
 	warmDone    chan struct{}          // closed when the warm start has ended
 	warmStarted atomic.Bool            // the warm start was started (or skipped): once
 

@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -167,5 +168,28 @@ func TestMigrateMarks(t *testing.T) {
 		if got, _ := mk.Mark(tag); got != want {
 			t.Fatalf("mark %s: got %d, want %d", tag, got, want)
 		}
+	}
+}
+
+// TestNotReadyWhenMarksFail: the store answers but the marks file refuses the raise, so no
+// new segment can be used: /readyz's inputs say not ready (nothing held can serve), with the
+// marks error; ready again once a raise succeeds.
+func TestNotReadyWhenMarksFail(t *testing.T) {
+	clk := newFakeClock()
+	st := newFakeStore(map[string]int64{"a": 10})
+	mk := newFakeMarks()
+	g := newTestGen(t, testConfig(clk), st, mk)
+	mk.set(func(f *fakeMarks) { f.raiseErr = errors.New("disk full") })
+	if _, err := g.Next("a"); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("got %v, want ErrUnavailable when the mark cannot be raised", err)
+	}
+	if h := g.Health(); h.Ready() || h.StoreOK || !strings.Contains(h.StoreError, "disk full") {
+		t.Fatalf("marks file failing, nothing held: got %+v, want not ready with the marks error", h)
+	}
+	mk.set(func(f *fakeMarks) { f.raiseErr = nil })
+	clk.Advance(time.Second)
+	mustNext(t, g, "a")
+	if h := g.Health(); !h.Ready() || !h.StoreOK {
+		t.Fatalf("marks file back: got %+v, want ready", h)
 	}
 }

@@ -123,6 +123,7 @@ func (g *Generator) fetch(ctx context.Context, b *buffer) (*seg, error) {
 	// the file holds the mark of an earlier life of the tag.
 	m, err := g.marks.Mark(b.tag)
 	if err != nil {
+		g.marksAnswered(err)
 		return nil, fmt.Errorf("read mark: %w", err)
 	}
 	gd.mark = max(gd.mark, m)
@@ -190,7 +191,9 @@ func (g *Generator) fetch(ctx context.Context, b *buffer) (*seg, error) {
 			Detail: fmt.Sprintf("store leased [%d, %d) below the mark %d of ranges already granted", start, end, mark)}
 	}
 	// Durable before publication: after a crash the restarted instance refuses this range.
-	if err := g.marks.Raise(b.tag, end); err != nil {
+	err = g.marks.Raise(b.tag, end)
+	g.marksAnswered(err)
+	if err != nil {
 		return nil, fmt.Errorf("raise mark to %d: %w", end, err)
 	}
 	gd.mark = end
