@@ -101,6 +101,9 @@ type buffer struct {
 	retired    int64 // values used by segments switched out (issued + abandoned)
 	abandoned  int64 // values skipped by NextN
 	loads      loadLog
+
+	// firstPending: counted in Generator.firstLoads (no segment published yet, not dropped).
+	firstPending bool
 }
 
 func newBuffer(tag string) *buffer { return &buffer{tag: tag} }

@@ -28,6 +28,8 @@ type Generator struct {
 	mu    sync.Mutex // serializes adding and removing tags; gen
 	gen   uint64     // refresh generation
 
+	firstLoads atomic.Int64 // held buffers still loading their first segment (tagsFull)
+
 	guardMu sync.Mutex // leaf lock: guards, tagGuard.refs
 	guards  map[string]*tagGuard
 

@@ -240,6 +240,7 @@ func (g *Generator) finish(b *buffer, s *seg, err error) {
 	b.loading = false
 	switch {
 	case err == nil && !b.dead:
+		g.firstLoadEndedLocked(b)
 		b.next = s
 		b.lastErr = nil
 		b.retryAt.Store(0)

@@ -39,15 +39,37 @@ func (g *Generator) addLocked(tag string) (*buffer, error) {
 		return v.(*buffer), nil
 	}
 	if g.ntags.Load() >= int64(g.cfg.MaxTags) {
-		return nil, tagError(tag, ErrLimit, fmt.Sprintf("too many tags held by this instance (max %d)", g.cfg.MaxTags))
+		return nil, g.tagsFull(tag)
 	}
 	b := newBuffer(strings.Clone(tag))
+	b.firstPending = true
+	g.firstLoads.Add(1)
 	b.gen = g.gen
 	b.guard = g.acquireGuard(b.tag)
 	b.guardRef = true
 	g.tags.Store(b.tag, b)
 	g.ntags.Add(1)
 	return b, nil
+}
+
+// tagsFull is the refusal of a new tag when MaxTags tags are held. While some of them are
+// still loading their first segment it is ErrUnavailable, not ErrLimit: a first load that
+// fails (a store outage) drops its tag, so the limit may free itself and a retry succeed.
+func (g *Generator) tagsFull(tag string) error {
+	if n := g.firstLoads.Load(); n > 0 {
+		return tagError(tag, ErrUnavailable, fmt.Sprintf(
+			"too many tags held by this instance (max %d), %d of them still loading their first segment; retry", g.cfg.MaxTags, n))
+	}
+	return tagError(tag, ErrLimit, fmt.Sprintf("too many tags held by this instance (max %d)", g.cfg.MaxTags))
+}
+
+// firstLoadEndedLocked takes b out of the count of buffers loading their first segment
+// (b.mu held): its first segment was published, or b was dropped.
+func (g *Generator) firstLoadEndedLocked(b *buffer) {
+	if b.firstPending {
+		b.firstPending = false
+		g.firstLoads.Add(-1)
+	}
 }
 
 func (g *Generator) acquireGuard(tag string) *tagGuard {
@@ -111,7 +133,7 @@ func (g *Generator) Create(ctx context.Context, t Tag) error {
 		return &TagError{Tag: t.Name, Err: ErrLimit, Detail: fmt.Sprintf("step %d, start %d: must be positive", t.Step, t.MaxID)}
 	}
 	if _, held := g.tags.Load(t.Name); !held && g.ntags.Load() >= int64(g.cfg.MaxTags) {
-		return &TagError{Tag: t.Name, Err: ErrLimit, Detail: fmt.Sprintf("too many tags held by this instance (max %d)", g.cfg.MaxTags)}
+		return g.tagsFull(t.Name)
 	}
 	mark, err := g.marks.Mark(t.Name)
 	if err != nil {
@@ -206,6 +228,7 @@ func (g *Generator) drop(b *buffer) {
 	wasDead := b.dead
 	if !wasDead {
 		b.dead = true
+		g.firstLoadEndedLocked(b)
 		b.next = nil
 		b.setFlagsLocked()
 		if !b.loading {
