@@ -91,16 +91,20 @@ func (g *Generator) releaseGuardLocked(b *buffer) {
 		return
 	}
 	b.guardRef = false
+	g.releaseGuard(b.tag, b.guard)
+}
+
+// releaseGuard drops one reference on gd, the guard of tag (see releaseGuardLocked).
+func (g *Generator) releaseGuard(tag string, gd *tagGuard) {
 	g.guardMu.Lock()
 	defer g.guardMu.Unlock()
-	gd := b.guard
 	gd.refs--
-	if gd.refs == 0 && g.guards[b.tag] == gd {
+	if gd.refs == 0 && g.guards[tag] == gd {
 		gd.mu.Lock() // no lease runs: refs was > 0 during each
 		regressed := gd.regressed
 		gd.mu.Unlock()
 		if !regressed {
-			delete(g.guards, b.tag)
+			delete(g.guards, tag)
 		}
 	}
 }
@@ -135,10 +139,19 @@ func (g *Generator) Create(ctx context.Context, t Tag) error {
 	if _, held := g.tags.Load(t.Name); !held && g.ntags.Load() >= int64(g.cfg.MaxTags) {
 		return g.tagsFull(t.Name)
 	}
+	// Under the tag's guard, like a load: a load of the tag running now (its row deleted
+	// meanwhile) has raised the mark before Create reads it, so the new row starts above the
+	// range that load leased.
+	gd := g.acquireGuard(t.Name)
+	defer g.releaseGuard(t.Name, gd)
+	gd.mu.Lock()
+	defer gd.mu.Unlock()
 	mark, err := g.marks.Mark(t.Name)
+	g.marksAnswered(err)
 	if err != nil {
 		return fmt.Errorf("segment: create tag %q: read mark: %w", t.Name, err)
 	}
+	mark = max(mark, gd.mark)
 	switch {
 	case t.MaxID == 0:
 		t.MaxID = max(1, mark)
