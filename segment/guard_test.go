@@ -188,7 +188,7 @@ func TestNotReadyWhenMarksFail(t *testing.T) {
 		t.Fatalf("marks file failing, nothing held: got %+v, want not ready with the marks error", h)
 	}
 	mk.set(func(f *fakeMarks) { f.raiseErr = nil })
-	clk.Advance(time.Second)
+	clk.Add(time.Second)
 	mustNext(t, g, "a")
 	if h := g.Health(); !h.Ready() || !h.StoreOK {
 		t.Fatalf("marks file back: got %+v, want ready", h)

@@ -154,13 +154,9 @@ func TestWarmAfterOutageStart(t *testing.T) {
 	}
 	st.set(func(s *fakeStore) { s.tagsErr = errors.New("db down"); s.fail = errors.New("db down") })
 	tick := make(chan time.Time)
-	cfg := testConfig(newFakeClock())
-	cfg.after = func(d time.Duration) <-chan time.Time {
-		if d == storeProbe {
-			return tick
-		}
-		return time.After(d)
-	}
+	clk := newFakeClock()
+	cfg := testConfig(clk)
+	cfg.Clock = tickAt{clk, storeProbe, tick}
 	g := newTestGen(t, cfg, st, mk)
 	select {
 	case <-g.WarmDone():

@@ -165,7 +165,7 @@ func TestMaxTagsFirstLoadsInFlight(t *testing.T) {
 		<-errs
 	}
 	st.set(func(s *fakeStore) { s.block, s.started, s.fail = nil, nil, nil })
-	clk.Advance(time.Second)
+	clk.Add(time.Second)
 	if got := mustNext(t, g, "z"); got != 1 {
 		t.Fatalf("z after the failed first loads: got %d, want 1", got)
 	}

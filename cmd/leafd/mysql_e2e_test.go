@@ -812,7 +812,7 @@ func TestMySQLRegression(t *testing.T) {
 	before := runLoad(loadSpec{tag: "orders", conns: 3, ok: &ok, addrs: addrsOf(ls), stop: until(&ok, 20_000, time.Now().Add(20*time.Second))})
 	checkCodes(t, "before the failover", totals(before))
 	high := sqlInt(t, db, "SELECT max_id FROM leaf_alloc WHERE biz_tag = 'orders'")
-	sqlExec(t, db, "UPDATE leaf_alloc SET max_id = max_id - ? WHERE biz_tag = 'orders'", 10*step)
+	lagMaxID(t, db, "orders", 10*step)
 	lowered := sqlInt(t, db, "SELECT max_id FROM leaf_alloc WHERE biz_tag = 'orders'")
 
 	// After the "failover": buffered IDs, then REGRESSION, and never a number again.

@@ -46,7 +46,7 @@ func TestMySQLRaiseMaxID(t *testing.T) {
 	var ok atomic.Int64
 	before := runLoad(loadSpec{tag: "orders", conns: 2, ok: &ok, addrs: addrsOf(ls), stop: until(&ok, 5_000, time.Now().Add(20*time.Second))})
 	checkCodes(t, "before", totals(before))
-	sqlExec(t, db, "UPDATE leaf_alloc SET max_id = max_id - ? WHERE biz_tag = 'orders'", 10*step)
+	lagMaxID(t, db, "orders", 10*step)
 	after := runLoad(loadSpec{tag: "orders", conns: 2, addrs: addrsOf(ls), stop: deadline(2 * time.Second)})
 	if tt := totals(after); tt.codes["REGRESSION"] == 0 {
 		t.Fatalf("after max_id dropped: got replies %v, want REGRESSION", tt.codes)
@@ -69,7 +69,7 @@ func TestMySQLRaiseMaxID(t *testing.T) {
 	if err := r.stop(10 * time.Second); err != nil {
 		t.Fatalf("stopping the third instance: %v", err)
 	}
-	sqlExec(t, db, "UPDATE leaf_alloc SET max_id = max_id - ? WHERE biz_tag = 'payments'", 10*step)
+	lagMaxID(t, db, "payments", 10*step)
 	payLowered := sqlInt(t, db, "SELECT max_id FROM leaf_alloc WHERE biz_tag = 'payments'")
 	r.start()
 	if v, err := do(r, "IDS.TAGS"); err != nil || len(v.([]any)) != 0 {

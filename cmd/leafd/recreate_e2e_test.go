@@ -4,7 +4,10 @@ package main
 // keeps every re-creation, through any instance and in any letter case, above the IDs issued.
 
 import (
+	"context"
+	"database/sql"
 	"testing"
+	"time"
 
 	"github.com/leafd/leafd/internal/testenv"
 )
@@ -83,5 +86,33 @@ func TestMySQLRecreateOtherCase(t *testing.T) {
 		if served[id] {
 			t.Errorf("ID %d of row kb served again as KB after the row was deleted and re-created", id)
 		}
+	}
+}
+
+// lagMaxID makes tag's row look like a promoted replica that missed its last allocations
+// (on the same server, so the failover fence sees nothing): max_id drops by `by`, and the
+// fence row's high-water with it, as both were written by the allocations the replica lacks.
+// Lowering max_id alone is a row lowered by hand, which the high-water repairs.
+func lagMaxID(t *testing.T, db *sql.DB, tag string, by int64) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	var maxID int64
+	if err := tx.QueryRowContext(ctx, "SELECT max_id FROM leaf_alloc WHERE biz_tag = ? FOR UPDATE", tag).Scan(&maxID); err != nil {
+		t.Fatalf("lagMaxID %s: %v", tag, err)
+	}
+	if _, err := tx.ExecContext(ctx, "UPDATE leaf_alloc SET max_id = ? WHERE biz_tag = ?", maxID-by, tag); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.ExecContext(ctx, "UPDATE leafd_fence SET max_end = LEAST(max_end, ?) WHERE biz_tag = ?", maxID-by, tag); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
 	}
 }
