@@ -476,3 +476,130 @@ func TestBoltRows(t *testing.T) {
 		}
 	}
 }
+
+// TestPairMarks: leafd.db and marks.db carry one pairing id. A store file holding tags beside
+// a marks file that is missing, new, or of another store file is refused (ErrUnpairedMarks)
+// unless forced; the upgrades from data dirs of earlier versions (marks.db without pairing,
+// marks inside leafd.db) and a store file from before the pairing beside a paired marks file
+// pair without question.
+func TestPairMarks(t *testing.T) {
+	ctx := context.Background()
+	type files struct {
+		st *BoltStore
+		mk *MarkFile
+	}
+	open := func(dir string) (files, bool) {
+		t.Helper()
+		st, err := OpenBolt(filepath.Join(dir, "leafd.db"), BoltOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, serr := os.Stat(filepath.Join(dir, "marks.db"))
+		mk, err := OpenMarkFile(filepath.Join(dir, "marks.db"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return files{st, mk}, serr == nil
+	}
+	closeAll := func(f files) { _ = f.mk.Close(); _ = f.st.Close() }
+	pair := func(dir string, force bool) error {
+		t.Helper()
+		f, existed := open(dir)
+		defer closeAll(f)
+		_, err := PairMarks(f.st, f.mk, existed, force)
+		return err
+	}
+	withTag := func(t *testing.T, legacyMark bool) string {
+		dir := t.TempDir()
+		f, _ := open(dir)
+		if err := f.st.Create(ctx, Tag{Name: "a", MaxID: 1, Step: 10}); err != nil {
+			t.Fatal(err)
+		}
+		if legacyMark { // a version before marks.db kept the marks in leafd.db
+			if err := f.st.Raise("a", 11); err != nil {
+				t.Fatal(err)
+			}
+		}
+		closeAll(f)
+		return dir
+	}
+	rmMarks := func(dir string) {
+		if err := os.Remove(filepath.Join(dir, "marks.db")); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	t.Run("fresh, then paired", func(t *testing.T) {
+		dir := t.TempDir()
+		if err := pair(dir, false); err != nil {
+			t.Fatalf("fresh data dir: %v", err)
+		}
+		f, _ := open(dir)
+		if err := f.st.Create(ctx, Tag{Name: "a", MaxID: 1, Step: 10}); err != nil {
+			t.Fatal(err)
+		}
+		closeAll(f)
+		if err := pair(dir, false); err != nil {
+			t.Fatalf("paired files: %v", err)
+		}
+	})
+	t.Run("marks.db deleted", func(t *testing.T) {
+		dir := withTag(t, false)
+		if err := pair(dir, false); err != nil {
+			t.Fatal(err)
+		}
+		rmMarks(dir)
+		if err := pair(dir, false); !errors.Is(err, ErrUnpairedMarks) {
+			t.Fatalf("marks.db deleted: got %v, want ErrUnpairedMarks", err)
+		}
+		if err := pair(dir, true); err != nil {
+			t.Fatalf("forced: %v", err)
+		}
+		if err := pair(dir, false); err != nil {
+			t.Fatalf("after the forced pairing: %v", err)
+		}
+	})
+	t.Run("marks.db of another store file", func(t *testing.T) {
+		a, b := withTag(t, false), withTag(t, false)
+		if err := pair(a, false); err != nil {
+			t.Fatal(err)
+		}
+		if err := pair(b, false); err != nil {
+			t.Fatal(err)
+		}
+		copyFile(t, filepath.Join(b, "marks.db"), filepath.Join(a, "marks.db"))
+		if err := pair(a, false); !errors.Is(err, ErrUnpairedMarks) {
+			t.Fatalf("marks.db of another data dir: got %v, want ErrUnpairedMarks", err)
+		}
+	})
+	t.Run("unpaired leafd.db with tags, marks.db missing", func(t *testing.T) {
+		dir := withTag(t, false)
+		rmMarks(dir) // the previous version's data dir rebuilt from leafd.db alone
+		if err := pair(dir, false); !errors.Is(err, ErrUnpairedMarks) {
+			t.Fatalf("got %v, want ErrUnpairedMarks", err)
+		}
+	})
+	t.Run("upgrade: both files of the previous version", func(t *testing.T) {
+		if err := pair(withTag(t, false), false); err != nil {
+			t.Fatalf("marks.db beside leafd.db, neither paired: %v", err)
+		}
+	})
+	t.Run("upgrade: marks inside leafd.db", func(t *testing.T) {
+		dir := withTag(t, true)
+		rmMarks(dir) // a version before marks.db had none
+		if err := pair(dir, false); err != nil {
+			t.Fatalf("legacy marks in leafd.db, no marks.db: %v", err)
+		}
+	})
+	t.Run("leafd.db from before the pairing beside a paired marks.db", func(t *testing.T) {
+		dir := withTag(t, false)
+		copyFile(t, filepath.Join(dir, "leafd.db"), filepath.Join(dir, "old.db"))
+		if err := pair(dir, false); err != nil {
+			t.Fatal(err)
+		}
+		copyFile(t, filepath.Join(dir, "old.db"), filepath.Join(dir, "leafd.db"))
+		if err := pair(dir, false); err != nil {
+			t.Fatalf("restored unpaired leafd.db beside its marks.db (the marks catch it): %v", err)
+		}
+	})
+}

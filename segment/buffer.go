@@ -86,7 +86,8 @@ type buffer struct {
 	tag   string              // owned copy
 	cur   atomic.Pointer[seg] // the segment being served; nil before the first load
 	flags atomic.Uint32       // mirror of loading/next under mu, for the hot path
-	// retryAt (unix ns, 0 = none): no new load before it (after a failure or rejection).
+	// retryAt (ns of Generator.mono, 0 = none): no new load before it (after a failure or
+	// rejection).
 	retryAt atomic.Int64
 	gen     uint64    // refresh generation that created the buffer (under Generator.mu)
 	guard   *tagGuard // shared by every buffer of this tag (see tagGuard)
@@ -109,6 +110,9 @@ type buffer struct {
 	retired    int64 // values used by segments switched out (issued + abandoned)
 	abandoned  int64 // values skipped by NextN
 	loads      loadLog
+
+	// firstPending: counted in Generator.firstLoads (no segment published yet, not dropped).
+	firstPending bool
 }
 
 func newBuffer(tag string) *buffer { return &buffer{tag: tag} }

@@ -38,11 +38,40 @@ const mysqlCreateFence = "CREATE TABLE IF NOT EXISTS `leafd_fence` (\n" +
 	"  `epoch` bigint NOT NULL COMMENT 'grows by one at each takeover',\n" +
 	"  `token` bigint NOT NULL COMMENT 'random, new at each takeover',\n" +
 	"  `gap` bigint NOT NULL DEFAULT 0 COMMENT 'how far max_id was moved at the last takeover',\n" +
+	"  `max_end` bigint NOT NULL DEFAULT 0 COMMENT 'high-water: highest range end ever granted for the tag; survives the deletion of its leaf_alloc row',\n" +
 	"  `update_time` timestamp NOT NULL DEFAULT CURRENT_TIMESTAMP ON UPDATE CURRENT_TIMESTAMP,\n" +
 	"  PRIMARY KEY (`biz_tag`)\n" +
 	") ENGINE=InnoDB"
 
 const mysqlErrUnknownSysVar = 1193 // ER_UNKNOWN_SYSTEM_VARIABLE: @@server_uuid on MariaDB
+
+const mysqlErrDupFieldName = 1060 // ER_DUP_FIELDNAME: the column was added meanwhile
+
+// mysqlAddMaxEnd upgrades a leafd_fence table created by an earlier leafd (no high-water
+// column): existing rows read 0, and their first allocation sets it.
+const mysqlAddMaxEnd = "ALTER TABLE `leafd_fence` ADD COLUMN `max_end` bigint NOT NULL DEFAULT 0" +
+	" COMMENT 'high-water: highest range end ever granted for the tag; survives the deletion of its leaf_alloc row'"
+
+// ensureMaxEnd adds the high-water column to a leafd_fence table that lacks it. It asks
+// information_schema first (ADD COLUMN IF NOT EXISTS is MariaDB only) and takes a concurrent
+// addition by another instance (duplicate column) as success.
+func (s *MySQLStore) ensureMaxEnd(ctx context.Context) error {
+	var n int
+	err := s.db.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.COLUMNS"+
+		" WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'leafd_fence' AND COLUMN_NAME = 'max_end'").Scan(&n)
+	if err != nil || n > 0 {
+		return err
+	}
+	_, err = s.db.ExecContext(ctx, mysqlAddMaxEnd)
+	var me *mysql.MySQLError
+	if errors.As(err, &me) && me.Number == mysqlErrDupFieldName {
+		return nil
+	}
+	if err == nil {
+		s.log.Info("segment: added the high-water column max_end to leafd_fence (upgrade)")
+	}
+	return err
+}
 
 // serverIdent identifies the database server a transaction runs on.
 type serverIdent struct {
@@ -64,6 +93,7 @@ type fenceRow struct {
 	found       bool        // a fence row exists
 	owner       serverIdent
 	epoch       int64
+	maxEnd      int64 // the fence row's high-water (0: none yet)
 }
 
 // identExpr is the SQL of the server identity: MySQL has @@server_uuid, MariaDB does not.
@@ -106,10 +136,10 @@ func (s *MySQLStore) fence(ctx context.Context, tx *sql.Tx, tag string, step, fl
 	var r fenceRow
 	var ownerID sql.NullInt64
 	var ownerUUID sql.NullString
-	var epoch sql.NullInt64
-	err = tx.QueryRowContext(ctx, "SELECT a.step, a.max_id, "+expr+", f.server_id, f.server_uuid, f.epoch"+
+	var epoch, maxEnd sql.NullInt64
+	err = tx.QueryRowContext(ctx, "SELECT a.step, a.max_id, "+expr+", f.server_id, f.server_uuid, f.epoch, f.max_end"+
 		" FROM leaf_alloc a LEFT JOIN leafd_fence f ON f.biz_tag = a.biz_tag WHERE a.biz_tag = ? FOR UPDATE", tag).
-		Scan(&r.step, &r.maxID, &r.self.id, &r.self.uuid, &ownerID, &ownerUUID, &epoch)
+		Scan(&r.step, &r.maxID, &r.self.id, &r.self.uuid, &ownerID, &ownerUUID, &epoch, &maxEnd)
 	if errors.Is(err, sql.ErrNoRows) {
 		return fenceRow{}, ErrUnknownTag
 	}
@@ -119,6 +149,7 @@ func (s *MySQLStore) fence(ctx context.Context, tx *sql.Tx, tag string, step, fl
 	r.found = ownerID.Valid
 	r.owner = serverIdent{ownerID.Int64, ownerUUID.String}
 	r.epoch = epoch.Int64
+	r.maxEnd = maxEnd.Int64
 
 	seen := s.seenEpoch(tag)
 	reason := ""
@@ -131,6 +162,18 @@ func (s *MySQLStore) fence(ctx context.Context, tx *sql.Tx, tag string, step, fl
 		reason = fmt.Sprintf("fence epoch %d is below epoch %d seen before (the database lost transactions: a failback or a restored backup)", r.epoch, seen)
 	default:
 		s.noteEpoch(tag, r.epoch)
+		if r.maxID < r.maxEnd {
+			// The same primary, but max_id is below ranges already granted: the row was
+			// deleted and created again (by hand, or by a leafd without the fence), or
+			// lowered by hand. The high-water is exact (written with every allocation), so
+			// max_id moves up to it, in this transaction, for every instance.
+			if _, err := tx.ExecContext(ctx, "UPDATE leaf_alloc SET max_id = ? WHERE biz_tag = ?", r.maxEnd, tag); err != nil {
+				return fenceRow{}, err
+			}
+			s.log.Warn("segment: high-water: max_id is below the highest range end ever granted for the tag (row re-created or lowered); moving it up",
+				zap.String("tag", tag), zap.Int64("max_id", r.maxID), zap.Int64("max_end", r.maxEnd))
+			r.maxID = r.maxEnd
+		}
 		return r, nil
 	}
 
@@ -139,7 +182,7 @@ func (s *MySQLStore) fence(ctx context.Context, tx *sql.Tx, tag string, step, fl
 		return fenceRow{}, err
 	}
 	next := max(r.epoch, seen) + 1
-	newMax := max(r.maxID+gap, floor)
+	newMax := max(max(r.maxID, r.maxEnd)+gap, floor)
 	if _, err := tx.ExecContext(ctx, "UPDATE leaf_alloc SET max_id = ? WHERE biz_tag = ?", newMax, tag); err != nil {
 		return fenceRow{}, err
 	}
@@ -178,7 +221,13 @@ func (s *MySQLStore) allocateLocked(ctx context.Context, tx *sql.Tx, tag string,
 	} else if n != 1 {
 		return Alloc{}, fmt.Errorf("allocation updated %d rows, want 1", n)
 	}
-	return Alloc{MaxID: r.maxID + size, Step: r.step}, nil
+	end := r.maxID + size
+	// The high-water, in the same transaction (fence wrote the fence row if it was missing):
+	// it survives a deletion of the leaf_alloc row, so a re-creation starts above it.
+	if _, err := tx.ExecContext(ctx, "UPDATE leafd_fence SET max_end = GREATEST(max_end, ?) WHERE biz_tag = ?", end, tag); err != nil {
+		return Alloc{}, err
+	}
+	return Alloc{MaxID: end, Step: r.step}, nil
 }
 
 // gap is how far max_id moves at a takeover: FailoverAllocs allocations of the largest step

@@ -333,3 +333,93 @@ func TestMySQLFenceDatabaseRow(t *testing.T) {
 	}
 	_ = big
 }
+
+// TestMySQLHighWater: the fence row keeps the highest range end ever granted for a tag
+// (max_end), and it survives the deletion of the leaf_alloc row. A re-creation of the tag by
+// any instance — in another letter case too, as the column's collation matches it — starts
+// above it, and a row re-inserted by hand below it is moved up at its next allocation.
+func TestMySQLHighWater(t *testing.T) {
+	dsn := testenv.FreshDatabase(t, testenv.MySQLDSN(t))
+	x, z := fenced(t, dsn), fenced(t, dsn) // two instances
+	ctx := context.Background()
+	if err := x.Create(ctx, Tag{Name: "r", MaxID: 1, Step: 10}); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if _, err := x.Allocate(ctx, "r", 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := sqlQuery(t, dsn, "SELECT max_end FROM leafd_fence WHERE biz_tag = 'r'"); got != "21" {
+		t.Fatalf("max_end after [1, 11) and [11, 21): got %s, want 21", got)
+	}
+	start := func(st *MySQLStore, tag string) int64 {
+		t.Helper()
+		a, err := st.Allocate(ctx, tag, 0)
+		if err != nil {
+			t.Fatalf("Allocate %s: %v", tag, err)
+		}
+		return a.MaxID - a.Step
+	}
+	highWater := func() int64 {
+		t.Helper()
+		v, err := strconv.ParseInt(sqlQuery(t, dsn, "SELECT max_end FROM leafd_fence WHERE biz_tag = 'r'"), 10, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	for _, name := range []string{"r", "R"} {
+		hw := highWater()
+		sqlExec(t, dsn, "DELETE FROM leaf_alloc WHERE biz_tag = 'r'")
+		if err := z.Create(ctx, Tag{Name: name, MaxID: 1, Step: 10}); err != nil {
+			t.Fatal(err)
+		}
+		if m := maxIDOf(t, dsn, name); m < hw { // Create itself starts there, for Leaf's instances too
+			t.Fatalf("re-created as %q through another instance: stored max_id %d, below the high-water %d", name, m, hw)
+		}
+		if s := start(z, name); s < hw {
+			t.Fatalf("re-created as %q through another instance: first range starts at %d, below the high-water %d", name, s, hw)
+		}
+	}
+	// Re-inserted by hand (Leaf, a script): the next allocation moves max_id up.
+	hw := highWater()
+	sqlExec(t, dsn, "DELETE FROM leaf_alloc WHERE biz_tag = 'r'", "INSERT INTO leaf_alloc(biz_tag, max_id, step) VALUES ('r', 1, 10)")
+	if s := start(x, "r"); s < hw {
+		t.Fatalf("row re-inserted by hand at 1: first range starts at %d, below the high-water %d", s, hw)
+	}
+
+	// An existing leafd_fence of an earlier version (no max_end) is upgraded at open; its
+	// old rows start at 0 and take the high-water at their next allocation.
+	sqlExec(t, dsn, "ALTER TABLE leafd_fence DROP COLUMN max_end")
+	y := fenced(t, dsn)
+	a, err := y.Allocate(ctx, "r", 0)
+	if err != nil {
+		t.Fatalf("Allocate after the upgrade: %v", err)
+	}
+	if got := sqlQuery(t, dsn, "SELECT max_end FROM leafd_fence WHERE biz_tag = 'r'"); got != strconv.FormatInt(a.MaxID, 10) {
+		t.Fatalf("max_end after the upgrade and one allocation: got %s, want %d", got, a.MaxID)
+	}
+}
+
+// TestMySQLHighWaterBinaryCollation: under a binary collation "bk" and "BK" are two tags with
+// two rows and two fence rows: each has its own high-water, and neither moves the other.
+func TestMySQLHighWaterBinaryCollation(t *testing.T) {
+	dsn := testenv.FreshDatabase(t, testenv.MySQLDSN(t))
+	sqlExec(t, dsn, "ALTER DATABASE CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")
+	s := fenced(t, dsn)
+	ctx := context.Background()
+	for _, n := range []string{"bk", "BK"} {
+		if err := s.Create(ctx, Tag{Name: n, MaxID: 1, Step: 10}); err != nil {
+			t.Fatalf("Create %s: %v", n, err)
+		}
+	}
+	for range 3 {
+		if _, err := s.Allocate(ctx, "bk", 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if a, err := s.Allocate(ctx, "BK", 0); err != nil || a.MaxID != 11 {
+		t.Fatalf("first allocation of BK beside bk: got %+v, %v, want max_id 11", a, err)
+	}
+}

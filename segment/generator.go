@@ -28,6 +28,8 @@ type Generator struct {
 	mu    sync.Mutex // serializes adding and removing tags; gen
 	gen   uint64     // refresh generation
 
+	firstLoads atomic.Int64 // held buffers still loading their first segment (tagsFull)
+
 	guardMu sync.Mutex // leaf lock: guards, tagGuard.refs
 	guards  map[string]*tagGuard
 
@@ -41,8 +43,12 @@ type Generator struct {
 	wg        sync.WaitGroup
 	closeOnce sync.Once
 
-	storeErr atomic.Pointer[string] // nil when the latest store call answered
-	warmDone chan struct{}          // closed when the warm start has ended
+	mono *monoClock // retry back-offs and the negative cache (never wall-clock instants)
+
+	storeErr    atomic.Pointer[string] // nil when the latest store call answered
+	marksErr    atomic.Pointer[string] // nil when the latest mark read or raise succeeded
+	warmDone    chan struct{}          // closed when the warm start has ended
+	warmStarted atomic.Bool            // the warm start was started (or skipped): once
 
 	stats struct {
 		loadsOK, loadsFailed, loadsRejected, loadsPanicked atomic.Int64
@@ -55,8 +61,8 @@ type Generator struct {
 
 // negEntry is a remembered refusal of a tag that is not held.
 type negEntry struct {
-	until int64 // unix ns of Config.Now
-	err   error // the load error (ErrUnknownTag, or what made the first load fail)
+	until time.Duration // on Generator.mono
+	err   error         // the load error (ErrUnknownTag, or what made the first load fail)
 }
 
 var (
@@ -94,6 +100,7 @@ func New(cfg Config, store Store, marks Marks, log *zap.Logger) (*Generator, err
 		neg:      make(map[string]negEntry),
 		jobs:     make(chan *buffer, cfg.MaxPending),
 		warmDone: make(chan struct{}),
+		mono:     newMonoClock(cfg.Clock.Now),
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	g.cancel = cancel
@@ -104,22 +111,15 @@ func New(cfg Config, store Store, marks Marks, log *zap.Logger) (*Generator, err
 	if err != nil {
 		log.Warn("segment: initial tag list failed; tags will be loaded on first use", zap.Error(err))
 	}
-	var warm []string
-	if err == nil && !cfg.NoWarmStart {
-		warm = g.warmList(listed)
-	}
 
 	g.wg.Add(cfg.MaxLoaders + 1)
 	for range cfg.MaxLoaders {
 		go g.worker(ctx)
 	}
+	if err == nil || cfg.NoWarmStart {
+		g.startWarm(ctx, listed)
+	} // else after the first tag list that succeeds (refresher)
 	go g.refresher(ctx)
-	if len(warm) == 0 {
-		close(g.warmDone)
-	} else {
-		g.wg.Add(1)
-		go g.warm(ctx, warm)
-	}
 	return g, nil
 }
 
@@ -133,6 +133,9 @@ func (g *Generator) Close() error {
 		g.poolMu.Unlock()
 		g.cancel()
 		g.wg.Wait()
+		if g.warmStarted.CompareAndSwap(false, true) { // the store never answered
+			close(g.warmDone)
+		}
 		for {
 			select {
 			case b := <-g.jobs:

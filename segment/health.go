@@ -6,10 +6,12 @@ import (
 
 // Health is what readiness is decided from.
 type Health struct {
-	// StoreOK: the latest store call (tag list or lease) was answered. Errors of one tag
-	// (unknown, regression) count as answers.
+	// StoreOK: the latest store call (tag list or lease) was answered, and the latest read or
+	// raise of a regression mark succeeded (a range whose mark cannot be raised is never
+	// used, so a failing marks file stops new segments as surely as a failing store). Errors
+	// of one tag (unknown, regression) count as answers.
 	StoreOK bool
-	// StoreError is the error of the latest store call when it failed.
+	// StoreError is the error of the latest store call, or of the marks file, when it failed.
 	StoreError string
 	// Serving is the number of held tags that can serve now (IDs left in the current
 	// segment, or the next one loaded). Counted only when the store does not answer.
@@ -31,7 +33,11 @@ func (g *Generator) Health() Health {
 	default:
 		h.Warming = true
 	}
-	if e := g.storeErr.Load(); e != nil {
+	e := g.storeErr.Load()
+	if m := g.marksErr.Load(); m != nil {
+		e = m
+	}
+	if e != nil {
 		h.StoreOK, h.StoreError = false, *e
 		g.tags.Range(func(_, v any) bool {
 			if v.(*buffer).canServe() {
@@ -45,6 +51,18 @@ func (g *Generator) Health() Health {
 
 // WarmDone is closed when the warm start has ended.
 func (g *Generator) WarmDone() <-chan struct{} { return g.warmDone }
+
+// marksAnswered records the outcome of a read or raise of a mark for Health.
+func (g *Generator) marksAnswered(err error) {
+	if err == nil {
+		if g.marksErr.Load() != nil {
+			g.marksErr.Store(nil)
+		}
+		return
+	}
+	msg := "regression marks: " + err.Error()
+	g.marksErr.Store(&msg)
+}
 
 // storeAnswered records the outcome of a store call for Health: err is nil or an error of
 // the call; errors of one tag mean the store answered.

@@ -45,7 +45,7 @@ func (g *Generator) submit(b *buffer) {
 // preload starts a background load of b's next segment if none is ready or running and no
 // recent failure asks to back off. Called from the hot path once the threshold is passed.
 func (g *Generator) preload(b *buffer) {
-	if ra := b.retryAt.Load(); ra != 0 && g.cfg.Clock.Now().UnixNano() < ra {
+	if ra := b.retryAt.Load(); ra != 0 && int64(g.mono.since()) < ra {
 		return
 	}
 	b.mu.Lock()
@@ -146,6 +146,7 @@ func (g *Generator) fetch(ctx context.Context, b *buffer) (*seg, error) {
 	// the file holds the mark of an earlier life of the tag.
 	m, err := g.marks.Mark(b.tag)
 	if err != nil {
+		g.marksAnswered(err)
 		return nil, fmt.Errorf("read mark: %w", err)
 	}
 	gd.mark = max(gd.mark, m)
@@ -228,6 +229,7 @@ func (g *Generator) fetch(ctx context.Context, b *buffer) (*seg, error) {
 	} else {
 		err = g.marks.Raise(b.tag, end)
 	}
+	g.marksAnswered(err)
 	if err != nil {
 		return nil, fmt.Errorf("raise mark to %d: %w", end, err)
 	}
@@ -260,7 +262,6 @@ func (g *Generator) fetch(ctx context.Context, b *buffer) (*seg, error) {
 // failed before it ever held a segment is not kept (a failed or unknown tag is not held):
 // the tag is remembered as refused for the back-off (NegativeTTL when unknown), then dropped.
 func (g *Generator) finish(b *buffer, s *seg, err error) {
-	now := g.cfg.Clock.Now()
 	if err != nil && err != errStale {
 		b.mu.Lock()
 		never := b.cur.Load() == nil && b.next == nil
@@ -280,6 +281,7 @@ func (g *Generator) finish(b *buffer, s *seg, err error) {
 	b.loading = false
 	switch {
 	case err == nil && !b.dead:
+		g.firstLoadEndedLocked(b)
 		b.next = s
 		b.lastErr = nil
 		b.retryAt.Store(0)
@@ -287,7 +289,7 @@ func (g *Generator) finish(b *buffer, s *seg, err error) {
 	case err == nil, err == errStale: // a dead buffer never publishes: the range is a gap
 	default:
 		b.lastErr = err
-		b.retryAt.Store(now.Add(g.cfg.RetryBackoff).UnixNano())
+		b.retryAt.Store(int64(g.mono.since() + g.cfg.RetryBackoff))
 		if errors.Is(err, errRejected) || errors.Is(err, errClosed) {
 			g.stats.loadsRejected.Add(1)
 		} else {

@@ -245,6 +245,9 @@ func (s *MySQLStore) ensureTable(ctx context.Context) error {
 	_, err := s.db.ExecContext(ctx, mysqlCreateTable)
 	if err == nil && s.failoverAllocs > 0 {
 		_, err = s.db.ExecContext(ctx, mysqlCreateFence)
+		if err == nil {
+			err = s.ensureMaxEnd(ctx)
+		}
 	}
 	var me *mysql.MySQLError
 	switch {
@@ -463,6 +466,21 @@ func (s *MySQLStore) Create(ctx context.Context, t Tag) error {
 			_ = tx.Rollback()
 			s.dropPending(dbFenceKey)
 			return s.wrap("create: fence", t.Name, err)
+		}
+		// The high-water of an earlier life of the tag (its fence row survives the deletion of
+		// the leaf_alloc row; matched with the table's collation, so "KB" finds "kb" where
+		// leaf_alloc would): a re-creation, through any instance, starts above every ID issued.
+		var hw sql.NullInt64
+		err = tx.QueryRowContext(ctx, "SELECT max_end FROM leafd_fence WHERE biz_tag = ? FOR UPDATE", t.Name).Scan(&hw)
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+			_ = tx.Rollback()
+			s.dropPending(dbFenceKey)
+			return s.wrap("create: high-water", t.Name, err)
+		}
+		if hw.Int64 > t.MaxID {
+			s.log.Info("segment: high-water: the tag existed before and issued IDs up to max_end; it starts there, not at the START asked for",
+				zap.String("tag", t.Name), zap.Int64("start", t.MaxID), zap.Int64("max_end", hw.Int64))
+			t.MaxID = hw.Int64
 		}
 		if jump > maxRangeEnd-t.MaxID {
 			_ = tx.Rollback()

@@ -68,10 +68,13 @@ func (g *Generator) refresher(ctx context.Context) {
 		case <-g.cfg.Clock.After(d):
 		}
 		rctx, cancel := context.WithTimeout(ctx, g.cfg.LoadTimeout)
-		_, err := g.refresh(rctx)
+		listed, err := g.refresh(rctx)
 		cancel()
 		if err != nil && ctx.Err() == nil {
 			g.log.Warn("segment: tag refresh failed", zap.Error(err))
+		}
+		if err == nil {
+			g.startWarm(ctx, listed) // a start during a store outage warms now
 		}
 	}
 }
@@ -101,6 +104,24 @@ func (g *Generator) warmList(listed map[string]struct{}) []string {
 		}
 	}
 	return out
+}
+
+// startWarm starts the warm start once, from the first tag list that succeeded (at New, or
+// later when the store was unreachable at start); a later call does nothing.
+func (g *Generator) startWarm(ctx context.Context, listed map[string]struct{}) {
+	if !g.warmStarted.CompareAndSwap(false, true) {
+		return
+	}
+	var warm []string
+	if !g.cfg.NoWarmStart {
+		warm = g.warmList(listed)
+	}
+	if len(warm) == 0 {
+		close(g.warmDone)
+		return
+	}
+	g.wg.Add(1)
+	go g.warm(ctx, warm)
 }
 
 // warm loads the first segment of each tag, one load at a time (so that a restart does not

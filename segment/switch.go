@@ -69,7 +69,7 @@ func (g *Generator) advance(b *buffer, s *seg, w *waiter, doSwitch bool) (*seg, 
 			w.waited = false // the next buffer of the tag starts afresh
 			return nil, errStale
 		}
-		if w.waited || (b.lastErr != nil && g.cfg.Clock.Now().UnixNano() < b.retryAt.Load()) || g.closed.Load() {
+		if w.waited || (b.lastErr != nil && int64(g.mono.since()) < b.retryAt.Load()) || g.closed.Load() {
 			err := g.failureLocked(b, "no segment ready")
 			b.mu.Unlock()
 			return nil, err

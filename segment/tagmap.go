@@ -39,15 +39,37 @@ func (g *Generator) addLocked(tag string) (*buffer, error) {
 		return v.(*buffer), nil
 	}
 	if g.ntags.Load() >= int64(g.cfg.MaxTags) {
-		return nil, tagError(tag, ErrLimit, fmt.Sprintf("too many tags held by this instance (max %d)", g.cfg.MaxTags))
+		return nil, g.tagsFull(tag)
 	}
 	b := newBuffer(strings.Clone(tag))
+	b.firstPending = true
+	g.firstLoads.Add(1)
 	b.gen = g.gen
 	b.guard = g.acquireGuard(b.tag)
 	b.guardRef = true
 	g.tags.Store(b.tag, b)
 	g.ntags.Add(1)
 	return b, nil
+}
+
+// tagsFull is the refusal of a new tag when MaxTags tags are held. While some of them are
+// still loading their first segment it is ErrUnavailable, not ErrLimit: a first load that
+// fails (a store outage) drops its tag, so the limit may free itself and a retry succeed.
+func (g *Generator) tagsFull(tag string) error {
+	if n := g.firstLoads.Load(); n > 0 {
+		return tagError(tag, ErrUnavailable, fmt.Sprintf(
+			"too many tags held by this instance (max %d), %d of them still loading their first segment; retry", g.cfg.MaxTags, n))
+	}
+	return tagError(tag, ErrLimit, fmt.Sprintf("too many tags held by this instance (max %d)", g.cfg.MaxTags))
+}
+
+// firstLoadEndedLocked takes b out of the count of buffers loading their first segment
+// (b.mu held): its first segment was published, or b was dropped.
+func (g *Generator) firstLoadEndedLocked(b *buffer) {
+	if b.firstPending {
+		b.firstPending = false
+		g.firstLoads.Add(-1)
+	}
 }
 
 func (g *Generator) acquireGuard(tag string) *tagGuard {
@@ -69,16 +91,20 @@ func (g *Generator) releaseGuardLocked(b *buffer) {
 		return
 	}
 	b.guardRef = false
+	g.releaseGuard(b.tag, b.guard)
+}
+
+// releaseGuard drops one reference on gd, the guard of tag (see releaseGuardLocked).
+func (g *Generator) releaseGuard(tag string, gd *tagGuard) {
 	g.guardMu.Lock()
 	defer g.guardMu.Unlock()
-	gd := b.guard
 	gd.refs--
-	if gd.refs == 0 && g.guards[b.tag] == gd {
+	if gd.refs == 0 && g.guards[tag] == gd {
 		gd.mu.Lock() // no lease runs: refs was > 0 during each
 		regressed := gd.regressed
 		gd.mu.Unlock()
 		if !regressed {
-			delete(g.guards, b.tag)
+			delete(g.guards, tag)
 		}
 	}
 }
@@ -111,12 +137,21 @@ func (g *Generator) Create(ctx context.Context, t Tag) error {
 		return &TagError{Tag: t.Name, Err: ErrLimit, Detail: fmt.Sprintf("step %d, start %d: must be positive", t.Step, t.MaxID)}
 	}
 	if _, held := g.tags.Load(t.Name); !held && g.ntags.Load() >= int64(g.cfg.MaxTags) {
-		return &TagError{Tag: t.Name, Err: ErrLimit, Detail: fmt.Sprintf("too many tags held by this instance (max %d)", g.cfg.MaxTags)}
+		return g.tagsFull(t.Name)
 	}
+	// Under the tag's guard, like a load: a load of the tag running now (its row deleted
+	// meanwhile) has raised the mark before Create reads it, so the new row starts above the
+	// range that load leased.
+	gd := g.acquireGuard(t.Name)
+	defer g.releaseGuard(t.Name, gd)
+	gd.mu.Lock()
+	defer gd.mu.Unlock()
 	mark, err := g.marks.Mark(t.Name)
+	g.marksAnswered(err)
 	if err != nil {
 		return fmt.Errorf("segment: create tag %q: read mark: %w", t.Name, err)
 	}
+	mark = max(mark, gd.mark)
 	switch {
 	case t.MaxID == 0:
 		t.MaxID = max(1, mark)
@@ -153,7 +188,7 @@ func (g *Generator) Retire(tag string) bool {
 func (g *Generator) negative(tag string) error {
 	g.negMu.Lock()
 	e, ok := g.neg[tag]
-	if ok && g.cfg.Clock.Now().UnixNano() >= e.until {
+	if ok && g.mono.since() >= e.until {
 		delete(g.neg, tag)
 		ok = false
 	}
@@ -170,7 +205,7 @@ func (g *Generator) negative(tag string) error {
 
 // remember refuses tag (an owned string) for ttl with err, within MaxNegative.
 func (g *Generator) remember(tag string, err error, ttl time.Duration) {
-	now := g.cfg.Clock.Now().UnixNano()
+	now := g.mono.since()
 	g.negMu.Lock()
 	defer g.negMu.Unlock()
 	if len(g.neg) >= g.cfg.MaxNegative {
@@ -186,7 +221,7 @@ func (g *Generator) remember(tag string, err error, ttl time.Duration) {
 			delete(g.neg, k)
 		}
 	}
-	g.neg[tag] = negEntry{until: now + int64(ttl), err: err}
+	g.neg[tag] = negEntry{until: now + ttl, err: err}
 }
 
 func (g *Generator) unforget(tag string) {
@@ -206,6 +241,7 @@ func (g *Generator) drop(b *buffer) {
 	wasDead := b.dead
 	if !wasDead {
 		b.dead = true
+		g.firstLoadEndedLocked(b)
 		b.next = nil
 		b.setFlagsLocked()
 		if !b.loading {

@@ -137,3 +137,41 @@ func TestNextNChecksNextSegmentBeforeAbandoning(t *testing.T) {
 		t.Fatalf("NextN(MaxCount = %d): %v", n-1, err)
 	}
 }
+
+// TestMaxTagsFirstLoadsInFlight: with MaxTags tags held only by first loads still in flight
+// (a store that hangs), a new tag is refused with ErrUnavailable, not the permanent-sounding
+// ErrLimit: those loads may fail and free the limit. Once they have failed, the new tag is
+// held and served when the store is back.
+func TestMaxTagsFirstLoadsInFlight(t *testing.T) {
+	clk := newFakeClock()
+	st := newFakeStore(map[string]int64{"x": 10, "y": 10, "z": 10})
+	cfg := testConfig(clk)
+	cfg.MaxTags = 2
+	g := newTestGen(t, cfg, st, newFakeMarks())
+	block, started := make(chan struct{}), make(chan string, 2)
+	st.set(func(s *fakeStore) { s.block, s.started, s.fail = block, started, errors.New("db down") })
+	errs := make(chan error, 2)
+	for _, tag := range []string{"x", "y"} {
+		go func() { _, err := g.Next(tag); errs <- err }()
+	}
+	<-started
+	<-started
+	_, err := g.Next("z")
+	if !errors.Is(err, ErrUnavailable) || errors.Is(err, ErrLimit) {
+		t.Fatalf("limit reached by first loads in flight: got %v, want ErrUnavailable", err)
+	}
+	close(block)
+	for range 2 {
+		<-errs
+	}
+	st.set(func(s *fakeStore) { s.block, s.started, s.fail = nil, nil, nil })
+	clk.Add(time.Second)
+	if got := mustNext(t, g, "z"); got != 1 {
+		t.Fatalf("z after the failed first loads: got %d, want 1", got)
+	}
+	// Held for real: the limit is a LIMIT again.
+	mustNext(t, g, "x")
+	if _, err := g.Next("y"); !errors.Is(err, ErrLimit) {
+		t.Fatalf("two tags held and loaded: got %v, want ErrLimit", err)
+	}
+}

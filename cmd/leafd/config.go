@@ -22,16 +22,19 @@ import (
 // Config is everything leafd can be told, from flags, LEAFD_* environment variables and a
 // config file, in that order of precedence.
 type Config struct {
-	Addr          string
-	HTTPAddr      string // "" disables the admin side
-	DataDir       string
-	MySQLDSN      string
-	ZKAddrs       string
-	Name          string
-	WorkerID      int64 // -1: unset
-	AdvertiseAddr string
-	WorkerReuse   bool
-	ZKSession     time.Duration
+	Addr     string
+	HTTPAddr string // "" disables the admin side
+	DataDir  string
+	// AcceptMissingMarks starts the embedded store although marks.db is missing or not paired
+	// with leafd.db (segment.PairMarks), pairing them anew.
+	AcceptMissingMarks bool
+	MySQLDSN           string
+	ZKAddrs            string
+	Name               string
+	WorkerID           int64 // -1: unset
+	AdvertiseAddr      string
+	WorkerReuse        bool
+	ZKSession          time.Duration
 	// ZKOutageTolerance: how long past the bound ZooKeeper confirmed an instance keeps issuing
 	// without ZooKeeper.
 	ZKOutageTolerance time.Duration
@@ -101,6 +104,7 @@ func flagSet(c *Config) *flag.FlagSet {
 	fs.BoolVar(&c.HTTPTLS, "http-tls", false, "serve the admin port over TLS with --tls-cert/--tls-key")
 	fs.IntVar(&c.HTTPMaxClients, "http-maxclients", 64, "admin connections served at once; more wait in the listen backlog")
 	fs.StringVar(&c.DataDir, "data-dir", "./leafd-data", "embedded store, regression marks and worker-id caches")
+	fs.BoolVar(&c.AcceptMissingMarks, "accept-missing-marks", false, "embedded store: start although marks.db is missing or not paired with leafd.db (raise max_id above every ID issued first; docs/SEGMENT.md)")
 	fs.StringVar(&c.MySQLDSN, "mysql-dsn", "", "go-sql-driver DSN; when set, segments come from MySQL/MariaDB (table leaf_alloc); prefer LEAFD_MYSQL_DSN or --mysql-dsn-file")
 	fs.StringVar(&c.MySQLDSNFile, "mysql-dsn-file", "", "file holding the --mysql-dsn (preferred over the flag)")
 	fs.StringVar(&c.ZKAddrs, "zk-addrs", "", "ZooKeeper connection string host:port[,host:port...][/chroot]; when set, worker ids come from ZooKeeper")

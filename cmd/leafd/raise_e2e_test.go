@@ -40,7 +40,7 @@ func TestMySQLRaiseMaxID(t *testing.T) {
 	const step = 100
 	dsn, db, ls, before := servedTwo(t, step, 2, 5_000)
 	e2e.CheckCodes(t, "before", e2e.Sum(before))
-	e2e.SQLExec(t, db, "UPDATE leaf_alloc SET max_id = max_id - ? WHERE biz_tag = 'orders'", 10*step)
+	lagMaxID(t, db, "orders", 10*step)
 	var na e2e.Counts // until 100 refusals: the buffered IDs are used up
 	after := e2e.RunLoad(e2e.Load{Tag: "orders", Conns: 2, Count: &na, Addrs: e2e.Addrs(ls...), Stop: e2e.Until(&na.Refused, 100, time.Now().Add(time.Minute))})
 	if tt := e2e.Sum(after); tt.Codes["REGRESSION"] == 0 {
@@ -64,7 +64,7 @@ func TestMySQLRaiseMaxID(t *testing.T) {
 	if err := r.Stop(10 * time.Second); err != nil {
 		t.Fatalf("stopping the third instance: %v", err)
 	}
-	e2e.SQLExec(t, db, "UPDATE leaf_alloc SET max_id = max_id - ? WHERE biz_tag = 'payments'", 10*step)
+	lagMaxID(t, db, "payments", 10*step)
 	payLowered := e2e.SQLInt(t, db, "SELECT max_id FROM leaf_alloc WHERE biz_tag = 'payments'")
 	r.Restart()
 	if v, err := r.Do("IDS.TAGS"); err != nil || len(v.([]any)) != 0 {

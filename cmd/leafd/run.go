@@ -226,7 +226,10 @@ func openStore(ctx context.Context, cfg Config, log *zap.Logger) (segment.Store,
 			return nil, nil, "", nil, err
 		}
 		// The marks live apart from leafd.db, so that a restored copy of it is caught.
-		marks, err := segment.OpenMarkFile(filepath.Join(cfg.DataDir, "marks.db"))
+		marksPath := filepath.Join(cfg.DataDir, "marks.db")
+		_, serr := os.Stat(marksPath)
+		marksExisted := serr == nil
+		marks, err := segment.OpenMarkFile(marksPath)
 		if err != nil {
 			_ = b.Close()
 			return nil, nil, "", nil, err
@@ -237,6 +240,16 @@ func openStore(ctx context.Context, cfg Config, log *zap.Logger) (segment.Store,
 			return nil, nil, "", nil, fmt.Errorf("move the regression marks out of leafd.db: %w", err)
 		} else if n > 0 {
 			log.Info("segment: regression marks of leafd.db checked into marks.db", zap.Int("tags", n))
+		}
+		// Refuse leafd.db without its marks: served alone, a restored copy would reissue IDs.
+		if what, err := segment.PairMarks(b, marks, marksExisted, cfg.AcceptMissingMarks); err != nil {
+			_ = marks.Close()
+			_ = b.Close()
+			return nil, nil, "", nil, fmt.Errorf("%w in %s; if the files are right, raise max_id of every tag above the IDs it issued, then start once with --accept-missing-marks (docs/SEGMENT.md, \"Backup and restore\")", err, cfg.DataDir)
+		} else if cfg.AcceptMissingMarks && what != "" {
+			log.Warn("segment: "+what, zap.String("data_dir", cfg.DataDir))
+		} else if what != "" {
+			log.Info("segment: "+what, zap.String("data_dir", cfg.DataDir))
 		}
 		return b, marks, "embedded", []io.Closer{marks, b}, nil
 	}

@@ -1,0 +1,54 @@
+package main
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/leafd/leafd/internal/testenv"
+)
+
+// TestMySQLWarmAfterOutageStart (adversarial review G): an instance restarted while MySQL is
+// unreachable warms the tags it served before once MySQL returns (the first tag list that
+// succeeds starts the warm start), not only when the tag list at start succeeds.
+func TestMySQLWarmAfterOutageStart(t *testing.T) {
+	base := testenv.FreshDatabase(t, testenv.MySQLDSN(t))
+	cfg, err := mysql.ParseDSN(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	px := startProxy(t, cfg.Addr)
+	cfg.Addr = px.Addr()
+	x := mysqlLeafd(t, cfg.FormatDSN(), "--default-step", "10", "--load-timeout", "1s")
+	const n = 5
+	for i := range n {
+		tag := fmt.Sprintf("w%d", i)
+		if _, err := do(x, "IDS.CREATE", tag, "STEP", 10); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := incrOnce(x, tag); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := x.stop(30 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	px.SetMode(proxyReset, 0)
+	x.start()
+	px.SetMode(proxyPass, 0)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		v, err := do(x, "IDS.TAGS")
+		if err == nil {
+			if tags, _ := v.([]any); len(tags) == n {
+				return // warmed
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("20 s after MySQL returned, IDS.TAGS = %v (%v): the %d tags served before the restart were not warmed", v, err, n)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
