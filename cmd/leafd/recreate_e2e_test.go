@@ -4,6 +4,8 @@ package main
 // keeps every re-creation, through any instance and in any letter case, above the IDs issued.
 
 import (
+	"github.com/leafd/leafd/internal/e2e"
+
 	"context"
 	"database/sql"
 	"testing"
@@ -19,29 +21,29 @@ import (
 // deletion.
 func TestMySQLRecreateOnOtherInstance(t *testing.T) {
 	dsn := testenv.FreshDatabase(t, testenv.MySQLDSN(t))
-	db := openSQL(t, dsn)
-	x := mysqlLeafd(t, dsn, "--default-step", "10")
-	z := mysqlLeafd(t, dsn, "--default-step", "10")
-	if _, err := do(x, "IDS.CREATE", "r", "STEP", 10); err != nil {
+	db := e2e.OpenSQL(t, dsn)
+	x := e2e.StartMySQL(t, dsn, "--default-step", "10")
+	z := e2e.StartMySQL(t, dsn, "--default-step", "10")
+	if _, err := x.Do("IDS.CREATE", "r", "STEP", 10); err != nil {
 		t.Fatal(err)
 	}
 	served := map[int64]bool{}
 	for range 3 {
-		id, err := incrOnce(x, "r")
+		id, err := x.Incr("r")
 		if err != nil {
 			t.Fatal(err)
 		}
 		served[id] = true
 	}
-	if _, err := do(x, "IDS.RETIRE", "r"); err != nil {
+	if _, err := x.Do("IDS.RETIRE", "r"); err != nil {
 		t.Fatal(err)
 	}
-	sqlExec(t, db, "DELETE FROM leaf_alloc WHERE biz_tag = 'r'")
-	if _, err := do(z, "IDS.CREATE", "r", "STEP", 10); err != nil {
+	e2e.SQLExec(t, db, "DELETE FROM leaf_alloc WHERE biz_tag = 'r'")
+	if _, err := z.Do("IDS.CREATE", "r", "STEP", 10); err != nil {
 		t.Fatal(err)
 	}
 	for range 3 {
-		id, err := incrOnce(z, "r")
+		id, err := z.Incr("r")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -58,28 +60,28 @@ func TestMySQLRecreateOnOtherInstance(t *testing.T) {
 // the new row start above the IDs of kb.
 func TestMySQLRecreateOtherCase(t *testing.T) {
 	dsn := testenv.FreshDatabase(t, testenv.MySQLDSN(t))
-	db := openSQL(t, dsn)
-	x := mysqlLeafd(t, dsn, "--default-step", "10", "--tag-refresh", "1h")
-	if _, err := do(x, "IDS.CREATE", "kb", "STEP", 10); err != nil {
+	db := e2e.OpenSQL(t, dsn)
+	x := e2e.StartMySQL(t, dsn, "--default-step", "10", "--tag-refresh", "1h")
+	if _, err := x.Do("IDS.CREATE", "kb", "STEP", 10); err != nil {
 		t.Fatal(err)
 	}
 	served := map[int64]bool{}
 	for range 3 {
-		id, err := incrOnce(x, "kb")
+		id, err := x.Incr("kb")
 		if err != nil {
 			t.Fatal(err)
 		}
 		served[id] = true
 	}
-	if _, err := do(x, "IDS.RETIRE", "kb"); err != nil {
+	if _, err := x.Do("IDS.RETIRE", "kb"); err != nil {
 		t.Fatal(err)
 	}
-	sqlExec(t, db, "DELETE FROM leaf_alloc WHERE biz_tag = 'kb'")
-	if _, err := do(x, "IDS.CREATE", "KB", "STEP", 10); err != nil {
+	e2e.SQLExec(t, db, "DELETE FROM leaf_alloc WHERE biz_tag = 'kb'")
+	if _, err := x.Do("IDS.CREATE", "KB", "STEP", 10); err != nil {
 		t.Fatal(err)
 	}
 	for range 3 {
-		id, err := incrOnce(x, "KB")
+		id, err := x.Incr("KB")
 		if err != nil {
 			t.Fatal(err)
 		}

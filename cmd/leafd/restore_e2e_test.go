@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/leafd/leafd/internal/e2e"
+
 	"context"
 	"os"
 	"os/exec"
@@ -16,24 +18,24 @@ import (
 // reissuing IDs (leafd.db and marks.db carry one pairing id, segment.PairMarks).
 func TestRestoreWithoutMarksRefused(t *testing.T) {
 	dir := t.TempDir()
-	l := startLeafd(t, "--data-dir", dir, "--worker-id", "1")
-	if _, err := incrOnce(l, "t"); err != nil {
+	l := e2e.Start(t, "--data-dir", dir, "--worker-id", "1")
+	if _, err := l.Incr("t"); err != nil {
 		t.Fatal(err)
 	}
-	if err := l.stop(30 * time.Second); err != nil {
+	if err := l.Stop(30 * time.Second); err != nil {
 		t.Fatal(err)
 	}
 	backup, err := os.ReadFile(filepath.Join(dir, "leafd.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	l.start()
+	l.Restart()
 	for range 3 { // IDs above the copy: a start on the copy without the marks would reissue them
-		if _, err := incrOnce(l, "t"); err != nil {
+		if _, err := l.Incr("t"); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := l.stop(30 * time.Second); err != nil {
+	if err := l.Stop(30 * time.Second); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "leafd.db"), backup, 0o600); err != nil {
@@ -44,7 +46,7 @@ func TestRestoreWithoutMarksRefused(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second) // a start that serves is killed
 	defer cancel()
-	out, err := exec.CommandContext(ctx, leafdBin, l.args...).CombinedOutput()
+	out, err := exec.CommandContext(ctx, e2e.Binary(), l.Args...).CombinedOutput()
 	if err == nil {
 		t.Fatalf("leafd started with leafd.db restored and marks.db missing\n%s", out)
 	}

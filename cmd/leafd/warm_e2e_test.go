@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/leafd/leafd/internal/e2e"
+
 	"fmt"
 	"testing"
 	"time"
@@ -19,28 +21,28 @@ func TestMySQLWarmAfterOutageStart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	px := startProxy(t, cfg.Addr)
+	px := e2e.StartProxy(t, cfg.Addr)
 	cfg.Addr = px.Addr()
-	x := mysqlLeafd(t, cfg.FormatDSN(), "--default-step", "10", "--load-timeout", "1s")
+	x := e2e.StartMySQL(t, cfg.FormatDSN(), "--default-step", "10", "--load-timeout", "1s")
 	const n = 5
 	for i := range n {
 		tag := fmt.Sprintf("w%d", i)
-		if _, err := do(x, "IDS.CREATE", tag, "STEP", 10); err != nil {
+		if _, err := x.Do("IDS.CREATE", tag, "STEP", 10); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := incrOnce(x, tag); err != nil {
+		if _, err := x.Incr(tag); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := x.stop(30 * time.Second); err != nil {
+	if err := x.Stop(30 * time.Second); err != nil {
 		t.Fatal(err)
 	}
-	px.SetMode(proxyReset, 0)
-	x.start()
-	px.SetMode(proxyPass, 0)
+	px.SetMode(e2e.ProxyReset, 0)
+	x.Restart()
+	px.SetMode(e2e.ProxyPass, 0)
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		v, err := do(x, "IDS.TAGS")
+		v, err := x.Do("IDS.TAGS")
 		if err == nil {
 			if tags, _ := v.([]any); len(tags) == n {
 				return // warmed
