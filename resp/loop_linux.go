@@ -2,6 +2,10 @@
 
 package resp
 
+// This file is long (about 800 lines) on purpose: one event loop's state machine — epoll
+// registration, reads, the bounded parse, writes with backpressure, the watchdog hand-off and
+// shutdown — shares its connection state and invariants, and reads best in one place.
+
 import (
 	"errors"
 	"net"

@@ -1,5 +1,8 @@
 package segment
 
+// (A little over 500 lines: the fence's rules and the statements that apply them are kept
+// together; see the comment below.)
+
 // The failover fence of MySQLStore: how a database that failed over to a replica that had
 // not received the last allocations is made safe without an operator (docs/MYSQL.md,
 // "Failover").
