@@ -40,12 +40,13 @@ type Blocker interface {
 
 // Server models (Config.Model).
 const (
-	// ModelGoroutine (the default) serves each connection on a goroutine of its own with
-	// blocking I/O.
+	// ModelGoroutine serves each connection on a goroutine of its own with blocking I/O (TLS
+	// connections always, and every connection off Linux).
 	ModelGoroutine = "goroutine"
 	// ModelEventLoop serves plain-TCP connections on epoll event loops, one per GOMAXPROCS,
-	// each one goroutine (Linux; elsewhere, and for TLS, the goroutine model is used). It
-	// did not beat the goroutine model in docs/BENCHMARKS.md's runs, so it is not the default.
+	// each one goroutine (Linux; elsewhere, and for TLS, the goroutine model is used). The
+	// default: on a quiet machine it met redis-server's p99 where the goroutine model did not
+	// (docs/BENCHMARKS.md, "Quiet-machine decision").
 	ModelEventLoop = "eventloop"
 )
 
@@ -81,7 +82,7 @@ type Config struct {
 	// TLS, when set, serves TLS instead of plain TCP. TLS connections are always served on
 	// the goroutine model.
 	TLS *tls.Config
-	// Model is the server model: ModelGoroutine (the default) or ModelEventLoop.
+	// Model is the server model: ModelEventLoop (the default) or ModelGoroutine.
 	Model string
 	// Loops is the number of event loops (default GOMAXPROCS).
 	Loops int
@@ -98,7 +99,7 @@ func DefaultConfig() Config {
 		MaxQueryBuffer:  4 << 20,
 		MaxOutputBuffer: 1 << 20,
 		Limits:          DefaultLimits(),
-		Model:           ModelGoroutine,
+		Model:           ModelEventLoop,
 		Now:             time.Now,
 	}
 }

@@ -130,7 +130,7 @@ func flagSet(c *Config) *flag.FlagSet {
 	fs.IntVar(&c.MaxBatch, "max-batch", hc.MaxBatch, "largest count of IDS.SEGMENT and IDS.SNOWFLAKE")
 	fs.StringVar(&c.TLSCert, "tls-cert", "", "TLS certificate file (with --tls-key: serve RESP over TLS)")
 	fs.StringVar(&c.TLSKey, "tls-key", "", "TLS key file")
-	fs.StringVar(&c.ServerModel, "server-model", resp.ModelGoroutine, "how RESP connections are served: goroutine (a goroutine per connection) or eventloop (epoll loops, one per GOMAXPROCS, Linux; TLS connections still get a goroutine each)")
+	fs.StringVar(&c.ServerModel, "server-model", resp.DefaultConfig().Model, "how RESP connections are served: eventloop (epoll loops, one per GOMAXPROCS, Linux; TLS connections still get a goroutine each) or goroutine (a goroutine per connection)")
 
 	fs.DurationVar(&c.WaitTimeout, "wait-timeout", sc.WaitTimeout, "how long a request waits for a segment before UNAVAILABLE")
 	fs.IntVar(&c.MaxLoaders, "max-loaders", sc.MaxLoaders, "segment loads running at once, across all tags")
