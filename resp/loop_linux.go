@@ -103,7 +103,11 @@ type loop struct {
 	mu       sync.Mutex
 	incoming []*Conn // accepted, not yet registered
 	returned []*Conn // handed back by offloaded commands and deposed loop goroutines
-	woken    atomic.Bool
+	// stopped is set (under mu) when the loop has returned for Shutdown: a connection
+	// accepted just before Shutdown and adopted after that is closed by adopt, not queued
+	// for a loop that will never read incoming again.
+	stopped bool
+	woken   atomic.Bool
 
 	// The watchdog reads these: the connection whose command is running on the loop
 	// goroutine, and a count of commands started.
@@ -237,12 +241,22 @@ func (s *Server) adopt(c *Conn, nc net.Conn) bool {
 	// The duplicate shares the socket (and its O_NONBLOCK); closing the net.Conn removes the
 	// original descriptor from the runtime's poller.
 	_ = nc.Close()
+	// Shutdown reads c.nc under s.mu (the connection is already in s.conns), so the hand-over
+	// from the runtime's poller to the loop is published under it too.
+	s.mu.Lock()
 	c.fd = fd
 	c.nc = nil
+	s.mu.Unlock()
 	c.lastRead = c.born
 	lp := s.loops[int(uint64(c.id)%uint64(len(s.loops)))]
 	c.lp = lp
 	lp.mu.Lock()
+	if lp.stopped {
+		lp.mu.Unlock()
+		_ = unix.Close(fd)
+		s.dropConn(c)
+		return true
+	}
 	lp.incoming = append(lp.incoming, c)
 	lp.mu.Unlock()
 	lp.wake()
@@ -418,6 +432,9 @@ func (lp *loop) housekeep(now time.Time) bool {
 		if len(lp.conns) == 0 {
 			lp.mu.Lock()
 			empty := len(lp.incoming) == 0 && len(lp.returned) == 0
+			if empty {
+				lp.stopped = true
+			}
 			lp.mu.Unlock()
 			if empty {
 				lp.stopOnce()

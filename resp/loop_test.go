@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"runtime"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -240,4 +242,53 @@ func TestHostileHeadersClose(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestShutdownRacesAdopt: connections accepted while Shutdown runs are handed from the
+// runtime's poller to a loop (adopt) at the same time as Shutdown walks the connection set.
+// Under -race this caught adopt publishing c.nc = nil outside s.mu (a CI failure).
+func TestShutdownRacesAdopt(t *testing.T) {
+	for round := 0; round < 20; round++ {
+		srv, err := NewServer(Config{Model: ModelEventLoop}, HandlerFunc(func(c *Conn, args [][]byte) {
+			c.WriteSimple("PONG")
+		}), zap.NewNop())
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr, err := srv.Listen("127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan struct{})
+		go func() { _ = srv.Serve(); close(done) }()
+		var dials sync.WaitGroup
+		start := make(chan struct{})
+		for i := 0; i < 8; i++ {
+			dials.Add(1)
+			go func() {
+				defer dials.Done()
+				<-start
+				for j := 0; j < 4; j++ {
+					nc, err := net.DialTimeout("tcp", addr.String(), time.Second)
+					if err != nil {
+						return
+					}
+					_, _ = nc.Write([]byte("PING\r\n"))
+					_ = nc.Close()
+				}
+			}()
+		}
+		close(start)
+		// Shut down once accepting is under way, so later accepts overlap the walk.
+		for srv.Stats().TotalConnections < 2 {
+			runtime.Gosched()
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if err := srv.Shutdown(ctx); err != nil {
+			t.Errorf("round %d: Shutdown: %v", round, err)
+		}
+		cancel()
+		<-done
+		dials.Wait()
+	}
 }
