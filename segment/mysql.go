@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -139,6 +140,16 @@ func (c MySQLConfig) withDefaults() MySQLConfig {
 	return c
 }
 
+// idleSessionTimeout is the wait_timeout of the store's sessions: how long the server keeps a
+// session that sends nothing. Every store call ends within QueryTimeout (its context), so a
+// session idle for longer inside a transaction belongs to a process that stopped running
+// (SIGSTOP, a VM or GC pause, a partition that keeps the TCP connection up); ending it rolls
+// its transaction back and frees the tag's row lock for the other instances, instead of the
+// server's default of 8 hours. Twice QueryTimeout, at least 2 s, in whole seconds.
+func idleSessionTimeout(query time.Duration) time.Duration {
+	return max(2*query, 2*time.Second).Round(time.Second)
+}
+
 // MySQLStore leases ranges from Leaf's leaf_alloc table in MySQL 5.7/8 or MariaDB 10.x,
 // shared by any number of leafd (and Leaf) instances. An allocation is Leaf's UPDATE and
 // SELECT in one transaction on one connection; it returns only after COMMIT succeeded, and
@@ -191,6 +202,16 @@ func OpenMySQL(ctx context.Context, cfg MySQLConfig, log *zap.Logger) (*MySQLSto
 	if dcfg.WriteTimeout == 0 {
 		dcfg.WriteTimeout = cfg.QueryTimeout
 	}
+	// A session that stops sending (its process paused inside an allocation) is ended by the
+	// server after idle, which releases the row locks of its transaction (idleSessionTimeout).
+	// The driver sends it as SET wait_timeout on each new connection; a DSN that sets it wins.
+	idle := idleSessionTimeout(cfg.QueryTimeout)
+	if _, ok := dcfg.Params["wait_timeout"]; !ok {
+		if dcfg.Params == nil {
+			dcfg.Params = map[string]string{}
+		}
+		dcfg.Params["wait_timeout"] = strconv.FormatInt(int64(idle/time.Second), 10)
+	}
 	log = log.With(zap.String("store", "mysql"), zap.String("addr", dcfg.Addr), zap.String("db", dcfg.DBName))
 	dcfg.Logger = mysqlDriverLog{log}
 	conn, err := mysql.NewConnector(dcfg)
@@ -201,6 +222,8 @@ func OpenMySQL(ctx context.Context, cfg MySQLConfig, log *zap.Logger) (*MySQLSto
 	db.SetMaxOpenConns(cfg.MaxOpenConns)
 	db.SetMaxIdleConns(cfg.MaxIdleConns)
 	db.SetConnMaxLifetime(cfg.ConnMaxLifetime)
+	// Idle pooled connections are closed before the server's wait_timeout ends them.
+	db.SetConnMaxIdleTime(idle / 2)
 
 	s := &MySQLStore{
 		db:          db,
