@@ -210,7 +210,13 @@ func (g *Generator) fetch(ctx context.Context, b *buffer) (*seg, error) {
 	if size <= 0 {
 		size = a.Step
 	}
-	if size <= 0 || a.MaxID > maxRangeEnd || a.MaxID-size < 0 {
+	if a.MaxID > maxRangeEnd && size > 0 {
+		// The store answered, but the range passes the largest ID served: retrying cannot
+		// help, and UNAVAILABLE ("store unreachable or slow") would mislead.
+		return nil, &TagError{Tag: b.tag, Err: ErrLimit, Detail: fmt.Sprintf(
+			"the tag has reached the largest ID leafd serves (%d): the store leased [%d, %d)", maxRangeEnd-1, a.MaxID-size, a.MaxID)}
+	}
+	if size <= 0 || a.MaxID-size < 0 {
 		return nil, fmt.Errorf("store returned an invalid range: max_id %d, step %d", a.MaxID, size)
 	}
 	start, end := a.MaxID-size, a.MaxID

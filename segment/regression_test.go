@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 )
@@ -108,5 +109,23 @@ func TestDroppedBufferNeverLoads(t *testing.T) {
 	var w waiter
 	if _, err := g.advance(old, old.cur.Load(), &w, true); err != errStale {
 		t.Fatalf("advance on a dropped buffer: got %v, want errStale", err)
+	}
+}
+
+// TestTagExhaustedIsLimit: a tag whose store row reaches the largest ID leafd serves
+// (maxRangeEnd, 2^62-1) is refused with LIMIT, saying so, not UNAVAILABLE "store unreachable
+// or slow" (the store answered; retrying cannot help). Nothing beyond the bound is served.
+func TestTagExhaustedIsLimit(t *testing.T) {
+	st := newFakeStore(map[string]int64{"full": 10})
+	st.rows["full"].maxID = maxRangeEnd - 15
+	g := newTestGen(t, testConfig(newFakeClock()), st, newFakeMarks())
+	for range 10 {
+		if v := mustNext(t, g, "full"); v >= maxRangeEnd {
+			t.Fatalf("served %d, at or above the bound %d", v, maxRangeEnd)
+		}
+	}
+	_, err := g.Next("full")
+	if !errors.Is(err, ErrLimit) || !strings.Contains(err.Error(), "largest ID") {
+		t.Fatalf("Next past the largest ID: %v, want ErrLimit saying the tag is exhausted", err)
 	}
 }
