@@ -92,7 +92,7 @@ func DefaultConfig() Config {
 func (c Config) Validate() error {
 	var errs []error
 	if c.PreloadRatio < 0 || c.PreloadRatio >= 1 {
-		errs = append(errs, fmt.Errorf("PreloadRatio %v: must be in (0, 1)", c.PreloadRatio))
+		errs = append(errs, fmt.Errorf("PreloadRatio %v: must be in (0, 1), or 0 for the default", c.PreloadRatio))
 	}
 	for _, d := range []struct {
 		name string
