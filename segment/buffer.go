@@ -2,9 +2,11 @@ package segment
 
 import (
 	"math"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 )
 
 // maxRangeEnd bounds range ends so that a cursor pushed past its end by failed takers can
@@ -81,11 +83,15 @@ func (b *buffer) take() (int64, takeState) {
 	return v, taken
 }
 
-// buffer is the double buffer of one tag.
+// buffer is the double buffer of one tag. Its first fields are what a lookup and a take
+// read (the name, compared by tagIndex.load; cur; flags): a short name lives inline in name,
+// so that round-robin INCR over many tags touches one line of the buffer, not also a
+// separately allocated string.
 type buffer struct {
-	tag   string              // owned copy
 	cur   atomic.Pointer[seg] // the segment being served; nil before the first load
 	flags atomic.Uint32       // mirror of loading/next under mu, for the hot path
+	tag   string              // owned: points into name when it fits there
+	name  [tagInline]byte
 	// retryAt (ns of Generator.mono, 0 = none): no new load before it (after a failure or
 	// rejection).
 	retryAt atomic.Int64
@@ -115,7 +121,21 @@ type buffer struct {
 	firstPending bool
 }
 
-func newBuffer(tag string) *buffer { return &buffer{tag: tag} }
+// tagInline is how many bytes of a tag name a buffer holds inline (longer names get their
+// own copy): with cur, flags and tag before it, the fields a lookup reads fill 64 bytes.
+const tagInline = 32
+
+// newBuffer returns the buffer of tag; it keeps its own copy of the name.
+func newBuffer(tag string) *buffer {
+	b := &buffer{}
+	if len(tag) <= len(b.name) {
+		n := copy(b.name[:], tag)
+		b.tag = unsafe.String(&b.name[0], n)
+	} else {
+		b.tag = strings.Clone(tag)
+	}
+	return b
+}
 
 // tagGuard orders the leases of one tag across every buffer ever created for it in one
 // Generator: a buffer dropped by a refresh (still held by in-flight requests) and its

@@ -20,10 +20,10 @@ type Generator struct {
 	marks Marks
 	log   *zap.Logger
 
-	// tags maps a tag to its live buffer. Readers (the hot path) use sync.Map's lock-free
-	// Load, which allocates nothing; adding or removing one tag costs O(1) under mu, never a
-	// copy of the whole map.
-	tags  sync.Map // string -> *buffer
+	// tags maps a tag to its live buffer (tagindex.go). Readers (the hot path) look up
+	// without a lock and allocate nothing; adding or removing one tag costs O(1) amortized
+	// under mu, never a copy of the whole index.
+	tags  *tagIndex
 	ntags atomic.Int64
 	mu    sync.Mutex // serializes adding and removing tags; gen
 	gen   uint64     // refresh generation
@@ -96,6 +96,7 @@ func New(cfg Config, store Store, marks Marks, log *zap.Logger) (*Generator, err
 		store:    store,
 		marks:    marks,
 		log:      log,
+		tags:     newTagIndex(),
 		guards:   make(map[string]*tagGuard),
 		neg:      make(map[string]negEntry),
 		jobs:     make(chan *buffer, cfg.MaxPending),

@@ -39,8 +39,8 @@ func (g *Generator) Health() Health {
 	}
 	if e != nil {
 		h.StoreOK, h.StoreError = false, *e
-		g.tags.Range(func(_, v any) bool {
-			if v.(*buffer).canServe() {
+		g.tags.each(func(b *buffer) bool {
+			if b.canServe() {
 				h.Serving++
 			}
 			return true

@@ -46,14 +46,13 @@ func segInfo(s *seg) SegmentInfo {
 // Info returns the buffer state of tag (IDS.INFO). It does not load anything; a tag not held
 // fails with ErrUnknownTag.
 func (g *Generator) Info(tag string) (Info, error) {
-	v, ok := g.tags.Load(tag)
-	if !ok {
+	b := g.tags.load(tag)
+	if b == nil {
 		if err := ValidateTag(tag); err != nil {
 			return Info{}, err
 		}
 		return Info{}, tagError(tag, ErrUnknownTag, "tag not held by this instance")
 	}
-	b := v.(*buffer)
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	in := Info{
@@ -126,8 +125,8 @@ func (g *Generator) Stats() Stats {
 		Tags:          int(g.ntags.Load()),
 		LoadSeconds:   g.loadHist.snapshot(),
 	}
-	g.tags.Range(func(_, v any) bool {
-		st.IDs += v.(*buffer).issued()
+	g.tags.each(func(b *buffer) bool {
+		st.IDs += b.issued()
 		return true
 	})
 	return st

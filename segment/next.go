@@ -10,8 +10,7 @@ import (
 // Next returns the next ID of tag (INCR). It allocates nothing when tag is held and its
 // current segment has IDs left.
 func (g *Generator) Next(tag string) (int64, error) {
-	if v, ok := g.tags.Load(tag); ok {
-		b := v.(*buffer)
+	if b := g.tags.load(tag); b != nil {
 		// The per-buffer hot path (buffer.take, inlined): an atomic pointer load, an atomic
 		// add, a comparison with the bound; past the preload threshold one atomic load of the
 		// flags.
@@ -143,7 +142,7 @@ func (g *Generator) checkNewTagCount(tag string, n int64) error {
 	if !g.cfg.AutoCreate || n <= g.cfg.DefaultStep {
 		return nil
 	}
-	if _, ok := g.tags.Load(tag); ok {
+	if g.tags.load(tag) != nil {
 		return nil
 	}
 	if err := ValidateTag(tag); err != nil {

@@ -36,9 +36,8 @@ func (g *Generator) refresh(ctx context.Context) (map[string]struct{}, error) {
 		folded[strings.ToLower(n)] = struct{}{}
 	}
 	var dropped []*buffer
-	g.tags.Range(func(k, v any) bool {
-		b := v.(*buffer)
-		if _, ok := folded[strings.ToLower(k.(string))]; !ok {
+	g.tags.each(func(b *buffer) bool {
+		if _, ok := folded[strings.ToLower(b.tag)]; !ok {
 			g.mu.Lock()
 			old := b.gen < gen
 			g.mu.Unlock()

@@ -13,8 +13,8 @@ import (
 
 // buffer returns the live buffer of tag, creating it if needed.
 func (g *Generator) buffer(tag string) (*buffer, error) {
-	if v, ok := g.tags.Load(tag); ok {
-		return v.(*buffer), nil
+	if b := g.tags.load(tag); b != nil {
+		return b, nil
 	}
 	return g.lookupSlow(tag)
 }
@@ -35,19 +35,19 @@ func (g *Generator) lookupSlow(tag string) (*buffer, error) {
 
 // addLocked creates the buffer of tag unless one is held (g.mu held). O(1).
 func (g *Generator) addLocked(tag string) (*buffer, error) {
-	if v, ok := g.tags.Load(tag); ok {
-		return v.(*buffer), nil
+	if b := g.tags.load(tag); b != nil {
+		return b, nil
 	}
 	if g.ntags.Load() >= int64(g.cfg.MaxTags) {
 		return nil, g.tagsFull(tag)
 	}
-	b := newBuffer(strings.Clone(tag))
+	b := newBuffer(tag)
 	b.firstPending = true
 	g.firstLoads.Add(1)
 	b.gen = g.gen
 	b.guard = g.acquireGuard(b.tag)
 	b.guardRef = true
-	g.tags.Store(b.tag, b)
+	g.tags.store(b)
 	g.ntags.Add(1)
 	return b, nil
 }
@@ -112,8 +112,8 @@ func (g *Generator) releaseGuard(tag string, gd *tagGuard) {
 // Tags returns the held tags, sorted (IDS.TAGS).
 func (g *Generator) Tags() []string {
 	out := make([]string, 0, g.ntags.Load())
-	g.tags.Range(func(k, _ any) bool {
-		out = append(out, k.(string))
+	g.tags.each(func(b *buffer) bool {
+		out = append(out, b.tag)
 		return true
 	})
 	slices.Sort(out)
@@ -136,7 +136,7 @@ func (g *Generator) Create(ctx context.Context, t Tag) error {
 	if t.Step < 0 || t.MaxID < 0 || t.MaxID >= maxRangeEnd {
 		return &TagError{Tag: t.Name, Err: ErrLimit, Detail: fmt.Sprintf("step %d, start %d: must be positive", t.Step, t.MaxID)}
 	}
-	if _, held := g.tags.Load(t.Name); !held && g.ntags.Load() >= int64(g.cfg.MaxTags) {
+	if held := g.tags.load(t.Name) != nil; !held && g.ntags.Load() >= int64(g.cfg.MaxTags) {
 		return g.tagsFull(t.Name)
 	}
 	// Under the tag's guard, like a load: a load of the tag running now (its row deleted
@@ -175,11 +175,11 @@ func (g *Generator) Create(ctx context.Context, t Tag) error {
 // auto-create, can never reissue its IDs (Create starts above the mark; a lower range is
 // refused as a regression). It reports whether the tag was held.
 func (g *Generator) Retire(tag string) bool {
-	v, ok := g.tags.Load(tag)
-	if !ok {
+	b := g.tags.load(tag)
+	if b == nil {
 		return false
 	}
-	g.drop(v.(*buffer))
+	g.drop(b)
 	g.log.Info("segment: tag retired", zap.String("tag", tag))
 	return true
 }
@@ -248,8 +248,7 @@ func (g *Generator) drop(b *buffer) {
 			g.releaseGuardLocked(b)
 		}
 	}
-	if v, ok := g.tags.Load(b.tag); ok && v == b {
-		g.tags.Delete(b.tag)
+	if g.tags.remove(b) {
 		g.ntags.Add(-1)
 	}
 	b.mu.Unlock()
