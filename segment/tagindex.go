@@ -63,8 +63,10 @@ func newTagIndex() *tagIndex {
 func (x *tagIndex) hash(tag string) uint64 { return maphash.String(x.seed, tag) | 1 }
 
 // load returns the buffer of tag, or nil.
-func (x *tagIndex) load(tag string) *buffer {
-	h := x.hash(tag)
+func (x *tagIndex) load(tag string) *buffer { return x.lookup(x.hash(tag), tag) }
+
+// lookup returns the buffer of tag, whose hash is h, or nil.
+func (x *tagIndex) lookup(h uint64, tag string) *buffer {
 	sh := x.shards[h>>(64-tagShardBits)].Load()
 	mask := uint64(len(sh.slots) - 1)
 	for i := h & mask; ; i = (i + 1) & mask {
