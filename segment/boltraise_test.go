@@ -33,3 +33,26 @@ func TestBoltRaiseMaxID(t *testing.T) {
 		t.Errorf("RaiseMaxID(-1): %v, want ErrLimit", err)
 	}
 }
+
+// RaiseMaxID's range check: every floor in [0, maxRangeEnd) is accepted (0 and a floor at
+// or below max_id leave the row as it is), maxRangeEnd and above are refused with ErrLimit
+// and leave max_id unchanged, so that an operator's raise can never set max_id where the
+// next allocation would pass the largest ID.
+func TestBoltRaiseMaxIDBounds(t *testing.T) {
+	st := openTestBolt(t, filepath.Join(t.TempDir(), "leafd.db"))
+	ctx := t.Context()
+	if err := st.Create(ctx, Tag{Name: "a", MaxID: 50, Step: 10}); err != nil {
+		t.Fatal(err)
+	}
+	if before, after, err := st.RaiseMaxID(ctx, "a", 0); err != nil || before != 50 || after != 50 {
+		t.Errorf("RaiseMaxID(0): got %d, %d, %v; want 50, 50, nil", before, after, err)
+	}
+	for _, floor := range []int64{maxRangeEnd, maxRangeEnd + 1} {
+		if _, _, err := st.RaiseMaxID(ctx, "a", floor); !errors.Is(err, ErrLimit) {
+			t.Errorf("RaiseMaxID(%d): %v, want ErrLimit", floor, err)
+		}
+	}
+	if before, after, err := st.RaiseMaxID(ctx, "a", maxRangeEnd-1); err != nil || before != 50 || after != maxRangeEnd-1 {
+		t.Errorf("RaiseMaxID(maxRangeEnd-1): got %d, %d, %v; want 50, %d, nil", before, after, err, int64(maxRangeEnd-1))
+	}
+}
