@@ -150,6 +150,61 @@ func idleSessionTimeout(query time.Duration) time.Duration {
 	return max(2*query, 2*time.Second).Round(time.Second)
 }
 
+// driverConfig is the driver's configuration for cfg (with its defaults applied): the DSN, and
+// for each of these the DSN does not set, leafd's choice:
+//   - timeout, readTimeout, writeTimeout: QueryTimeout, so a hung database is noticed;
+//   - wait_timeout: idleSessionTimeout, so a paused holder's row lock is released;
+//   - interpolateParams=true: statements with arguments go as text in one round trip each,
+//     instead of a prepare and an execute (an allocation is 6 round trips instead of about 10,
+//     which is what a far database's refill time is made of). The driver falls back to
+//     prepared statements for the character sets where interpolation is not safe (it refuses
+//     to interpolate them), and escapes by the session's NO_BACKSLASH_ESCAPES mode.
+func driverConfig(cfg MySQLConfig) (*mysql.Config, error) {
+	dcfg, err := mysql.ParseDSN(cfg.DSN)
+	if err != nil {
+		return nil, fmt.Errorf("segment: mysql DSN: %w", err)
+	}
+	if dcfg.Timeout == 0 {
+		dcfg.Timeout = cfg.QueryTimeout
+	}
+	if dcfg.ReadTimeout == 0 {
+		dcfg.ReadTimeout = cfg.QueryTimeout
+	}
+	if dcfg.WriteTimeout == 0 {
+		dcfg.WriteTimeout = cfg.QueryTimeout
+	}
+	// A session that stops sending (its process paused inside an allocation) is ended by the
+	// server after idle, which releases the row locks of its transaction (idleSessionTimeout).
+	// The driver sends it as SET wait_timeout on each new connection; a DSN that sets it wins.
+	if _, ok := dcfg.Params["wait_timeout"]; !ok {
+		if dcfg.Params == nil {
+			dcfg.Params = map[string]string{}
+		}
+		dcfg.Params["wait_timeout"] = strconv.FormatInt(int64(idleSessionTimeout(cfg.QueryTimeout)/time.Second), 10)
+	}
+	// ParseDSN cannot tell an absent interpolateParams from false; the DSN's text can.
+	if !dsnSets(cfg.DSN, "interpolateParams") {
+		dcfg.InterpolateParams = true
+	}
+	return dcfg, nil
+}
+
+// dsnSets reports whether the DSN's parameters (after the '?' that follows the last '/', as
+// the driver parses them) name param.
+func dsnSets(dsn, param string) bool {
+	rest := dsn[strings.LastIndexByte(dsn, '/')+1:]
+	q := strings.IndexByte(rest, '?')
+	if q < 0 {
+		return false
+	}
+	for _, kv := range strings.Split(rest[q+1:], "&") {
+		if k, _, _ := strings.Cut(kv, "="); k == param {
+			return true
+		}
+	}
+	return false
+}
+
 // MySQLStore leases ranges from Leaf's leaf_alloc table in MySQL 5.7/8 or MariaDB 10.x,
 // shared by any number of leafd (and Leaf) instances. An allocation is Leaf's UPDATE and
 // SELECT in one transaction on one connection; it returns only after COMMIT succeeded, and
@@ -189,29 +244,11 @@ func OpenMySQL(ctx context.Context, cfg MySQLConfig, log *zap.Logger) (*MySQLSto
 	if log == nil {
 		log = zap.NewNop()
 	}
-	dcfg, err := mysql.ParseDSN(cfg.DSN)
+	dcfg, err := driverConfig(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("segment: mysql DSN: %w", err)
+		return nil, err
 	}
-	if dcfg.Timeout == 0 {
-		dcfg.Timeout = cfg.QueryTimeout
-	}
-	if dcfg.ReadTimeout == 0 {
-		dcfg.ReadTimeout = cfg.QueryTimeout
-	}
-	if dcfg.WriteTimeout == 0 {
-		dcfg.WriteTimeout = cfg.QueryTimeout
-	}
-	// A session that stops sending (its process paused inside an allocation) is ended by the
-	// server after idle, which releases the row locks of its transaction (idleSessionTimeout).
-	// The driver sends it as SET wait_timeout on each new connection; a DSN that sets it wins.
 	idle := idleSessionTimeout(cfg.QueryTimeout)
-	if _, ok := dcfg.Params["wait_timeout"]; !ok {
-		if dcfg.Params == nil {
-			dcfg.Params = map[string]string{}
-		}
-		dcfg.Params["wait_timeout"] = strconv.FormatInt(int64(idle/time.Second), 10)
-	}
 	log = log.With(zap.String("store", "mysql"), zap.String("addr", dcfg.Addr), zap.String("db", dcfg.DBName))
 	dcfg.Logger = mysqlDriverLog{log}
 	conn, err := mysql.NewConnector(dcfg)

@@ -101,6 +101,33 @@ func TestMySQLConfig(t *testing.T) {
 	}
 }
 
+// TestMySQLDriverConfig: leafd's driver defaults apply where the DSN is silent, and the DSN
+// wins where it speaks (interpolateParams halves a far database's allocation round trips).
+func TestMySQLDriverConfig(t *testing.T) {
+	for _, tt := range []struct {
+		dsn         string
+		interpolate bool
+		wait        string
+		read        time.Duration
+	}{
+		{"u:p@tcp(db:3306)/leaf", true, "6", 3 * time.Second},
+		{"u:p?x@tcp(db:3306)/leaf", true, "6", 3 * time.Second}, // a '?' in the password is not the parameters'
+		{"u:p@tcp(db:3306)/leaf?interpolateParams=false", false, "6", 3 * time.Second},
+		{"u:p@tcp(db:3306)/leaf?parseTime=true&interpolateParams=true&wait_timeout=60&readTimeout=1s", true, "60", time.Second},
+	} {
+		cfg := DefaultMySQLConfig()
+		cfg.DSN = tt.dsn
+		d, err := driverConfig(cfg.withDefaults())
+		if err != nil {
+			t.Fatalf("%s: %v", tt.dsn, err)
+		}
+		if d.InterpolateParams != tt.interpolate || d.Params["wait_timeout"] != tt.wait || d.ReadTimeout != tt.read {
+			t.Errorf("%s: interpolateParams %v, wait_timeout %q, readTimeout %v; want %v, %q, %v",
+				tt.dsn, d.InterpolateParams, d.Params["wait_timeout"], d.ReadTimeout, tt.interpolate, tt.wait, tt.read)
+		}
+	}
+}
+
 func TestMySQLCreatesTable(t *testing.T) {
 	dsn := testenv.FreshDatabase(t, testenv.MySQLDSN(t))
 	s := openTestMySQL(t, dsn, nil)
