@@ -26,6 +26,7 @@ var (
 	descSegUnknown     = desc("segment_unknown_tag_total", "Requests failed with NOTAG.")
 	descSegPanics      = desc("segment_load_panics_total", "Segment loads that panicked (recovered; counted as failed loads too).")
 	descSegWaits       = desc("segment_load_waits_total", "Requests that found no segment ready and waited for a load from the store.")
+	descSegStepCapped  = desc("segment_step_capped_total", "Loads whose demand needed a larger segment than --max-step to outlast the next load (requests wait at switches; raise --max-step).")
 	descSegWarmLoads   = desc("segment_warm_loads_total", "First segments loaded by the warm start (tags served before the restart).")
 	descSegTags        = desc("segment_tags", "Tags held by this instance.")
 	descTagRemaining   = desc("segment_tag_remaining", "IDs left in the tag's current and next segments.", "tag")
@@ -65,7 +66,7 @@ var (
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		descSegIDs, descSegLoads, descSegRegressions, descSegUnavailable, descSegUnknown, descSegTags,
-		descSegPanics, descSegWaits, descSegWarmLoads,
+		descSegPanics, descSegWaits, descSegWarmLoads, descSegStepCapped,
 		descTagRemaining, descTagStep, descTagCanServe, descTagCanRefill,
 		descTagIDs, descTagCurRemain, descTagNextReady, descTagLoading, descSegLoadSeconds, descReady, descCmdErrors,
 		descSnowEnabled, descSnowHasWorker, descSnowWorkerID, descSnowReserved, descSnowIssued,
@@ -98,6 +99,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	counter(descSegPanics, float64(st.LoadsPanicked))
 	counter(descSegWaits, float64(st.Waits))
 	counter(descSegWarmLoads, float64(st.WarmLoads))
+	counter(descSegStepCapped, float64(st.StepCapped))
 	gauge(descSegTags, float64(st.Tags))
 	buckets := make(map[float64]uint64, len(segment.LoadBuckets))
 	for i, le := range segment.LoadBuckets {

@@ -107,6 +107,7 @@ func cmdInfo(h *Handler, c *resp.Conn, args [][]byte) error {
 		w("segment_loads_panicked", s.LoadsPanicked)
 		w("segment_load_waits", s.Waits)
 		w("segment_warm_loads", s.WarmLoads)
+		w("segment_step_capped", s.StepCapped)
 	})
 	section("snowflake", func(w func(string, any)) {
 		if h.snow == nil {

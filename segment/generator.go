@@ -54,6 +54,8 @@ type Generator struct {
 		loadsOK, loadsFailed, loadsRejected, loadsPanicked atomic.Int64
 		regressions, unavailable, unknown                  atomic.Int64
 		waits, warmLoads                                   atomic.Int64
+		stepCapped                                         atomic.Int64 // loads whose demand needed more than MaxStep
+		stepCappedLogged                                   atomic.Int64 // mono ns of the latest warning + 1
 		droppedIDs                                         atomic.Int64 // IDs issued by buffers since dropped
 	}
 	loadHist loadHist

@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+
 	"github.com/leafd/leafd/internal/clock"
 )
 
@@ -129,6 +132,48 @@ func TestDemandSizedLoad(t *testing.T) {
 	}
 	if h, _ := mk.Hint("t"); h.Step != got[1] || h.Rate < 50_000 || h.Load != 300*time.Millisecond {
 		t.Fatalf("recorded hint: got %+v, want step %d, rate ≈ 100k/s, load 300ms", h, got[1])
+	}
+}
+
+// TestStepCappedCounted: the same demand through the same slow store with MaxStep below what
+// would hide the next load: the step is capped, the load counted in StepCapped, and one
+// warning logged. An uncapped demand counts nothing (TestDemandSizedLoad's numbers).
+func TestStepCappedCounted(t *testing.T) {
+	for _, tc := range []struct {
+		maxStep int64
+		capped  bool
+	}{{20_000, true}, {1_000_000, false}} {
+		clk := newFakeClock()
+		fs := newFakeStore(map[string]int64{"t": 1000})
+		st := farStore{fakeStore: fs, clk: clk, d: 300 * time.Millisecond}
+		cfg := testConfig(clk)
+		cfg.NoWarmStart = true
+		cfg.MaxStep = tc.maxStep
+		core, logs := observer.New(zap.WarnLevel)
+		g, err := New(cfg, st, newHintMarks(), zap.New(core))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { g.Close() })
+		mustNext(t, g, "t")
+		for i := 0; i < 99; i++ {
+			mustNext(t, g, "t")
+			if i%10 == 0 {
+				clk.Add(100 * time.Microsecond)
+			}
+		}
+		mustNext(t, g, "t")
+		waitFor(t, "the second load", func() bool { return len(fs.stepsSeen()) == 2 })
+		waitIdle(t, g, "t")
+		got, n := fs.stepsSeen(), g.Stats().StepCapped
+		warned := logs.FilterMessageSnippet("--max-step is too small").Len()
+		if tc.capped {
+			if got[1] != tc.maxStep || n != 1 || warned != 1 {
+				t.Fatalf("MaxStep %d: steps %v, StepCapped %d, warnings %d; want the second step %d, 1, 1", tc.maxStep, got, n, warned, tc.maxStep)
+			}
+		} else if n != 0 || warned != 0 {
+			t.Fatalf("MaxStep %d: steps %v, StepCapped %d, warnings %d; want 0, 0", tc.maxStep, got, n, warned)
+		}
 	}
 }
 

@@ -105,8 +105,11 @@ type Stats struct {
 	UnknownTag    int64 // requests failed with ErrUnknownTag
 	Waits         int64 // requests that waited for a load (no segment was ready)
 	WarmLoads     int64 // first segments loaded by the warm start
-	Tags          int   // tags held
-	LoadSeconds   LoadHistogram
+	// StepCapped counts loads whose demand needed a segment larger than MaxStep to outlast the
+	// load after it (see demandStep): raise --max-step, or bring the store closer.
+	StepCapped  int64
+	Tags        int // tags held
+	LoadSeconds LoadHistogram
 }
 
 // Stats returns the counters (INFO segment). It costs one pass over the held tags.
@@ -122,6 +125,7 @@ func (g *Generator) Stats() Stats {
 		UnknownTag:    g.stats.unknown.Load(),
 		Waits:         g.stats.waits.Load(),
 		WarmLoads:     g.stats.warmLoads.Load(),
+		StepCapped:    g.stats.stepCapped.Load(),
 		Tags:          int(g.ntags.Load()),
 		LoadSeconds:   g.loadHist.snapshot(),
 	}

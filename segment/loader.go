@@ -185,8 +185,12 @@ func (g *Generator) fetch(ctx context.Context, b *buffer) (*seg, error) {
 	// The demand raises the step at once to what outlasts the next load, rather than doubling
 	// towards it one load at a time (each too short to hide the following load). Only with a
 	// size to start from: a first load with nothing remembered leases the stored step.
-	if d := demandStep(rate, took, g.cfg.PreloadRatio, g.cfg.MaxStep); req > 0 && d > req {
+	d, capped := demandStep(rate, took, g.cfg.PreloadRatio, g.cfg.MaxStep)
+	if req > 0 && d > req {
 		req = d
+	}
+	if capped {
+		g.stepCapped(b.tag, rate, took)
 	}
 	started := now
 	a, err := allocate(ctx, g.store, b.tag, req, mark)

@@ -3,6 +3,7 @@ package segment
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/go-sql-driver/mysql"
@@ -23,12 +24,16 @@ func BenchmarkMySQLAllocate(b *testing.B) {
 		b.Fatal(err)
 	}
 	mc.InterpolateParams = true
+	sep := "?"
+	if strings.Contains(dsn, "?") {
+		sep = "&"
+	}
 	for _, bc := range []struct {
 		name string
 		dsn  string
 	}{
-		{"prepared", dsn},                     // go-sql-driver default: 6 round trips
-		{"interpolateParams", mc.FormatDSN()}, // 4 round trips
+		{"prepared", dsn + sep + "interpolateParams=false"}, // go-sql-driver's default
+		{"interpolateParams", mc.FormatDSN()},               // leafd's default (driverConfig)
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			cfg := DefaultMySQLConfig()

@@ -26,16 +26,18 @@ func nextStep(step, minStep, maxStep int64, since, target time.Duration) int64 {
 // demandStep is the least step that lets a segment outlast the load that follows it at the
 // observed demand: the segment's part left after the preload threshold (1 - ratio) must cover
 // twice the latest load's duration at rate IDs per second. 0 when the demand or the load time
-// is unknown; at most maxStep. It only ever raises the dynamic step (see fetch).
-func demandStep(rate int64, load time.Duration, ratio float64, maxStep int64) int64 {
+// is unknown; at most maxStep. It only ever raises the dynamic step (see fetch). capped is
+// true when the demand asked for more than maxStep: a segment then runs out before the load
+// that follows it can end (at the current demand and load time, no double buffer hides it).
+func demandStep(rate int64, load time.Duration, ratio float64, maxStep int64) (step int64, capped bool) {
 	if rate <= 0 || load <= 0 {
-		return 0
+		return 0, false
 	}
 	d := float64(rate) * 2 * load.Seconds() / (1 - ratio)
-	if d >= float64(maxStep) {
-		return maxStep
+	if d > float64(maxStep) {
+		return maxStep, true
 	}
-	return int64(d)
+	return int64(d), false
 }
 
 // demandLead is how many IDs should be left in a segment when the next load starts: the
