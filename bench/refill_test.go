@@ -9,8 +9,11 @@ package bench
 // and for each run and each added delay (REFILL_DELAYS, default "0 50ms 200ms", alternating
 // within each run) a delay-line proxy in front of it that holds every reply for the delay
 // (so every round trip takes that much longer), and a leafd on it (REFILL_LEAFD, else built
-// here) with --max-step REFILL_MAX_STEP (default 50000: on the 2-core test machine 50
-// connections make 30–40k INCR/s, so segments switch every 1–2 s), auto-create on and
+// here) with --max-step REFILL_MAX_STEP (default 100000: on the quiet 2-core test machine 50
+// connections make 50–90k INCR/s, so segments switch every 1–2 s, and a segment of the
+// largest step outlasts an allocation 200 ms away — 6 round trips, about 1.2 s; with 50000
+// it does not, and no double buffer can hide the load: segment_step_capped counts it),
+// auto-create on and
 // REFILL_FLAGS (default --load-timeout 10s). Phases, each
 // measured with this package's client (REFILL_CLIENTS connections, default 50, unpipelined
 // INCR):
@@ -59,7 +62,7 @@ func TestRefillTail(t *testing.T) {
 		t.Skip("a benchmark: set LEAFD_REFILL_BENCH=1 (bench/all.sh's refill section)")
 	}
 	runs, _ := strconv.Atoi(envOr("RUNS", "3"))
-	maxStep := envOr("REFILL_MAX_STEP", "50000")
+	maxStep := envOr("REFILL_MAX_STEP", "100000")
 	// A database 200 ms away needs more than the default 3s for one load: auto-creating a tag
 	// takes about 14 round trips, plus the connection's own handshake.
 	flags := strings.Fields(envOr("REFILL_FLAGS", "--load-timeout 10s"))

@@ -24,6 +24,8 @@ type Segments interface {
 	Next(tag string) (int64, error)
 	NextN(tag string, n int64) (int64, error)
 	AppendIDs(dst []int64, tag string, n int) ([]int64, error)
+	// Serves reports whether n values of tag are in memory now (no wait for a load).
+	Serves(tag string, n int64) bool
 	Info(tag string) (segment.Info, error)
 	Tags() []string
 	Marks() ([]segment.Mark, error)

@@ -23,6 +23,20 @@ func (g *Generator) Next(tag string) (int64, error) {
 	return g.nextSlow(tag)
 }
 
+// Serves reports whether n values of tag can come from the segment in memory without waiting
+// for a load: the tag is held and its current segment has n values left. It takes nothing and
+// does not start a load; a racing taker may use the values first (that request then waits as
+// usual). The event-loop server asks it (through handlers' MayBlock) to run a request that
+// would wait off its loop instead of stalling the loop's other connections.
+func (g *Generator) Serves(tag string, n int64) bool {
+	b := g.tags.load(tag)
+	if b == nil {
+		return false
+	}
+	s := b.cur.Load()
+	return s != nil && n >= 1 && s.cursor.Load() <= s.end-n
+}
+
 // nextMiss handles what the inlined fast path does not on a held tag: a preload to start
 // after a successful take, or no value at all.
 func (g *Generator) nextMiss(b *buffer, v int64, st takeState) (int64, error) {
