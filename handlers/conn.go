@@ -402,7 +402,7 @@ func (h *Handler) MayBlock(args [][]byte) bool {
 	switch len(name) {
 	case 4:
 		if len(args) == 2 && asciiEqualFold(name, "incr") {
-			return h.seg != nil && !h.seg.Serves(str(args[1]), 1)
+			return !h.seg.Serves(str(args[1]), 1)
 		}
 		return asciiEqualFold(name, "auth")
 	case 5:
@@ -410,7 +410,7 @@ func (h *Handler) MayBlock(args [][]byte) bool {
 	case 6:
 		if len(args) == 3 && asciiEqualFold(name, "incrby") {
 			n, err := parseInt(args[2])
-			return err == nil && n >= 1 && h.seg != nil && !h.seg.Serves(str(args[1]), n)
+			return err == nil && n >= 1 && !h.seg.Serves(str(args[1]), n)
 		}
 	case 10:
 		return asciiEqualFold(name, "ids.create")
@@ -423,7 +423,7 @@ func (h *Handler) MayBlock(args [][]byte) bool {
 					return false
 				}
 			}
-			return h.seg != nil && !h.seg.Serves(str(args[1]), n)
+			return !h.seg.Serves(str(args[1]), n)
 		}
 	}
 	return false
