@@ -342,7 +342,7 @@ func (h *Handler) errorCode(err error) (code, msg string) {
 		return "CLOCKBACK", strings.TrimPrefix(err.Error(), "snowflake: ")
 	case errors.Is(err, snowflake.ErrNoWorker):
 		h.log.Debug("no worker id", zap.Error(err))
-		return "NOWORKER", "no usable worker id (coordination unavailable or time bound not extended); retry later"
+		return "NOWORKER", "no usable worker id: " + snowflake.Waiting(err) + "; retry later"
 	case errors.Is(err, snowflake.ErrOverflow):
 		return "OVERFLOW", "the timestamp no longer fits the snowflake layout; check the epoch and the clock"
 	case errors.Is(err, snowflake.ErrLimit):

@@ -99,6 +99,7 @@ func (s *localSource) Acquire(ctx context.Context) (Worker, error) {
 		// The bound is the data dir's, whichever source wrote it (see snowflake/internal/statefile/bound.go).
 		if st.ReservedUntilMs > 0 {
 			w.Bound = time.UnixMilli(st.ReservedUntilMs).UTC()
+			w.BoundCause = "reserved_until of the data dir's " + LocalStateFile
 		}
 	}
 	// Record the id now so that a first start's id survives a crash before the first Extend.

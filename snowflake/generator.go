@@ -151,7 +151,7 @@ func New(cfg Config, src WorkerSource, log *zap.Logger) (*Generator, error) {
 		// MaxStartWait refuses the start.
 		boundMs := w.boundMs()
 		if wait := time.Duration(boundMs-g.nowMs()+1) * time.Millisecond; wait > cfg.MaxStartWait {
-			return fail(g.tooFarErr(g.nowMs(), boundMs))
+			return fail(g.tooFarErr(g.nowMs(), w))
 		}
 		if g.nowMs() > boundMs {
 			if err = g.begin(ctx, w); err != nil && !retryable(err) {
@@ -163,8 +163,8 @@ func New(cfg Config, src WorkerSource, log *zap.Logger) (*Generator, error) {
 			}
 		} else {
 			g.pending = &w
-			g.setStatus(fmt.Errorf("worker id %d acquired; waiting for the clock to pass the bound %v persisted by an earlier run",
-				w.ID, w.Bound))
+			g.setStatus(fmt.Errorf("%w: worker id %d acquired; waiting for the clock to pass the bound %v persisted by an earlier run",
+				errWaitBound, w.ID, w.Bound))
 			log.Info("snowflake: waiting for the clock to pass the start bound before issuing", zap.Int64("worker_id", w.ID),
 				zap.Time("start_bound", w.Bound))
 		}
@@ -186,7 +186,7 @@ func (g *Generator) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := g.waitPast(ctx, w.boundMs()); err != nil {
+	if err := g.waitPast(ctx, w); err != nil {
 		return err
 	}
 	return g.begin(ctx, w)
@@ -231,7 +231,9 @@ func (g *Generator) begin(ctx context.Context, w Worker) error {
 	}
 	// Issue only in milliseconds > boundMs (the previous run used < boundMs; the extra
 	// millisecond costs nothing and tolerates an inclusive reading of the bound).
-	g.lastMs = max(boundMs, g.epochMs-1)
+	// After a lost id (a second begin in this process), also above every millisecond issued
+	// before: the IDs of one instance stay strictly increasing whatever id it holds now.
+	g.lastMs = max(boundMs, g.lastMs, g.epochMs-1)
 	g.seq = g.maxSeq // so a clock still at lastMs waits for the next millisecond
 	g.workerPart = w.ID << g.workerShift
 	g.workerID = w.ID
@@ -247,14 +249,18 @@ func (g *Generator) begin(ctx context.Context, w Worker) error {
 	return nil
 }
 
-func (g *Generator) tooFarErr(now, boundMs int64) error {
-	return fmt.Errorf("%w: clock %v is %v behind the bound %v persisted by the previous run, more than MaxStartWait %v",
-		ErrClockBack, time.UnixMilli(now).UTC(), time.Duration(boundMs-now+1)*time.Millisecond, time.UnixMilli(boundMs).UTC(), g.cfg.MaxStartWait)
+// tooFarErr is the refusal of a start bound more than MaxStartWait ahead of the clock. It
+// names the bound and what it is made of, not a clock step back: the clock need not have
+// moved (issue #24, item 5).
+func (g *Generator) tooFarErr(now int64, w Worker) error {
+	return &BoundAheadError{Clock: time.UnixMilli(now), Bound: time.UnixMilli(w.boundMs()), Cause: w.BoundCause,
+		MaxStartWait: g.cfg.MaxStartWait}
 }
 
-// waitPast waits until the clock is past boundMs, or refuses when that is more than MaxStartWait
-// away.
-func (g *Generator) waitPast(ctx context.Context, boundMs int64) error {
+// waitPast waits until the clock is past w's bound, or refuses when that is more than
+// MaxStartWait away.
+func (g *Generator) waitPast(ctx context.Context, w Worker) error {
+	boundMs := w.boundMs()
 	var waited time.Duration
 	for {
 		now := g.nowMs()
@@ -263,7 +269,7 @@ func (g *Generator) waitPast(ctx context.Context, boundMs int64) error {
 		}
 		d := time.Duration(boundMs-now+1) * time.Millisecond
 		if waited+d > g.cfg.MaxStartWait {
-			return g.tooFarErr(now, boundMs)
+			return g.tooFarErr(now, w)
 		}
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -274,7 +280,7 @@ func (g *Generator) waitPast(ctx context.Context, boundMs int64) error {
 }
 
 func (g *Generator) setStatus(err error) {
-	e := fmt.Errorf("%w: %v", ErrNoWorker, err)
+	var e error = newStatus(err)
 	g.status.Store(&e)
 }
 
@@ -475,7 +481,7 @@ func (g *Generator) Close() error {
 	had := g.haveWorker
 	last := g.lastMs
 	g.lease.Store(0)
-	g.setStatus(errors.New("generator closed"))
+	g.setStatus(errClosed)
 	g.mu.Unlock()
 
 	var errs []error

@@ -146,7 +146,7 @@ func TestErrorPrefixOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = New(testConfig(c), src, nil)
-	if !errors.Is(err, ErrClockBack) || strings.Count(err.Error(), "snowflake:") != 1 {
-		t.Fatalf("bound an hour ahead: got %v, want ErrClockBack with one \"snowflake:\"", err)
+	if !errors.Is(err, ErrBoundAhead) || strings.Count(err.Error(), "snowflake:") != 1 {
+		t.Fatalf("bound an hour ahead: got %v, want ErrBoundAhead with one \"snowflake:\"", err)
 	}
 }

@@ -2,6 +2,7 @@ package snowflake
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -63,7 +64,7 @@ func (g *Generator) run(ctx context.Context) {
 	defer g.wg.Done()
 	if w := g.pending; w != nil {
 		g.pending = nil
-		err := g.waitPast(ctx, w.boundMs())
+		err := g.waitPast(ctx, *w)
 		if err == nil {
 			err = g.begin(ctx, *w)
 		}
@@ -72,33 +73,51 @@ func (g *Generator) run(ctx context.Context) {
 			g.setStatus(err)
 		}
 	}
+	for {
+		if !g.acquireLoop(ctx) || !g.leaseLoop(ctx) {
+			return
+		}
+		// The id was lost (leaseLoop dropped it): acquire again, as a new start.
+	}
+}
+
+// acquireLoop acquires until the generator has a worker; false when it is closing.
+func (g *Generator) acquireLoop(ctx context.Context) bool {
 	for !g.hasWorker() {
 		if err := g.start(ctx); err != nil {
 			if ctx.Err() != nil {
-				return
+				return false
 			}
 			if st := g.status.Load(); st == nil || !strings.Contains((*st).Error(), err.Error()) {
 				g.log.Warn("snowflake: acquiring worker id; retrying", zap.Error(err)) // once per distinct error
 			}
 			g.setStatus(err)
 			if !g.pause(ctx, g.cfg.RetryInterval, false) {
-				return
+				return false
 			}
 		}
 	}
+	return true
+}
+
+// leaseLoop keeps the lease ahead of the clock; it returns true when the worker id was lost
+// (the generator has no worker any more), false when the generator is closing.
+func (g *Generator) leaseLoop(ctx context.Context) bool {
 	window := g.cfg.LeaseWindow.Milliseconds()
 	for {
 		g.evals.Add(1)
 		now := g.nowMs()
 		lease := g.lease.Load()
 		if lease-now <= g.extendAhead {
-			g.extend(ctx, now+window)
+			if g.extend(ctx, now+window) {
+				return true
+			}
 			if ctx.Err() != nil {
-				return
+				return false
 			}
 			// After a failure, pace the retries: callers at the bound keep kicking.
 			if g.status.Load() != nil && !g.pause(ctx, g.cfg.RetryInterval, false) {
-				return
+				return false
 			}
 			continue
 		}
@@ -106,7 +125,7 @@ func (g *Generator) run(ctx context.Context) {
 		// only pace the loop: the decision above always uses the injected clock.
 		d := time.Duration(lease-now-g.extendAhead) * time.Millisecond
 		if !g.pause(ctx, min(d, g.cfg.LeaseWindow/4), true) {
-			return
+			return false
 		}
 	}
 }
@@ -136,13 +155,14 @@ func (g *Generator) pause(ctx context.Context, d time.Duration, onKick bool) boo
 
 // extend persists a later reserved_until, with no lock held, and publishes it on success.
 // While it runs, g.extending is set; it is cleared only after the outcome (lease or status) is
-// published.
-func (g *Generator) extend(ctx context.Context, until int64) {
+// published. It returns true when the source said the id is lost (ErrWorkerLost): the worker
+// is then dropped, and nothing is issued until the next acquisition.
+func (g *Generator) extend(ctx context.Context, until int64) (lost bool) {
 	g.mu.Lock()
 	g.extendPending = false
 	g.mu.Unlock()
 	if until <= g.lease.Load() {
-		return
+		return false
 	}
 	g.extending.Store(true)
 	defer g.extending.Store(false) // runs after the deferred g.mu.Unlock below
@@ -153,6 +173,15 @@ func (g *Generator) extend(ctx context.Context, until int64) {
 	defer g.mu.Unlock()
 	if err != nil {
 		g.extendFails++
+		if errors.Is(err, ErrWorkerLost) && !g.closed {
+			// Stop at once (the IDs issued so far are below the lease the successor started
+			// above), then acquire again above every bound, like a new start.
+			g.log.Error("snowflake: worker id lost; acquiring a worker id again", zap.Int64("worker_id", g.workerID), zap.Error(err))
+			g.haveWorker, g.workerID = false, -1
+			g.lease.Store(0)
+			g.setStatus(fmt.Errorf("%w; acquiring a worker id again", err))
+			return true
+		}
 		if ctx.Err() == nil {
 			if st := g.status.Load(); st == nil || !strings.Contains((*st).Error(), err.Error()) {
 				g.log.Warn("snowflake: lease extension failed; retrying", zap.Error(err), // once per distinct error
@@ -160,11 +189,11 @@ func (g *Generator) extend(ctx context.Context, until int64) {
 			}
 			g.setStatus(fmt.Errorf("extending lease: %w", err))
 		}
-		return
+		return false
 	}
 	g.extensions++
 	if g.closed {
-		return
+		return false
 	}
 	if until > g.lease.Load() {
 		g.lease.Store(until)
@@ -172,4 +201,5 @@ func (g *Generator) extend(ctx context.Context, until int64) {
 	if g.status.Swap(nil) != nil {
 		g.log.Info("snowflake: lease extension recovered", zap.Time("reserved_until", time.UnixMilli(until)))
 	}
+	return false
 }

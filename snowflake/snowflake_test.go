@@ -440,11 +440,13 @@ func TestStartWaitsPastPersistedBound(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			c := clock.NewFakeMs(ms2024)
 			bound := time.UnixMilli(ms2024).Add(tt.ahead)
-			src := &fakeSource{w: Worker{ID: 1, Bound: bound}}
+			src := &fakeSource{w: Worker{ID: 1, Bound: bound, BoundCause: "the bound of the test"}}
 			g, err := New(testConfig(c), src, nil)
 			if tt.wantErr {
-				if !errors.Is(err, ErrClockBack) {
-					t.Fatalf("got %v, want ErrClockBack (refuse to start)", err)
+				// The clock did not move back: the refusal names the bound persisted ahead.
+				if !errors.Is(err, ErrBoundAhead) || errors.Is(err, ErrClockBack) || strings.Contains(err.Error(), "clock moved back") ||
+					!strings.Contains(err.Error(), "the bound of the test") {
+					t.Fatalf("got %v, want ErrBoundAhead naming the bound's cause, not ErrClockBack (refuse to start)", err)
 				}
 				return
 			}

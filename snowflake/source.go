@@ -13,6 +13,9 @@ type Worker struct {
 	// milliseconds > Bound.
 	Bound  time.Time
 	Source string // "static", "file", "zookeeper": for Info
+	// BoundCause says what Bound is made of, for the refusal of a bound too far ahead
+	// (optional; e.g. "state node reserved_until ... plus the holder's outage tolerance 5s").
+	BoundCause string
 }
 
 // WorkerSource gives the generator its worker id and persists its time lease.
@@ -22,6 +25,8 @@ type WorkerSource interface {
 	Acquire(ctx context.Context) (Worker, error)
 	// Extend durably persists reserved_until; IDs are issued only in milliseconds < until. The
 	// generator calls it with a smaller value only on Close, after it has stopped issuing.
+	// An error wrapping ErrWorkerLost means the id is no longer ours: the generator stops
+	// issuing and calls Acquire again (as a new start). Any other error is retried.
 	Extend(ctx context.Context, until time.Time) error
 	Close() error
 }

@@ -159,10 +159,10 @@ func (s *Source) readState(ctx context.Context, id int64) (st zkState, ver int32
 	return g.st, g.ver, err == nil, err
 }
 
-// myState is the state node content of this process with the given bound.
-func (s *Source) myState(until int64) zkState {
+// myState is the state node content of this process with the given bound and tolerance.
+func (s *Source) myState(until, tol int64) zkState {
 	return zkState{Holder: s.cfg.Addr, Instance: s.instance, Token: s.token, ReservedUntil: until,
-		Reuse: s.cfg.Reuse, ToleranceMs: s.tolerance, Reported: s.reported}
+		Reuse: s.cfg.Reuse, ToleranceMs: tol, Reported: s.reported}
 }
 
 // putState writes the state node: a version-checked set of version ver, or a create when ver
@@ -218,12 +218,15 @@ func (s *Source) fence(ctx context.Context, c *claim, fv foreverData, dirBound i
 			}
 			bound = max(bound, b)
 		}
-		s.tolerance = s.cfg.OutageTolerance.Milliseconds()
 		s.reported = max(s.reported, st.Reported, fv.Timestamp)
 		if testHookFence != nil {
 			testHookFence(id)
 		}
-		nv, err := s.putState(ctx, id, v, s.myState(bound))
+		// Tolerance 0 until this process has issued: the claim alone raises nothing, so a
+		// start that never issues (killed while it waits for the bound) leaves the next start
+		// the same bound instead of pushing it out by another tolerance (the ratchet of
+		// issue #24). The first extension, before the first ID, announces the tolerance.
+		nv, err := s.putState(ctx, id, v, s.myState(bound, 0))
 		if errors.Is(err, gozk.ErrBadVersion) || errors.Is(err, gozk.ErrNodeExists) {
 			continue
 		}
@@ -231,21 +234,25 @@ func (s *Source) fence(ctx context.Context, c *claim, fv foreverData, dirBound i
 			return err
 		}
 		c.bound, c.ver, c.prev = bound, nv, st
+		s.tolerance = 0 // what the state node now says (see writeStateLocked)
 		return nil
 	}
 	return fmt.Errorf("snowflake: state node %s keeps changing", s.statePath(id))
 }
 
-// writeStateLocked writes reserved_until to our state node with a version check. A conflict
-// not explained by a write of ours (a reply we missed) means the id was taken: s.lost is set.
-func (s *Source) writeStateLocked(ctx context.Context, until int64) error {
+// writeStateLocked writes reserved_until and the tolerance to our state node with a version
+// check; on success s.zkUntil and s.tolerance are what the node says, the limit this process
+// may issue below without ZooKeeper. A write that fails may still have been applied: the
+// caller counts it as applied when that lowers the limit (Extend). A conflict not explained by
+// a write of ours (a reply we missed) means the id was taken: s.lost is set.
+func (s *Source) writeStateLocked(ctx context.Context, until, tol int64) error {
 	if err := s.lostErr(); err != nil {
 		return err
 	}
 	for range 3 {
-		v, err := s.putState(ctx, s.id, s.version, s.myState(until))
+		v, err := s.putState(ctx, s.id, s.version, s.myState(until, tol))
 		if err == nil {
-			s.version, s.zkUntil = v, until
+			s.version, s.zkUntil, s.tolerance = v, until, tol
 			return nil
 		}
 		if errors.Is(err, gozk.ErrNoNode) {
@@ -262,7 +269,7 @@ func (s *Source) writeStateLocked(ctx context.Context, until int64) error {
 			return s.stateDeleted()
 		}
 		if cur.Token != s.token {
-			err := s.setLost(fmt.Errorf("%w: worker id %d was taken over by %s (instance %s)", snowflake.ErrNoWorker, s.id, cur.Holder, cur.Instance))
+			err := s.setLost(fmt.Errorf("%w: worker id %d was taken over by %s (instance %s)", snowflake.ErrWorkerLost, s.id, cur.Holder, cur.Instance))
 			s.log.Error("snowflake: worker id lost", zap.Error(err))
 			return err
 		}

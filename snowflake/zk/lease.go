@@ -40,22 +40,27 @@ func (s *Source) Extend(ctx context.Context, until time.Time) error {
 		zkErr = fmt.Errorf("zookeeper %v", s.conn.State())
 	default:
 		zctx := ctx
-		if s.tolerance > 0 {
+		if s.cfg.OutageTolerance > 0 {
 			// With a tolerance to fall back on, do not let a hung ZooKeeper eat the lease.
 			var cancel context.CancelFunc
 			zctx, cancel = context.WithTimeout(ctx, time.Second)
 			defer cancel()
 		}
-		tol := s.tolerance
+		tol := s.cfg.OutageTolerance.Milliseconds()
 		if u < s.zkUntil {
 			// Lowering the bound: the generator's Close, after it has stopped issuing.
 			// Announce tolerance 0, so that a successor (a clean restart) need not wait it.
-			s.tolerance = 0
+			// A successor may start just above u once this write is applied, and it may be
+			// applied though its reply is lost (a timeout): so it counts as applied before
+			// it is sent, in memory and in the data dir, and a restart during an outage
+			// cannot serve on the tolerance this write withdraws (issue #24, item 2).
+			tol = 0
+			s.zkUntil, s.tolerance = u, 0
+			if err := s.cache.Write(s.localState(s.cacheHigh)); err != nil {
+				return err
+			}
 		}
-		zkErr = s.writeStateLocked(zctx, u)
-		if zkErr != nil {
-			s.tolerance = tol
-		}
+		zkErr = s.writeStateLocked(zctx, u, tol)
 		if zkErr == nil {
 			if err := s.cache.Write(s.localState(u)); err != nil {
 				return err
@@ -150,7 +155,7 @@ func (s *Source) refresh() {
 	} else if sid := s.conn.SessionID(); sid != s.session {
 		if err := s.claimLive(ctx, s.id); err != nil {
 			if errors.Is(err, snowflake.ErrWorkerHeld) {
-				err := s.setLost(fmt.Errorf("%w: %w", snowflake.ErrNoWorker, err))
+				err := s.setLost(fmt.Errorf("%w: %w", snowflake.ErrWorkerLost, err))
 				s.log.Error("snowflake: worker id lost", zap.Error(err))
 			}
 			return
@@ -159,7 +164,7 @@ func (s *Source) refresh() {
 	}
 	if dirty {
 		until := max(s.zkUntil, cacheHigh)
-		if err := s.writeStateLocked(ctx, until); err != nil {
+		if err := s.writeStateLocked(ctx, until, s.cfg.OutageTolerance.Milliseconds()); err != nil {
 			return
 		}
 		s.mu.Lock()
@@ -189,13 +194,13 @@ func (s *Source) resolveLocked(ctx context.Context) error {
 		}
 	}
 	if path == "" {
-		err := s.setLost(fmt.Errorf("%w: zookeeper has no node %s-%010d for the cached worker id (was its data lost?)", snowflake.ErrNoWorker, s.cfg.Addr, s.id))
+		err := s.setLost(fmt.Errorf("%w: zookeeper has no node %s-%010d for the cached worker id (was its data lost?)", snowflake.ErrWorkerLost, s.cfg.Addr, s.id))
 		s.log.Error("snowflake: cached worker id not confirmed", zap.Error(err))
 		return err
 	}
 	if err := s.claimLive(ctx, s.id); err != nil {
 		if errors.Is(err, snowflake.ErrWorkerHeld) {
-			err = s.setLost(fmt.Errorf("%w: %w", snowflake.ErrNoWorker, err))
+			err = s.setLost(fmt.Errorf("%w: %w", snowflake.ErrWorkerLost, err))
 			s.log.Error("snowflake: cached worker id not confirmed", zap.Error(err))
 		}
 		return err
@@ -205,7 +210,7 @@ func (s *Source) resolveLocked(ctx context.Context) error {
 		return err
 	}
 	if ok && st.Instance != s.instance {
-		err := s.setLost(fmt.Errorf("%w: worker id %d was claimed by %s (instance %s) during the outage", snowflake.ErrNoWorker, s.id, st.Holder, st.Instance))
+		err := s.setLost(fmt.Errorf("%w: worker id %d was claimed by %s (instance %s) during the outage", snowflake.ErrWorkerLost, s.id, st.Holder, st.Instance))
 		s.log.Error("snowflake: cached worker id not confirmed", zap.Error(err))
 		return err
 	}

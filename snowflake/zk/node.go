@@ -137,7 +137,7 @@ func (s *Source) reportLocked(ctx context.Context) error {
 		return nil
 	}
 	s.reported = now
-	if err := s.writeStateLocked(ctx, s.zkUntil); err != nil {
+	if err := s.writeStateLocked(ctx, s.zkUntil, s.tolerance); err != nil {
 		return err
 	}
 	n := zkNode{IP: s.ip, Port: s.port, Timestamp: now}

@@ -438,10 +438,11 @@ func TestZooKeeper(t *testing.T) {
 		defer ga.Close()
 		var aIDs []int64
 		aIDs = append(aIDs, mustNext(t, ga))
+		wA := ga.Info().WorkerID
 
 		// Its session expires while it is stalled: the live node disappears.
 		c := adminConn(t, addr)
-		if err := c.Delete(fmt.Sprintf("/snowflake/%s/live/%d", name, ga.Info().WorkerID), -1); err != nil {
+		if err := c.Delete(fmt.Sprintf("/snowflake/%s/live/%d", name, wA), -1); err != nil {
 			t.Fatal(err)
 		}
 		cfgB := zkCfg(addr, name, "10.0.5.2:6380", t.TempDir())
@@ -453,12 +454,13 @@ func TestZooKeeper(t *testing.T) {
 		}
 		defer gb.Close()
 		waitReady(t, gb)
-		if gb.Info().WorkerID != ga.Info().WorkerID {
-			t.Fatalf("B got worker %d, want A's %d taken over", gb.Info().WorkerID, ga.Info().WorkerID)
+		if gb.Info().WorkerID != wA {
+			t.Fatalf("B got worker %d, want A's %d taken over", gb.Info().WorkerID, wA)
 		}
 		bFirst := mustNext(t, gb)
 
-		// A resumes: whatever it issues is below B's first ID, and it soon stops.
+		// A resumes: whatever it issues with the old id is below B's first ID, and it soon
+		// stops using that id (it acquires another one: TestZKStandbyPairFailovers).
 		deadline := time.Now().Add(3 * time.Second)
 		var aErr error
 		for time.Now().Before(deadline) {
@@ -467,10 +469,14 @@ func TestZooKeeper(t *testing.T) {
 				aErr = err
 				break
 			}
+			if ga.Decode(id).WorkerID != wA {
+				aErr = fmt.Errorf("A moved to worker id %d", ga.Decode(id).WorkerID)
+				break
+			}
 			aIDs = append(aIDs, id)
 		}
-		if !errors.Is(aErr, snowflake.ErrNoWorker) {
-			t.Fatalf("stalled holder: got %v, want ErrNoWorker", aErr)
+		if aErr == nil {
+			t.Fatalf("stalled holder: kept issuing with worker id %d for 3s after the takeover", wA)
 		}
 		if maxA := aIDs[len(aIDs)-1]; maxA >= bFirst {
 			t.Fatalf("overlap: A issued %d (ms %d), B's first is %d (ms %d)", maxA, ga.Decode(maxA).TimestampMs, bFirst, gb.Decode(bFirst).TimestampMs)

@@ -2,6 +2,7 @@ package zk
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"testing"
@@ -10,10 +11,11 @@ import (
 	"github.com/leafd/leafd/snowflake"
 )
 
-// TestZKCopiedDataDirWaitsTolerance (adversarial review of issue #7): a copy of a data dir has
-// the same instance id, so it replaces the original's live node as a dead predecessor's. The
-// original may still run, cut off from ZooKeeper, issuing up to its confirmed bound plus the
-// outage tolerance: the copy must start above that.
+// TestZKCopiedDataDirWaitsTolerance (adversarial reviews of issues #7 and #24): a copy of a
+// data dir opens in another directory, so it is another instance (statefile renews the
+// instance id). While the original lives it is a standby: it never replaces the original's
+// live node. Once the original is gone it takes the id over above the original's lease plus
+// its outage tolerance: the original, cut off from ZooKeeper, may have issued up to there.
 func TestZKCopiedDataDirWaitsTolerance(t *testing.T) {
 	addr := zkServer(t)
 	ctx := context.Background()
@@ -25,23 +27,50 @@ func TestZKCopiedDataDirWaitsTolerance(t *testing.T) {
 		c.OutageTolerance = tol
 		return c
 	}
-	a := newZK(t, cfg(dirA))
+	a, err := NewSource(cfg(dirA))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
 	acquire(t, a)
 	until := time.Now().Add(3 * time.Second).Truncate(time.Millisecond)
 	if err := a.Extend(ctx, until); err != nil {
 		t.Fatal(err)
 	}
-	b, err := os.ReadFile(filepath.Join(dirA, snowflake.LocalStateFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dirB, snowflake.LocalStateFile), b, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	copyDataDir(t, dirA, dirB)
 	cp := newZK(t, cfg(dirB))
+	if cp.instance == a.instance {
+		t.Fatalf("the copy kept the original's instance id %s", a.instance)
+	}
+	if _, err := cp.Acquire(ctx); !errors.Is(err, snowflake.ErrWorkerHeld) {
+		t.Fatalf("copy while the original lives: got %v, want ErrWorkerHeld", err)
+	}
+	a.Close() // the original dies (no lowering: as kill -9)
 	w := acquire(t, cp)
 	if want := until.Add(tol); w.Bound.Before(want) {
 		t.Fatalf("copy of the data dir starts at bound %v, below the original's lease plus tolerance %v", w.Bound, want)
+	}
+}
+
+// copyDataDir copies the regular files of src into dst (cp -a of a data dir: the lock file
+// comes along, the flock does not).
+func copyDataDir(t *testing.T, src, dst string) {
+	t.Helper()
+	es, err := os.ReadDir(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range es {
+		if !e.Type().IsRegular() {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(src, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dst, e.Name()), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 

@@ -24,6 +24,15 @@ import (
 // locked apart. On open its content is merged into snowflake.json (the higher bound wins) and
 // the old file is removed.
 
+// A data dir's instance id is valid in one incarnation: one boot of one host (the kernel's
+// boot id) and one directory (its device and inode). The lock proves that no other process
+// uses this directory now, and the same boot and directory prove that the process that wrote
+// the state is not running elsewhere: a copy of the directory (cp, rsync, a restored backup or
+// volume snapshot, a cloned VM, which boots with a new boot id) carries the same files but
+// opens in another incarnation. Such a data dir gets a new instance id at open, and the
+// ZooKeeper outage fields of the old one are dropped: a copy is another instance, never its
+// original's restart. Without a boot id (not Linux) every open is a new incarnation.
+
 // init runs under the lock when the file is opened: merge the legacy ZooKeeper cache, and give
 // the data dir its instance id.
 func (f *File) init() error {
@@ -45,8 +54,17 @@ func (f *File) init() error {
 		}
 		changed = true
 	}
+	f.incarn = incarnation(filepath.Dir(f.path))
 	f.instance = st.Instance
-	if f.instance == "" {
+	if f.instance == "" || f.incarn == "" || st.Incarnation != f.incarn {
+		if f.instance != "" {
+			// The files were made elsewhere or in another boot: a copy (its original may be
+			// running), a restore, a move, or this host rebooted. Nothing proves that the
+			// process that wrote them is dead, so this is another instance, and what the
+			// old one knew about ZooKeeper cannot serve without ZooKeeper (the outage start).
+			f.renewed = fmt.Sprintf("recorded in %q, opened in %q", st.Incarnation, f.incarn)
+			st.ZKConfirmedMs, st.ToleranceMs = 0, 0
+		}
 		var b [8]byte
 		if _, err := rand.Read(b[:]); err != nil {
 			return err

@@ -32,6 +32,11 @@ type State struct {
 	Source          string `json:"source,omitempty"`
 	Addr            string `json:"addr,omitempty"` // zookeeper: ip:port
 	Name            string `json:"name,omitempty"` // zookeeper: cluster name
+	// Servers and Chroot (zookeeper): the ensemble (sorted) and the chroot the id was held
+	// in. With Name they are the worker-id domain; a start in another domain never serves the
+	// cached id without ZooKeeper.
+	Servers []string `json:"servers,omitempty"`
+	Chroot  string   `json:"chroot,omitempty"`
 	// Reuse (zookeeper): written by a run with worker reuse on, whose id a successor may take
 	// over once it is gone; such a cache is not used without ZooKeeper.
 	Reuse bool `json:"reuse,omitempty"`
@@ -45,8 +50,11 @@ type State struct {
 	// Instance identifies the data dir: a random value made when the file is first created and
 	// kept by every write, whatever the source. ZooKeeper claims carry it, so that a restart on
 	// the same data dir recognises (and replaces) its own dead predecessor's claim, and nothing
-	// else's.
+	// else's. It is valid only in the Incarnation it was made in (bound.go): a data dir opened
+	// in another boot or directory (copied, restored, moved, or after a reboot) gets a new one.
 	Instance string `json:"instance,omitempty"`
+	// Incarnation: the boot and the directory (device, inode) Instance was made in.
+	Incarnation string `json:"incarnation,omitempty"`
 	// Layout: the epoch and bit widths of the IDs issued on this data dir (layout.go).
 	Layout *LayoutRec `json:"layout,omitempty"`
 }
@@ -59,6 +67,8 @@ type File struct {
 	mu       sync.Mutex
 	lock     *os.File
 	instance string     // the data dir's identity, written into every state (see State.Instance)
+	incarn   string     // where and in which boot instance is valid (State.Incarnation)
+	renewed  string     // why init made a new instance for an existing file ("" when it did not)
 	want     *LayoutRec // the layout of this run (nil: none given); mu
 	layout   *LayoutRec // the layout written into every state once checked; mu
 }
@@ -103,7 +113,7 @@ func (f *File) Read() (st State, ok bool, err error) {
 
 // Write durably replaces the state. The data dir's instance id is always kept.
 func (f *File) Write(st State) error {
-	st.Instance = f.instance
+	st.Instance, st.Incarnation = f.instance, f.incarn
 	if f.layout != nil {
 		st.Layout = f.layout
 	}
@@ -156,6 +166,10 @@ func (f *File) Closed() bool { return f.lock == nil }
 
 // Instance is the data dir's identity (see State.Instance).
 func (f *File) Instance() string { return f.instance }
+
+// Renewed says why Open gave an existing data dir a new instance id (copied, moved, restored or
+// rebooted: see bound.go), or "" when it kept the recorded one.
+func (f *File) Renewed() string { return f.renewed }
 
 // SetWant sets the layout of this run, which CheckLayout compares with the recorded one; call it
 // with the lock held.

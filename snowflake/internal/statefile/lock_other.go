@@ -10,3 +10,5 @@ import (
 func lockFile(*os.File) error {
 	return errors.New("file locking is only implemented on unix")
 }
+
+func incarnation(string) string { return "" }
