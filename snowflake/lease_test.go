@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -254,4 +256,72 @@ type sleepHook struct {
 func (h sleepHook) Sleep(d time.Duration) {
 	h.before(d)
 	h.Fake.Sleep(d)
+}
+
+// TestReacquireAfterLoss (issue #24, item 6): an extension that says the id was lost
+// (ErrWorkerLost) stops issuing at once, and the generator acquires again as a new start:
+// meanwhile NOWORKER says what it waits for; then it serves with the new worker id, above every
+// ID it issued before, even with a clock that went back and a new id without a bound.
+func TestReacquireAfterLoss(t *testing.T) {
+	c := clock.NewFakeMs(ms2024)
+	src := &scriptSource{w: Worker{ID: 4}}
+	cfg := testConfig(c)
+	cfg.LeaseWindow = 300 * time.Millisecond
+	cfg.MaxWait = 20 * time.Millisecond
+	g := newGen(t, cfg, src)
+	c.Set(ms2024 + 50)
+	before := mustNext(t, g)
+
+	// The id is lost; acquiring again first finds it held by the new holder.
+	held := fmt.Errorf("worker id 4 is held by 10.0.0.2:6380: %w", ErrWorkerHeld)
+	src.set(func(s *scriptSource) {
+		s.extendErr = fmt.Errorf("worker id 4 was taken over: %w", ErrWorkerLost)
+		s.acquireErrs = slices.Repeat([]error{held}, 100000) // until the test clears them
+		s.w = Worker{ID: 9} // then another id, with no bound
+	})
+	c.Set(ms2024 + 250) // two thirds of the window left: the extension runs, and fails
+	waitFor(t, 5*time.Second, "the loss", func() bool { return !g.Info().HasWorker })
+	if _, err := g.Next(); !errors.Is(err, ErrNoWorker) {
+		t.Fatalf("after the loss, below the old lease: got %v, want ErrNoWorker at once", err)
+	}
+	waitFor(t, 5*time.Second, "acquiring again", func() bool {
+		_, err := g.Next()
+		return err != nil && strings.Contains(Waiting(err), "held by another live process")
+	})
+	src.set(func(s *scriptSource) { s.extendErr, s.acquireErrs = nil, nil })
+	c.Set(ms2024 + 20) // the clock steps back before the new id is acquired
+	waitFor(t, 5*time.Second, "the new worker id", func() bool { return g.Info().HasWorker })
+	if w := g.Info().WorkerID; w != 9 {
+		t.Fatalf("worker id %d after acquiring again, want 9", w)
+	}
+	if id, err := g.Next(); err == nil && id <= before {
+		t.Fatalf("after acquiring again: ID %d (ms %d) not above %d (ms %d) issued before", id, g.Decode(id).TimestampMs, before, g.Decode(before).TimestampMs)
+	}
+	c.Set(ms2024 + 60)
+	if id := mustNext(t, g); id <= before || g.Decode(id).WorkerID != 9 {
+		t.Fatalf("ID %d (worker %d), want above %d with worker 9", id, g.Decode(id).WorkerID, before)
+	}
+}
+
+// TestWaiting: NOWORKER's reason names what the generator waits for.
+func TestWaiting(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		cause error
+		want  string
+	}{
+		{"held", fmt.Errorf("x: %w", ErrWorkerHeld), "held by another live process"},
+		{"lost", fmt.Errorf("x: %w", ErrWorkerLost), "taken over by another process"},
+		{"bound", &BoundAheadError{}, "start bound"},
+		{"wait", fmt.Errorf("%w: x", errWaitBound), "waiting for the clock"},
+		{"unavailable", fmt.Errorf("x: %w", ErrSourceUnavailable), "unreachable"},
+		{"closed", errClosed, "closed"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			err := error(newStatus(tt.cause))
+			if !errors.Is(err, ErrNoWorker) || errors.Is(err, ErrClockBack) || !strings.Contains(Waiting(err), tt.want) {
+				t.Fatalf("status of %v: %v, waiting %q; want ErrNoWorker waiting for %q", tt.cause, err, Waiting(err), tt.want)
+			}
+		})
+	}
 }

@@ -187,7 +187,7 @@ func (s *Source) acquireZK(ctx context.Context, cache statefile.State, dirBound 
 	}
 	s.log.Info("snowflake: worker id from zookeeper", zap.Int64("worker_id", c.id), zap.String("node", c.path),
 		zap.String("how", c.how), zap.Time("bound", msTime(c.bound)), zap.String("previous_holder", c.prev.Holder))
-	return snowflake.Worker{ID: c.id, Bound: msTime(c.bound), Source: "zookeeper"}, nil
+	return snowflake.Worker{ID: c.id, Bound: msTime(c.bound), Source: "zookeeper", BoundCause: c.cause}, nil
 }
 
 // localState is what the data dir records for bound until.

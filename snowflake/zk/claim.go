@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	gozk "github.com/go-zookeeper/zk"
 	"go.uber.org/zap"
@@ -45,6 +46,7 @@ type claim struct {
 	bound int64   // the start bound: this process issues only in milliseconds above it
 	ver   int32   // the state node's version after our write
 	prev  zkState // the state node before our write (its previous holder)
+	cause string  // what bound is made of (snowflake.Worker.BoundCause)
 }
 
 // zkLive is the data of a live (ephemeral) node.
@@ -196,10 +198,16 @@ func (s *Source) fence(ctx context.Context, c *claim, fv foreverData, dirBound i
 			return err
 		}
 		bound := max(dirBound, fv.LegacyReservedUntil, fv.Timestamp)
+		cause := "the data dir's reserved_until"
+		if bound > dirBound {
+			cause = "the forever node's timestamp"
+		}
 		if fv.Timestamp > 0 && (!ok || fv.Timestamp > st.Reported) {
 			// Written by Leaf (no state node, or a timestamp leafd did not write): Leaf may
 			// have issued up to a report period past it.
-			bound = max(bound, fv.Timestamp+leafReportMs)
+			if b := fv.Timestamp + leafReportMs; b > bound {
+				bound, cause = b, "the forever node's timestamp plus Leaf's 3s report period"
+			}
 		}
 		if ok {
 			if st.Reuse && !s.cfg.Reuse && st.Holder != s.cfg.Addr {
@@ -216,7 +224,10 @@ func (s *Source) fence(ctx context.Context, c *claim, fv foreverData, dirBound i
 				// nothing; only a restart after a crash waits the tolerance.
 				b += max(st.ToleranceMs, 0)
 			}
-			bound = max(bound, b)
+			if b > bound {
+				bound, cause = b, fmt.Sprintf("the state node's reserved_until %v written by %s plus its outage tolerance %v",
+					msTime(st.ReservedUntil), st.Holder, time.Duration(b-st.ReservedUntil)*time.Millisecond)
+			}
 		}
 		s.reported = max(s.reported, st.Reported, fv.Timestamp)
 		if testHookFence != nil {
@@ -233,7 +244,7 @@ func (s *Source) fence(ctx context.Context, c *claim, fv foreverData, dirBound i
 		if err != nil {
 			return err
 		}
-		c.bound, c.ver, c.prev = bound, nv, st
+		c.bound, c.ver, c.prev, c.cause = bound, nv, st, cause
 		s.tolerance = 0 // what the state node now says (see writeStateLocked)
 		return nil
 	}
