@@ -277,7 +277,7 @@ func TestReacquireAfterLoss(t *testing.T) {
 	src.set(func(s *scriptSource) {
 		s.extendErr = fmt.Errorf("worker id 4 was taken over: %w", ErrWorkerLost)
 		s.acquireErrs = slices.Repeat([]error{held}, 100000) // until the test clears them
-		s.w = Worker{ID: 9} // then another id, with no bound
+		s.w = Worker{ID: 9}                                  // then another id, with no bound
 	})
 	c.Set(ms2024 + 250) // two thirds of the window left: the extension runs, and fails
 	waitFor(t, 5*time.Second, "the loss", func() bool { return !g.Info().HasWorker })
