@@ -41,6 +41,14 @@ func publicStatus(s string) string {
 	switch {
 	case strings.Contains(l, "generator closed"):
 		return "no worker id: shutting down"
+	case strings.Contains(l, "held by another live process"):
+		return "no worker id: the worker id is held by another live process; waiting until it stops"
+	case strings.Contains(l, "worker id lost"):
+		return "no worker id: the worker id was taken over by another process; acquiring a worker id again"
+	case strings.Contains(l, "waiting for the clock to pass the start bound"):
+		return "no worker id yet: waiting for the clock to pass the start bound persisted by an earlier run"
+	case strings.Contains(l, "start bound") && strings.Contains(l, "ahead of the clock"):
+		return "no worker id: the start bound is further ahead of the clock than --start-wait-max" + seeLog
 	case strings.Contains(l, "extending lease"):
 		return "no worker id: the time bound could not be extended" + seeLog
 	case strings.Contains(l, "acquiring worker id"):

@@ -88,7 +88,7 @@ func (g *Generator) acquireLoop(ctx context.Context) bool {
 			if ctx.Err() != nil {
 				return false
 			}
-			if st := g.status.Load(); st == nil || !strings.Contains((*st).Error(), err.Error()) {
+			if !g.statusSays(err) {
 				g.log.Warn("snowflake: acquiring worker id; retrying", zap.Error(err)) // once per distinct error
 			}
 			g.setStatus(err)
@@ -183,7 +183,7 @@ func (g *Generator) extend(ctx context.Context, until int64) (lost bool) {
 			return true
 		}
 		if ctx.Err() == nil {
-			if st := g.status.Load(); st == nil || !strings.Contains((*st).Error(), err.Error()) {
+			if !g.statusSays(err) {
 				g.log.Warn("snowflake: lease extension failed; retrying", zap.Error(err), // once per distinct error
 					zap.Time("reserved_until", time.UnixMilli(g.lease.Load())))
 			}
@@ -202,4 +202,11 @@ func (g *Generator) extend(ctx context.Context, until int64) (lost bool) {
 		g.log.Info("snowflake: lease extension recovered", zap.Time("reserved_until", time.UnixMilli(until)))
 	}
 	return false
+}
+
+// statusSays reports whether the current status already carries err (logged once per distinct
+// error: the retries run every RetryInterval).
+func (g *Generator) statusSays(err error) bool {
+	st := g.status.Load()
+	return st != nil && strings.Contains((*st).Error(), strings.TrimPrefix(err.Error(), "snowflake: "))
 }
