@@ -2,9 +2,12 @@ package zk
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"path"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -14,6 +17,7 @@ import (
 
 	"github.com/leafd/leafd/internal/e2e"
 	"github.com/leafd/leafd/snowflake"
+	"github.com/leafd/leafd/snowflake/internal/statefile"
 )
 
 // The fences of issue #24: the outage start from the data dir's cache needs proof (items 1-3),
@@ -121,7 +125,29 @@ func TestZKOutageStartRule(t *testing.T) {
 		// applied, its reply comes too late.
 		px.SetMode(e2e.ProxyDelay, 700*time.Millisecond)
 		low := time.Now().Add(time.Millisecond).Truncate(time.Millisecond)
-		if err := a.Extend(ctx, low); err != nil {
+		// The data dir records the write as applied before it is sent: a crash while it is in
+		// flight (its reply takes 1.4 s here) must leave tolerance 0 too.
+		done := make(chan error, 1)
+		start := time.Now()
+		go func() { done <- a.Extend(ctx, low) }()
+		seenAt := time.Duration(-1)
+		for seenAt < 0 {
+			b, err := os.ReadFile(filepath.Join(cfg.DataDir, snowflake.LocalStateFile))
+			var st statefile.State
+			if err == nil && json.Unmarshal(b, &st) == nil && st.ZKConfirmedMs == low.UnixMilli() && st.ToleranceMs == 0 {
+				seenAt = time.Since(start)
+				break
+			}
+			select {
+			case err := <-done:
+				t.Fatalf("lowering Extend returned (%v) before the data dir recorded it", err)
+			case <-time.After(time.Millisecond):
+			}
+		}
+		if seenAt > 900*time.Millisecond {
+			t.Fatalf("the data dir recorded the lowering write %v after it was sent, once its outcome was known; want before sending it", seenAt)
+		}
+		if err := <-done; err != nil {
 			t.Fatalf("lowering Extend: %v", err)
 		}
 		adm := adminConn(t, addr)
