@@ -242,8 +242,8 @@ func (g *Generator) begin(ctx context.Context, w Worker) error {
 	g.haveWorker = true
 	g.extensions++
 	g.mu.Unlock()
+	g.status.Store(nil) // before the lease: a request served under it never sees the old status
 	g.lease.Store(until)
-	g.status.Store(nil)
 	g.log.Info("snowflake: worker acquired", zap.Int64("worker_id", w.ID), zap.String("source", w.Source),
 		zap.Time("start_bound", w.Bound), zap.Time("reserved_until", time.UnixMilli(until)))
 	return nil
