@@ -25,7 +25,8 @@ import (
 // the old file is removed.
 
 // A data dir's instance id is valid in one incarnation: one boot of one host (the kernel's
-// boot id) and one directory (its device and inode). The lock proves that no other process
+// boot id), one directory (its device and inode) and one lock file (its inode: leafd never
+// replaces it, while a restore by tar or rsync does). The lock proves that no other process
 // uses this directory now, and the same boot and directory prove that the process that wrote
 // the state is not running elsewhere: a copy of the directory (cp, rsync, a restored backup or
 // volume snapshot, a cloned VM, which boots with a new boot id) carries the same files but
@@ -54,10 +55,10 @@ func (f *File) init() error {
 		}
 		changed = true
 	}
-	f.incarn = incarnation(filepath.Dir(f.path))
+	f.incarn = incarnation(filepath.Dir(f.path), f.lock)
 	f.instance = st.Instance
 	if f.instance == "" || f.incarn == "" || st.Incarnation != f.incarn {
-		if f.instance != "" {
+		if ok {
 			// The files were made elsewhere or in another boot: a copy (its original may be
 			// running), a restore, a move, or this host rebooted. Nothing proves that the
 			// process that wrote them is dead, so this is another instance, and what the

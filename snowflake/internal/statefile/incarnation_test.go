@@ -61,6 +61,24 @@ func TestIncarnation(t *testing.T) {
 		defer f.Close()
 		check(t, f)
 	})
+	t.Run("files restored in place", func(t *testing.T) {
+		// rsync over the data dir: same directory, every file (the lock file too) written
+		// to a temporary name and renamed into place.
+		lp := path + ".lock"
+		if err := os.WriteFile(lp+".tmp", nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(lp+".tmp", lp); err != nil {
+			t.Fatal(err)
+		}
+		f := mustOpen(t, path)
+		defer f.Close()
+		check(t, f)
+		inst = f.Instance()
+		if err := f.Write(State{WorkerID: 3, ReservedUntilMs: 100, Source: "zookeeper", ZKConfirmedMs: 90, ToleranceMs: 5000}); err != nil {
+			t.Fatal(err)
+		}
+	})
 	t.Run("reboot", func(t *testing.T) {
 		real := bootID
 		bootID = func() string { return "another-boot" }
@@ -69,6 +87,19 @@ func TestIncarnation(t *testing.T) {
 		defer f.Close()
 		check(t, f)
 		inst = f.Instance()
+	})
+	t.Run("file without an instance", func(t *testing.T) {
+		// Written by a version before instance ids: nothing proves where it was written.
+		dir := t.TempDir()
+		b := []byte(`{"worker_id":3,"reserved_until":100,"source":"zookeeper","zk_confirmed":90,"tolerance_ms":5000}`)
+		if err := os.WriteFile(filepath.Join(dir, Name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		f := mustOpen(t, filepath.Join(dir, Name))
+		defer f.Close()
+		if st := mustRead(t, f); st.ZKConfirmedMs != 0 || st.ToleranceMs != 0 || f.Renewed() == "" {
+			t.Fatalf("file without an instance kept the outage fields: %+v (renewed %q)", st, f.Renewed())
+		}
 	})
 	t.Run("unknown boot", func(t *testing.T) {
 		real := bootID

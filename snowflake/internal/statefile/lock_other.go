@@ -11,4 +11,4 @@ func lockFile(*os.File) error {
 	return errors.New("file locking is only implemented on unix")
 }
 
-func incarnation(string) string { return "" }
+func incarnation(string, *os.File) string { return "" }

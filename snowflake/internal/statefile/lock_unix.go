@@ -14,17 +14,22 @@ func lockFile(f *os.File) error {
 	return syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
 }
 
-// incarnation is "boot=<boot id> dev=<device> ino=<inode>" of dir, or "" when the boot id or
-// the directory's identity is unknown.
-func incarnation(dir string) string {
+// incarnation is "boot=<boot id> dev=<device> ino=<inode> lock=<inode>" of dir and its lock
+// file, or "" when the boot id or an identity is unknown.
+func incarnation(dir string, lock *os.File) string {
 	boot := bootID()
 	fi, err := os.Stat(dir)
 	if err != nil || boot == "" {
 		return ""
 	}
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	if !ok {
+	lfi, err := lock.Stat()
+	if err != nil {
 		return ""
 	}
-	return fmt.Sprintf("boot=%s dev=%d ino=%d", boot, uint64(st.Dev), uint64(st.Ino))
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	lst, lok := lfi.Sys().(*syscall.Stat_t)
+	if !ok || !lok {
+		return ""
+	}
+	return fmt.Sprintf("boot=%s dev=%d ino=%d lock=%d", boot, uint64(st.Dev), uint64(st.Ino), uint64(lst.Ino))
 }
