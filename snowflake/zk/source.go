@@ -36,7 +36,7 @@ var _ snowflake.WorkerSource = (*Source)(nil)
 // an instance issues only below the reserved_until it has written to the state node with a
 // version check, plus OutageTolerance while ZooKeeper cannot be reached. A successor from another
 // data dir rewrites the state node (bumping its version, so every later write of the old holder
-// fails and it stops: snowflake.ErrNoWorker) and starts above the reserved_until it read plus the holder's
+// fails, it stops and acquires again: snowflake.ErrWorkerLost) and starts above the reserved_until it read plus the holder's
 // tolerance. Every write of the old holder that succeeded came before that read, so old IDs <
 // bound + tolerance < new IDs, whatever the pause and the clocks.
 //
@@ -51,7 +51,8 @@ var _ snowflake.WorkerSource = (*Source)(nil)
 // The data dir's snowflake.json (flock'ed, written durably, shared with the file and static
 // sources) records the id, ip:port, name, reserved_until and the last bound ZooKeeper confirmed.
 // Its bound is the data dir's: every start on the data dir, with any source, begins above it.
-// If ZooKeeper is unreachable on start, the cached id is used only within the outage tolerance.
+// If ZooKeeper is unreachable on start, the cached id is used only with proof that no other
+// process can hold it (outageRefusal, acquire.go) and within the outage tolerance.
 type Source struct {
 	cfg      Config
 	log      *zap.Logger
@@ -88,7 +89,7 @@ type Source struct {
 	session   int64                 // zkMu; the ZooKeeper session our live node belongs to
 	dirty     bool                  // mu; the local bound is ahead of ZooKeeper's
 	cacheHigh int64                 // mu; reserved_until in the local state
-	lost      atomic.Pointer[error] // the id is no longer ours: permanent
+	lost      atomic.Pointer[error] // the id is no longer ours: ErrWorkerLost until Acquire runs again; else (state node deleted) for good
 	lastHeld  string                // zkMu; the last ErrWorkerHeld logged
 	releaseAt int64                 // zkMu; state node deleted: release the live node once the clock is past it
 }
