@@ -495,7 +495,7 @@ func (s *Source) renewLoop() {
 	}
 }
 
-// Close stops the renewals, releases the row (token '', lease expired; reserved_until kept at
+// Close stops the renewals, releases the row (token ”, lease expired; reserved_until kept at
 // least as high) and the data dir. The generator has stopped issuing and lowered its bound
 // before. It is idempotent.
 func (s *Source) Close() error {
