@@ -322,3 +322,29 @@ func TestLayoutInRows(t *testing.T) {
 		t.Fatalf("want ErrLayoutChanged, got %v", err)
 	}
 }
+
+// TestDataDirBoundToFile: the bound the mysql source writes in the data dir is honoured by
+// the file source on the same data dir (a switch of sources keeps one time bound).
+func TestDataDirBoundToFile(t *testing.T) {
+	fx := newFixture(t)
+	dir := t.TempDir()
+	s, err := newSource(Config{DataDir: dir, Lease: lease, Clock: fx.db}, fx.st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	acquire(t, s)
+	until := fx.db.Now().Add(3 * time.Second)
+	if err := extend(s, until); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	f, err := snowflake.NewFileSource(dir, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	w, err := f.Acquire(context.Background())
+	if err != nil || w.Bound.UnixMilli() < until.UnixMilli() {
+		t.Fatalf("file source after mysql: %+v %v, want a bound at least %v", w, err, until)
+	}
+}
