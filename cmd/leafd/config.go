@@ -42,11 +42,11 @@ type Config struct {
 	// WorkerSource: auto, mysql, zookeeper, file, static or statefulset (Config.Source resolves
 	// auto). WorkerLease: the MySQL lease; WorkerOffset, PodOrdinal (-1: the hostname's suffix):
 	// statefulset.
-	WorkerSource      string
-	WorkerLease       time.Duration
-	WorkerOffset      int64
-	PodOrdinal        int64
-	RequirePass       string
+	WorkerSource string
+	WorkerLease  time.Duration
+	WorkerOffset int64
+	PodOrdinal   int64
+	RequirePass  string
 	// Secrets by file (secrets.go); the file's content replaces the value.
 	RequirePassFile string
 	MySQLDSNFile    string

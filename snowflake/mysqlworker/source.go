@@ -74,9 +74,11 @@ type Source struct {
 	deadline time.Time // sent + Lease: the self-fence
 	gate     time.Time // after a re-acquisition: Extend fails until the clock is past it
 	gateMs   int64     // the same, as wall-clock ms (both must be passed)
-	unsure   bool      // a Reclaim's outcome is unknown: read the row before writing
+	unsure   bool      // a write's outcome is unknown (or raced): read the row before writing
+	fenced   bool      // the self-fence was counted for the current lapse
 	pending  *pendingAcq
-	until    int64 // the highest reserved_until accepted (Extend) or carried (Acquire)
+	until    int64 // the highest reserved_until accepted (Extend) or carried (Acquire, re-take)
+	accepted int64 // the highest until Extend accepted for this acquisition
 	lastErr  string
 	stats    Status
 }
@@ -279,7 +281,7 @@ func (s *Source) acquired(r row, token string, sent time.Time, rowBound, dirBoun
 	s.held, s.lost, s.id, s.epoch, s.token = true, nil, r.ID, r.Epoch, token
 	s.sent, s.deadline = sent, sent.Add(s.cfg.Lease)
 	s.bound = time.UnixMilli(b).UTC()
-	s.until = max(rowBound, dirBound)
+	s.until, s.accepted = max(rowBound, dirBound), 0
 	s.gate, s.gateMs, s.unsure = time.Time{}, 0, false
 	s.stats.Acquisitions++
 	s.lastErr = ""
@@ -319,17 +321,14 @@ func (s *Source) Extend(ctx context.Context, until time.Time) error {
 		return lost
 	}
 	u := until.UnixMilli()
-	if u <= s.until {
+	if u <= s.accepted && s.gate.IsZero() {
 		// Lowering the bound (the generator's Close, after it stopped issuing): the row keeps
 		// its higher one; the data dir records the lower one, which is exact.
 		return s.writeFile(u)
 	}
 	now := s.cfg.Clock.Now()
-	if err := s.resolveLocked(ctx); err != nil {
-		return err
-	}
-	if !now.Before(s.deadline) {
-		return s.selfFenceLocked(ctx, now)
+	if s.unsure || !now.Before(s.deadline) {
+		return s.retakeLocked(ctx, now)
 	}
 	if !s.gate.IsZero() {
 		if now.Before(s.gate) || now.UnixMilli() <= s.gateMs {
@@ -342,7 +341,7 @@ func (s *Source) Extend(ctx context.Context, until time.Time) error {
 	ok, err := s.st.Renew(ctx, s.id, s.epoch, s.token, u, s.cfg.Lease)
 	switch {
 	case err == nil && !ok:
-		return s.setLost(fmt.Errorf("%w: worker id %d: the row's token or epoch changed: another instance took it over", snowflake.ErrNoWorker, s.id))
+		return s.retakeLocked(ctx, now) // taken over, released or lost by a failover
 	case err == nil:
 		s.renewedLocked(now)
 		if u > now.UnixMilli()+s.cfg.Lease.Milliseconds() {
@@ -363,7 +362,7 @@ func (s *Source) Extend(ctx context.Context, until time.Time) error {
 		return err
 	}
 	s.mu.Lock()
-	s.until = u
+	s.until, s.accepted = max(s.until, u), max(s.accepted, u)
 	s.mu.Unlock()
 	return nil
 }
@@ -387,57 +386,65 @@ func (s *Source) renewedLocked(sent time.Time) {
 }
 
 func (s *Source) waitingErr() error {
-	return fmt.Errorf("%w: worker id %d re-acquired after its lease ran out; issuing from %v (lease %v + margin %v)",
+	return fmt.Errorf("%w: worker id %d re-acquired after its lease may have run out; issuing from %v (lease %v + margin %v)",
 		snowflake.ErrWorkerHeld, s.id, time.UnixMilli(s.gateMs).UTC(), s.cfg.Lease, s.cfg.Margin)
 }
 
-// resolveLocked reads the row after a Reclaim of unknown outcome: it counts as applied when
-// the row is still ours (the epoch is then the row's).
-func (s *Source) resolveLocked(ctx context.Context) error {
-	if !s.unsure {
-		return nil
+// retakeLocked re-acquires this process's worker id when its lease may be void: the lease ran
+// out by this process's clock (measured from the send of its last confirmed renewal: a SIGSTOP,
+// a long outage), a fenced write matched no row (taken over, released, or lost by a failover),
+// or a write's outcome is unknown. It reads the row: still ours → Reclaim (epoch+1); missing
+// → INSERT; free → Take (compare-and-set on version); held by another → lost for good. After a
+// re-acquisition it is a taker like any other: Extend refuses until Lease+Margin have passed
+// and the clock is above the row's reserved_until, so the generator issues nothing meanwhile.
+// An unknown outcome counts as applied: the row is read back first on the next call.
+func (s *Source) retakeLocked(ctx context.Context, now time.Time) error {
+	if !now.Before(s.deadline) && !s.fenced {
+		s.mu.Lock()
+		s.stats.SelfFences++
+		s.fenced = true
+		s.mu.Unlock()
+		s.log.Warn("snowflake: mysql worker lease ran out before it was renewed; re-acquiring",
+			zap.Int64("worker_id", s.id), zap.Time("last_renewal_sent", s.sent), zap.Duration("lease", s.cfg.Lease))
 	}
 	r, ok, err := s.st.Get(ctx, s.id)
 	if err != nil {
-		return s.setErr(unavailable("reading back an unconfirmed re-acquisition", err))
+		s.unsure = true
+		return s.setErr(unavailable(fmt.Sprintf("reading worker id %d to re-acquire it", s.id), err))
 	}
-	if !ok || r.Token != s.token {
-		return s.setLost(fmt.Errorf("%w: worker id %d was taken over while this process's lease had run out", snowflake.ErrNoWorker, s.id))
+	cl := claim{Holder: s.cfg.Holder, Instance: s.instance, Token: s.token, Layout: s.layoutString(), Lease: s.cfg.Lease}
+	var wrote bool
+	epoch := r.Epoch + 1
+	switch {
+	case ok && r.Token == s.token:
+		wrote, err = s.st.Reclaim(ctx, s.id, r.Epoch, s.token, s.cfg.Lease)
+	case !ok:
+		wrote, err = s.st.Insert(ctx, s.id, cl)
+		epoch = 1
+	case r.Free:
+		wrote, err = s.st.Take(ctx, s.id, r.Version, cl)
+	default:
+		return s.setLost(fmt.Errorf("%w: worker id %d is held by %s (instance %s) since this process's lease may have run out",
+			snowflake.ErrNoWorker, s.id, r.Holder, r.Instance))
 	}
-	s.mu.Lock()
-	s.epoch, s.unsure = r.Epoch, false
-	s.mu.Unlock()
-	return nil
-}
-
-// selfFenceLocked: the lease ran out by this process's clock (from the send of its last
-// confirmed renewal). Another instance may have taken the id, or (after a failover that lost
-// rows) may believe it could. Re-acquire the row by compare-and-set on our token and epoch,
-// and issue nothing before Lease+Margin from now, like any taker.
-func (s *Source) selfFenceLocked(ctx context.Context, now time.Time) error {
-	s.mu.Lock()
-	s.stats.SelfFences++
-	s.mu.Unlock()
-	s.log.Warn("snowflake: mysql worker lease ran out before it was renewed; re-acquiring",
-		zap.Int64("worker_id", s.id), zap.Time("last_renewal_sent", s.sent), zap.Duration("lease", s.cfg.Lease))
-	ok, err := s.st.Reclaim(ctx, s.id, s.epoch, s.token, s.cfg.Lease)
-	if err != nil {
-		s.mu.Lock()
-		s.unsure = true // counted as applied: the row is read before the next write
-		s.mu.Unlock()
-		return s.setErr(unavailable(fmt.Sprintf("re-acquiring worker id %d after its lease ran out", s.id), err))
-	}
-	if !ok {
-		return s.setLost(fmt.Errorf("%w: worker id %d was taken over while this process's lease had run out", snowflake.ErrNoWorker, s.id))
+	if err != nil || !wrote {
+		s.unsure = true // maybe applied, or raced: read the row back next time
+		if err == nil {
+			err = errors.New("the row changed meanwhile")
+		}
+		return s.setErr(unavailable(fmt.Sprintf("re-acquiring worker id %d", s.id), err))
 	}
 	ack := s.cfg.Clock.Now()
 	s.mu.Lock()
-	s.epoch++
+	s.epoch, s.unsure, s.fenced = epoch, false, false
 	s.sent, s.deadline = now, now.Add(s.cfg.Lease)
 	s.gate = ack.Add(s.cfg.TakerWait())
-	s.gateMs = ack.UnixMilli() + s.cfg.TakerWait().Milliseconds()
+	s.gateMs = max(ack.UnixMilli()+s.cfg.TakerWait().Milliseconds(), r.ReservedUntil+1)
+	s.until = max(s.until, r.ReservedUntil)
 	s.stats.Acquisitions++
 	s.mu.Unlock()
+	s.log.Warn("snowflake: mysql worker id re-acquired; issuing again after the taker's wait",
+		zap.Int64("worker_id", s.id), zap.Int64("epoch", epoch), zap.Time("issuing_from", time.UnixMilli(s.gateMs)))
 	return s.setErr(s.waitingErr())
 }
 
@@ -456,11 +463,8 @@ func (s *Source) renewOnce(ctx context.Context) {
 	if now.Sub(s.sent) < s.cfg.Lease/3 {
 		return
 	}
-	if err := s.resolveLocked(ctx); err != nil {
-		return
-	}
-	if !now.Before(s.deadline) {
-		_ = s.selfFenceLocked(ctx, now)
+	if s.unsure || !now.Before(s.deadline) {
+		_ = s.retakeLocked(ctx, now)
 		return
 	}
 	ok, err := s.st.Renew(ctx, s.id, s.epoch, s.token, s.until, s.cfg.Lease)
@@ -472,7 +476,7 @@ func (s *Source) renewOnce(ctx context.Context) {
 		s.mu.Unlock()
 		s.log.Debug("snowflake: mysql worker lease renewal failed", zap.Error(err))
 	case !ok:
-		_ = s.setLost(fmt.Errorf("%w: worker id %d: the row's token or epoch changed: another instance took it over", snowflake.ErrNoWorker, s.id))
+		_ = s.retakeLocked(ctx, now)
 	default:
 		s.renewedLocked(now)
 	}

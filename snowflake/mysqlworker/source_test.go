@@ -106,7 +106,7 @@ func TestSendTimeDeadline(t *testing.T) {
 	}
 	fx.db.Set(sent.Add(lease).UnixMilli())
 	err := extend(s, fx.db.Now().Add(time.Second))
-	if err == nil || !strings.Contains(err.Error(), "re-acquired after its lease ran out") {
+	if err == nil || !strings.Contains(err.Error(), "re-acquired after its lease may have run out") {
 		t.Fatalf("Extend at send+Lease: want the self-fence, got %v", err)
 	}
 	if st := s.Status(); st.SelfFences != 1 {
@@ -346,5 +346,39 @@ func TestDataDirBoundToFile(t *testing.T) {
 	w, err := f.Acquire(context.Background())
 	if err != nil || w.Bound.UnixMilli() < until.UnixMilli() {
 		t.Fatalf("file source after mysql: %+v %v, want a bound at least %v", w, err, until)
+	}
+}
+
+// TestRetakeAfterFailover: a failover loses a's row (the new primary shows another, earlier
+// holder's free row with a higher bound). a's next renewal matches no row; a re-takes the id
+// by compare-and-set and, as a taker, refuses Extend until Lease+Margin have passed AND the
+// clock is above the row's bound.
+func TestRetakeAfterFailover(t *testing.T) {
+	fx := newFixture(t)
+	high := t0ms + 20_000 // an earlier holder's bound, beyond the taker's wait
+	fx.st.rows[0] = fakeRow{row: row{ID: 0, Token: "", Epoch: 4, Version: 9, ReservedUntil: high}, expires: fx.db.Now()}
+	replica := fx.st.snapshot()
+	fx.st.rows = map[int64]fakeRow{}
+	a := fx.source(nil, 3)
+	acquire(t, a) // id 0, inserted on the old primary
+	fx.st.restore(replica)
+	fx.db.Add(lease / 2)
+	err := extend(a, fx.db.Now().Add(time.Second))
+	if !errors.Is(err, snowflake.ErrWorkerHeld) || a.Status().WorkerID != 0 {
+		t.Fatalf("renewal after the failover: want a re-acquisition and a refusal, got %v", err)
+	}
+	if r, _ := fx.st.get(0); r.Token != a.token || r.Epoch != 5 {
+		t.Fatalf("row after the re-take: %+v", r.row)
+	}
+	for fx.db.Now().UnixMilli() <= high {
+		if err := extend(a, fx.db.Now().Add(time.Second)); err == nil {
+			t.Fatalf("Extend accepted at %v, not above the row's bound %v", fx.db.Now().UnixMilli(), high)
+		}
+		fx.db.Add(lease / 3)
+		a.renewOnce(context.Background())
+	}
+	fx.db.Add(time.Millisecond)
+	if err := extend(a, fx.db.Now().Add(time.Second)); err != nil {
+		t.Fatalf("Extend past the bound and the wait: %v", err)
 	}
 }
