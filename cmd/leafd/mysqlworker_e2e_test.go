@@ -261,8 +261,9 @@ func TestMySQLWorkerProxy(t *testing.T) {
 // every later renewal and bound) and a fourth instance acquires the last id on the primary
 // only. The fourth is frozen, the database fails over to the lagging replica (which never saw
 // the fourth's acquisition), and a fifth instance takes that id on the new primary at once.
-// The fifth's taker's wait must put its IDs above the frozen fourth's; the fourth, woken,
-// issues nothing; the three others keep (or re-take) their ids. 0 duplicates.
+// The lagging replica also shows the three others' leases older than they are: the fifth may
+// take one of those ids instead (its holder then loses it: NOWORKER). Either way the fifth's
+// taker's wait must put its IDs above the previous holder's. 0 duplicates.
 func TestMySQLWorkerFailover(t *testing.T) {
 	r, px, dsn := e2e.Replicated(t)
 	args := append(append([]string{"--mysql-dsn", dsn}, fastLease...), "--snowflake-bits", "41/2/20")
@@ -287,14 +288,20 @@ func TestMySQLWorkerFailover(t *testing.T) {
 	e := e2e.StartMySQL(t, dsn, args[2:]...)
 	load.run("e", e)
 	load.served(t, "e", 50, 30*time.Second)
-	if got := e2e.WorkerOf(t, e); got != wd {
-		t.Errorf("fifth instance has worker id %d, want the lost acquisition's %d", got, wd)
-	}
+	// e took an id whose rows the failover lost: the lost acquisition's (wd), or one whose
+	// renewals were lost so that its lease looked expired on the new primary.
+	we := e2e.WorkerOf(t, e)
+	t.Logf("fifth instance took worker id %d (the lost acquisition was %d)", we, wd)
 	d.Resume()
 	after, _, _ := e2e.DrainUntilNoWorker(d.Client(3), 10*time.Second)
 	load.ids.Add("d-woken", after...)
-	for _, who := range []string{"a", "b", "c", "e"} {
-		load.served(t, who, 50, 30*time.Second)
+	// Each of the three either serves again (its row survived, or it re-took it) or has lost
+	// its id to e, which it says (NOWORKER until a restart).
+	for i, who := range []string{"a", "b", "c"} {
+		bl := load.loads[who]
+		if !e2e.Poll(20*time.Second, e2e.Grown(&bl.OK, 50)) && !strings.Contains(ls[i].Log(), "worker id lost") {
+			t.Errorf("%s neither serving after the failover nor reporting its id lost:\n%s", who, e2e.Tail(ls[i].Log(), 15))
+		}
 	}
 	load.stop()
 	load.ids.Check(t, 20000)
