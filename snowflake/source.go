@@ -26,6 +26,21 @@ type WorkerSource interface {
 	Close() error
 }
 
+// LeaseReporter is implemented by a WorkerSource whose worker id is leased with a deadline
+// of its own (the MySQL source, snowflake/mysqlworker): Info reports it.
+type LeaseReporter interface{ LeaseInfo() LeaseInfo }
+
+// LeaseInfo is a leased source's state (INFO snowflake, /status, metrics).
+type LeaseInfo struct {
+	Lease           time.Duration // the lease length
+	Deadline        time.Time     // the source issues nothing from here on without a renewal
+	LastRenewal     time.Time     // send time of the last confirmed renewal
+	Acquisitions    uint64
+	Renewals        uint64
+	RenewalFailures uint64
+	SelfFences      uint64 // times the lease ran out before it was renewed
+}
+
 func (w Worker) boundMs() int64 {
 	if w.Bound.IsZero() {
 		return 0

@@ -26,8 +26,9 @@ const SourceName = "mysql"
 var ErrIDsExhausted = errors.New("snowflake: every worker id is leased")
 
 var (
-	_ snowflake.WorkerSource = (*Source)(nil)
-	_ snowflake.LayoutUser   = (*Source)(nil)
+	_ snowflake.WorkerSource  = (*Source)(nil)
+	_ snowflake.LayoutUser    = (*Source)(nil)
+	_ snowflake.LeaseReporter = (*Source)(nil)
 )
 
 // Status is a snapshot of the source for INFO, /status and metrics.
@@ -523,6 +524,13 @@ func (s *Source) Close() error {
 		err = errors.Join(s.st.Close(), s.file.Close())
 	})
 	return err
+}
+
+// LeaseInfo implements snowflake.LeaseReporter.
+func (s *Source) LeaseInfo() snowflake.LeaseInfo {
+	st := s.Status()
+	return snowflake.LeaseInfo{Lease: st.Lease, Deadline: st.LeaseDeadline, LastRenewal: st.LastRenewal,
+		Acquisitions: st.Acquisitions, Renewals: st.Renewals, RenewalFailures: st.RenewalFailures, SelfFences: st.SelfFences}
 }
 
 // Status returns a snapshot.
