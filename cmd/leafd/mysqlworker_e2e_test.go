@@ -9,6 +9,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -91,6 +92,7 @@ func TestMySQLWorkerIDs(t *testing.T) {
 	add("c", c)
 	load.served(t, "a", 200, 20*time.Second)
 	load.served(t, "c", 200, 20*time.Second)
+	checkLeaseReported(t, ls[0], 6000)
 	load.stop()
 	load.ids.Check(t, 20000)
 	if n := e2e.SQLInt(t, db, "SELECT COUNT(*) FROM leafd_worker WHERE token <> ''"); n != 3 {
@@ -108,6 +110,34 @@ func TestMySQLWorkerIDs(t *testing.T) {
 	}
 	if n := e2e.SQLInt(t, db, "SELECT COUNT(*) FROM leafd_worker WHERE token <> ''"); n != 0 {
 		t.Errorf("%d rows still held after clean stops, want 0 (released)", n)
+	}
+}
+
+// checkLeaseReported: INFO snowflake, /status.json and /metrics show the worker lease, its
+// deadline ahead and renewals done.
+func checkLeaseReported(t *testing.T, l *e2e.Leafd, leaseMs int64) {
+	t.Helper()
+	c := l.Client(3)
+	info := e2e.SFInfo(t, c)
+	if info["snowflake_worker_lease_ms"] != strconv.FormatInt(leaseMs, 10) {
+		t.Errorf("INFO snowflake_worker_lease_ms %q, want %d", info["snowflake_worker_lease_ms"], leaseMs)
+	}
+	if e2e.SFInfoInt(t, c, "snowflake_worker_renewals") < 1 || e2e.SFInfoInt(t, c, "snowflake_worker_acquisitions") != 1 {
+		t.Errorf("INFO: want renewals and one acquisition: %v", info)
+	}
+	now := time.Now().UnixMilli()
+	if d := e2e.SFInfoInt(t, c, "snowflake_worker_lease_deadline_ms"); d <= now || d > now+leaseMs {
+		t.Errorf("INFO snowflake_worker_lease_deadline_ms %d not within the lease ahead of %d", d, now)
+	}
+	if r := e2e.SFInfoInt(t, c, "snowflake_worker_last_renewal_ms"); r > now || r < now-leaseMs {
+		t.Errorf("INFO snowflake_worker_last_renewal_ms %d not within the lease before %d", r, now)
+	}
+	if code, body, err := l.HTTPGet("/status.json", ""); err != nil || code != 200 || !strings.Contains(body, `"worker_lease":{"lease_ms":`+strconv.FormatInt(leaseMs, 10)) {
+		t.Errorf("/status.json: %d %v, want worker_lease: %s", code, err, e2e.Tail(body, 3))
+	}
+	if code, body, err := l.HTTPGet("/metrics", ""); err != nil || code != 200 || !strings.Contains(body, "leafd_snowflake_worker_renewals_total") ||
+		!strings.Contains(body, "leafd_snowflake_worker_lease_deadline_seconds") {
+		t.Errorf("/metrics: %d %v, want the worker lease metrics", code, err)
 	}
 }
 
@@ -251,6 +281,9 @@ func TestMySQLWorkerProxy(t *testing.T) {
 	}
 	load.stop()
 	load.ids.Check(t, 10000)
+	if n := e2e.SFInfoInt(t, ls[0].Client(3), "snowflake_worker_self_fences"); n < 1 {
+		t.Errorf("INFO snowflake_worker_self_fences %d after a blackhole longer than the lease, want at least 1", n)
+	}
 	if !strings.Contains(ls[0].Log(), "re-acquired") {
 		t.Errorf("no re-acquisition logged after the lease lapsed:\n%s", e2e.Tail(ls[0].Log(), 20))
 	}
