@@ -171,3 +171,28 @@ func TestGeneratorsOnMariaDB(t *testing.T) {
 		t.Fatalf("after one Close: %d free rows, want 1 (%+v)", free, rows)
 	}
 }
+
+// TestRenewalGoroutine: with no Extend at all (a taker waiting out its wait), the source's own
+// goroutine keeps the lease: renewals accumulate and the lease never lapses.
+func TestRenewalGoroutine(t *testing.T) {
+	dsn, st := sqlFixture(t)
+	s, err := NewSource(Config{DSN: dsn, DataDir: t.TempDir(), Lease: 600 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.Acquire(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for s.Status().Renewals < 5 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if got := s.Status(); got.Renewals < 5 || got.SelfFences != 0 || got.Acquisitions != 1 {
+		t.Fatalf("after 5 lease thirds: %+v; want renewals, no self-fence, one acquisition", got)
+	}
+	r, _, _ := st.Get(context.Background(), 0)
+	if r.Free {
+		t.Fatalf("row free while renewed: %+v", r)
+	}
+}
