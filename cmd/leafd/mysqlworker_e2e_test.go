@@ -204,6 +204,9 @@ func TestMySQLWorkerPausedHolder(t *testing.T) {
 	if _, err := cc.Do(ctx, "IDS.SNOWFLAKE").Int64(); err == nil || !strings.Contains(err.Error(), "NOWORKER") {
 		t.Fatalf("third instance with both ids held: want NOWORKER, got %v", err)
 	}
+	if st := e2e.SFInfo(t, cc)["snowflake_status"]; !strings.Contains(st, "every worker id of the layout is leased") {
+		t.Errorf("third instance's INFO snowflake_status %q, want the ids-exhausted reason", st)
+	}
 	before, err := a.Client(3).Do(ctx, "IDS.SNOWFLAKE", 100).Int64Slice()
 	if err != nil {
 		t.Fatal(err)
