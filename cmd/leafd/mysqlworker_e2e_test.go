@@ -122,8 +122,8 @@ func checkLeaseReported(t *testing.T, l *e2e.Leafd, leaseMs int64) {
 	if info["snowflake_worker_lease_ms"] != strconv.FormatInt(leaseMs, 10) {
 		t.Errorf("INFO snowflake_worker_lease_ms %q, want %d", info["snowflake_worker_lease_ms"], leaseMs)
 	}
-	if e2e.SFInfoInt(t, c, "snowflake_worker_renewals") < 1 || e2e.SFInfoInt(t, c, "snowflake_worker_acquisitions") != 1 {
-		t.Errorf("INFO: want renewals and one acquisition: %v", info)
+	if e2e.SFInfoInt(t, c, "snowflake_worker_renewals") < 1 || e2e.SFInfoInt(t, c, "snowflake_worker_acquisitions") < 1 {
+		t.Errorf("INFO: want renewals and an acquisition: %v", info)
 	}
 	now := time.Now().UnixMilli()
 	if d := e2e.SFInfoInt(t, c, "snowflake_worker_lease_deadline_ms"); d <= now || d > now+leaseMs {
