@@ -8,6 +8,7 @@ package main
 import (
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -342,4 +343,29 @@ func TestMySQLWorkerFailover(t *testing.T) {
 	load.stop()
 	load.ids.Check(t, 20000)
 	_ = testenv.EnvRequire
+}
+
+// TestStatefulSetSourceBinary: --worker-source statefulset takes offset + ordinal (INFO says
+// source statefulset, IDS.DECODE the id), the bound stays in the data dir across a restart, and
+// an ordinal beyond the layout refuses the start naming the flags.
+func TestStatefulSetSourceBinary(t *testing.T) {
+	dir := t.TempDir()
+	l := e2e.Start(t, "--worker-source", "statefulset", "--pod-ordinal", "3", "--worker-offset", "100", "--data-dir", dir)
+	if w := e2e.WorkerOf(t, l); w != 103 {
+		t.Fatalf("worker id %d, want 100 + 3", w)
+	}
+	if src := workerSource(t, l); src != "statefulset" {
+		t.Errorf("snowflake_worker_source %q, want statefulset", src)
+	}
+	last := e2e.SFNext(t, l.Client(3))
+	l.Kill()
+	l.Restart()
+	if first := e2e.WaitServing(t, l.Client(3), 20*time.Second); first <= last {
+		t.Errorf("after a kill -9 and restart: first ID %d not above the last %d (the bound in the data dir)", first, last)
+	}
+	out, err := exec.Command(e2e.Binary(), "--data-dir", t.TempDir(), "--addr", e2e.FreeAddr(t), "--http-addr", "",
+		"--worker-source", "statefulset", "--pod-ordinal", "4", "--snowflake-bits", "41/2/20").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "does not fit the layout's worker ids 0-3") {
+		t.Errorf("ordinal 4 with worker ids 0-3: want a refused start, got %v:\n%s", err, e2e.Tail(string(out), 5))
+	}
 }
