@@ -12,7 +12,7 @@ type Worker struct {
 	// none): IDs of that run are all in milliseconds < Bound. The generator issues only in
 	// milliseconds > Bound.
 	Bound  time.Time
-	Source string // "static", "file", "zookeeper": for Info
+	Source string // "static", "file", "zookeeper", "mysql", "statefulset": for Info
 }
 
 // WorkerSource gives the generator its worker id and persists its time lease.
