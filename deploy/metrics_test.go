@@ -47,7 +47,8 @@ func scrapeNames(t *testing.T) map[string]bool {
 	if err != nil {
 		t.Fatal(err)
 	}
-	snow, err := snowflake.New(snowflake.DefaultConfig(), src, log)
+	// Reported as leased, so that the worker-lease metrics of the MySQL source are scraped too.
+	snow, err := snowflake.New(snowflake.DefaultConfig(), leasedFile{src}, log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -211,4 +212,11 @@ func TestDashboardAndRulesMetrics(t *testing.T) {
 			t.Errorf("alert rules: no %s", want)
 		}
 	}
+}
+
+// leasedFile is the file source reporting a lease (as the MySQL source does).
+type leasedFile struct{ *snowflake.FileSource }
+
+func (leasedFile) LeaseInfo() snowflake.LeaseInfo {
+	return snowflake.LeaseInfo{Lease: 6 * time.Second, Deadline: time.Now().Add(5 * time.Second), LastRenewal: time.Now(), Renewals: 1}
 }

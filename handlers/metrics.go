@@ -1,6 +1,8 @@
 package handlers
 
 import (
+	"time"
+
 	"github.com/leafd/leafd/segment"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -52,6 +54,15 @@ var (
 	descSnowExtensions = desc("snowflake_lease_extensions_total", "Successful time-lease extensions.")
 	descSnowExtFails   = desc("snowflake_lease_extend_failures_total", "Failed time-lease extensions.")
 
+	// A leased worker id (the MySQL source); absent for the other sources.
+	descWLDeadline  = desc("snowflake_worker_lease_deadline_seconds", "Unix seconds at which the worker-id lease runs out unless renewed (the self-fence).")
+	descWLRenewal   = desc("snowflake_worker_lease_last_renewal_seconds", "Unix seconds of the send of the last confirmed lease renewal.")
+	descWLLease     = desc("snowflake_worker_lease_seconds", "The worker-id lease length (--worker-lease).")
+	descWLAcquire   = desc("snowflake_worker_acquisitions_total", "Worker-id acquisitions (first ones and re-acquisitions).")
+	descWLRenewals  = desc("snowflake_worker_renewals_total", "Confirmed worker-id lease renewals.")
+	descWLRenewFail = desc("snowflake_worker_renewal_failures_total", "Worker-id lease renewals that failed or whose outcome is unknown.")
+	descWLFences    = desc("snowflake_worker_self_fences_total", "Times the worker-id lease ran out before it was renewed (issuing stopped until re-acquired).")
+
 	descConnected   = desc("connected_clients", "RESP connections open.")
 	descConnections = desc("connections_total", "RESP connections accepted.")
 	descRejected    = desc("rejected_connections_total", "RESP connections refused by --maxclients.")
@@ -71,6 +82,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 		descTagIDs, descTagCurRemain, descTagNextReady, descTagLoading, descSegLoadSeconds, descReady, descCmdErrors,
 		descSnowEnabled, descSnowHasWorker, descSnowWorkerID, descSnowReserved, descSnowIssued,
 		descSnowCBEvents, descSnowCBErrors, descSnowSeqWaits, descSnowExtensions, descSnowExtFails,
+		descWLDeadline, descWLRenewal, descWLLease, descWLAcquire, descWLRenewals, descWLRenewFail, descWLFences,
 		descConnected, descConnections, descRejected, descCommands, descProtoErrors,
 		descOutputLimit, descQueryLimit, descAuthFails,
 	} {
@@ -142,6 +154,15 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		counter(descSnowSeqWaits, float64(in.SequenceWaits))
 		counter(descSnowExtensions, float64(in.Extensions))
 		counter(descSnowExtFails, float64(in.ExtendFailures))
+		if l := in.Lease; l != nil {
+			gauge(descWLDeadline, unixSeconds(l.Deadline))
+			gauge(descWLRenewal, unixSeconds(l.LastRenewal))
+			gauge(descWLLease, l.Lease.Seconds())
+			counter(descWLAcquire, float64(l.Acquisitions))
+			counter(descWLRenewals, float64(l.Renewals))
+			counter(descWLRenewFail, float64(l.RenewalFailures))
+			counter(descWLFences, float64(l.SelfFences))
+		}
 	}
 
 	if h.srv != nil {
@@ -156,4 +177,12 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	counter(descAuthFails, float64(h.guard.failures.Load()), "resp")
 	counter(descAuthFails, float64(h.guard.httpFail.Load()), "http")
+}
+
+// unixSeconds is t in Unix seconds (0 for the zero time).
+func unixSeconds(t time.Time) float64 {
+	if t.IsZero() {
+		return 0
+	}
+	return float64(t.UnixMilli()) / 1000
 }

@@ -39,6 +39,12 @@ func publicStatus(s string) string {
 	}
 	l := strings.ToLower(s)
 	switch {
+	case strings.Contains(l, "every worker id is leased"):
+		return "no worker id: every worker id of the layout is leased by live instances"
+	case strings.Contains(l, "re-acquired after its lease"):
+		return "no worker id: re-acquired after its lease lapsed; waiting out the lease"
+	case strings.Contains(l, "waiting for the clock to pass the bound"):
+		return "no worker id yet: waiting for the clock to pass the start bound"
 	case strings.Contains(l, "generator closed"):
 		return "no worker id: shutting down"
 	case strings.Contains(l, "held by another live process"):

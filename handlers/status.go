@@ -81,6 +81,19 @@ type statusSnowflake struct {
 	LastClockBackOffsetMs float64  `json:"last_clock_back_offset_ms"`
 	Extensions            uint64   `json:"lease_extensions"`
 	ExtendFailures        uint64   `json:"lease_extend_failures"`
+
+	WorkerLease *statusWorkerLease `json:"worker_lease,omitempty"` // a leased worker id (MySQL source)
+}
+
+// statusWorkerLease is the worker-id lease of a leased source in /status.json.
+type statusWorkerLease struct {
+	LeaseMs         int64  `json:"lease_ms"`
+	DeadlineMs      int64  `json:"deadline_ms"`
+	LastRenewalMs   int64  `json:"last_renewal_ms"`
+	Acquisitions    uint64 `json:"acquisitions"`
+	Renewals        uint64 `json:"renewals"`
+	RenewalFailures uint64 `json:"renewal_failures"`
+	SelfFences      uint64 `json:"self_fences"`
 }
 
 // statusReport is the body of /status.json. Times are Unix milliseconds (0: never); now_ms is
@@ -140,6 +153,11 @@ func (h *Handler) serveStatusJSON(w http.ResponseWriter, _ *http.Request) {
 			LastClockBackMs:       unixMs(in.LastClockBack),
 			LastClockBackOffsetMs: float64(in.LastClockBackOffset.Microseconds()) / 1000,
 			Extensions:            in.Extensions, ExtendFailures: in.ExtendFailures,
+		}
+		if l := in.Lease; l != nil {
+			rep.Snowflake.WorkerLease = &statusWorkerLease{LeaseMs: l.Lease.Milliseconds(), DeadlineMs: unixMs(l.Deadline),
+				LastRenewalMs: unixMs(l.LastRenewal), Acquisitions: l.Acquisitions, Renewals: l.Renewals,
+				RenewalFailures: l.RenewalFailures, SelfFences: l.SelfFences}
 		}
 	}
 	var snowIssued uint64

@@ -131,6 +131,15 @@ func cmdInfo(h *Handler, c *resp.Conn, args [][]byte) error {
 		w("snowflake_sequence_waits", in.SequenceWaits)
 		w("snowflake_lease_extensions", in.Extensions)
 		w("snowflake_lease_extend_failures", in.ExtendFailures)
+		if l := in.Lease; l != nil { // a leased worker id (the MySQL source)
+			w("snowflake_worker_lease_ms", l.Lease.Milliseconds())
+			w("snowflake_worker_lease_deadline_ms", msOrZero(l.Deadline))
+			w("snowflake_worker_last_renewal_ms", msOrZero(l.LastRenewal))
+			w("snowflake_worker_acquisitions", l.Acquisitions)
+			w("snowflake_worker_renewals", l.Renewals)
+			w("snowflake_worker_renewal_failures", l.RenewalFailures)
+			w("snowflake_worker_self_fences", l.SelfFences)
+		}
 	})
 	c.WriteVerbatim(b.String())
 	return nil

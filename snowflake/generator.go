@@ -31,6 +31,7 @@ type Info struct {
 	SequenceWaits       uint64 // waits for the next millisecond after the sequence ran out
 	Extensions          uint64 // successful lease extensions
 	ExtendFailures      uint64
+	Lease               *LeaseInfo // the source's lease (a LeaseReporter); nil for other sources
 
 	Layout Layout
 }
@@ -457,6 +458,10 @@ func (g *Generator) Info() Info {
 	}
 	if st := g.status.Load(); st != nil {
 		in.Status = (*st).Error()
+	}
+	if lr, ok := g.src.(LeaseReporter); ok {
+		li := lr.LeaseInfo()
+		in.Lease = &li
 	}
 	return in
 }

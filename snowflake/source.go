@@ -12,7 +12,7 @@ type Worker struct {
 	// none): IDs of that run are all in milliseconds < Bound. The generator issues only in
 	// milliseconds > Bound.
 	Bound  time.Time
-	Source string // "static", "file", "zookeeper": for Info
+	Source string // "static", "file", "zookeeper", "mysql", "statefulset": for Info
 	// BoundCause says what Bound is made of, for the refusal of a bound too far ahead
 	// (optional; e.g. "state node reserved_until ... plus the holder's outage tolerance 5s").
 	BoundCause string
@@ -29,6 +29,21 @@ type WorkerSource interface {
 	// issuing and calls Acquire again (as a new start). Any other error is retried.
 	Extend(ctx context.Context, until time.Time) error
 	Close() error
+}
+
+// LeaseReporter is implemented by a WorkerSource whose worker id is leased with a deadline
+// of its own (the MySQL source, snowflake/mysqlworker): Info reports it.
+type LeaseReporter interface{ LeaseInfo() LeaseInfo }
+
+// LeaseInfo is a leased source's state (INFO snowflake, /status, metrics).
+type LeaseInfo struct {
+	Lease           time.Duration // the lease length
+	Deadline        time.Time     // the source issues nothing from here on without a renewal
+	LastRenewal     time.Time     // send time of the last confirmed renewal
+	Acquisitions    uint64
+	Renewals        uint64
+	RenewalFailures uint64
+	SelfFences      uint64 // times the lease ran out before it was renewed
 }
 
 func (w Worker) boundMs() int64 {

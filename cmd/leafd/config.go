@@ -16,6 +16,7 @@ import (
 	"github.com/leafd/leafd/resp"
 	"github.com/leafd/leafd/segment"
 	"github.com/leafd/leafd/snowflake"
+	"github.com/leafd/leafd/snowflake/mysqlworker"
 	"github.com/leafd/leafd/snowflake/zk"
 )
 
@@ -38,7 +39,14 @@ type Config struct {
 	// ZKOutageTolerance: how long past the bound ZooKeeper confirmed an instance keeps issuing
 	// without ZooKeeper.
 	ZKOutageTolerance time.Duration
-	RequirePass       string
+	// WorkerSource: auto, mysql, zookeeper, file, static or statefulset (Config.Source resolves
+	// auto). WorkerLease: the MySQL lease; WorkerOffset, PodOrdinal (-1: the hostname's suffix):
+	// statefulset.
+	WorkerSource string
+	WorkerLease  time.Duration
+	WorkerOffset int64
+	PodOrdinal   int64
+	RequirePass  string
 	// Secrets by file (secrets.go); the file's content replaces the value.
 	RequirePassFile string
 	MySQLDSNFile    string
@@ -114,6 +122,10 @@ func flagSet(c *Config) *flag.FlagSet {
 	fs.BoolVar(&c.WorkerReuse, "worker-reuse", false, "let a new instance take over the worker id of a dead one (ZooKeeper)")
 	fs.DurationVar(&c.ZKSession, "zk-session-timeout", zc.SessionTimeout, "ZooKeeper session timeout: how long a dead instance's worker id stays live (worker reuse)")
 	fs.DurationVar(&c.ZKOutageTolerance, "zk-outage-tolerance", zc.OutageTolerance, "how long past the time bound ZooKeeper last confirmed an instance keeps issuing snowflake IDs without ZooKeeper (another instance taking the id waits as long); 0: not beyond the lease")
+	fs.StringVar(&c.WorkerSource, "worker-source", "auto", "where snowflake worker ids come from: auto (--worker-id: static; --zk-addrs: zookeeper; --mysql-dsn: mysql; else file), mysql, zookeeper, file, static or statefulset")
+	fs.DurationVar(&c.WorkerLease, "worker-lease", mysqlworker.DefaultConfig().Lease, "MySQL worker ids: the lease of a row in leafd_worker (a taker issues only after lease + 1s; must exceed --lease-window)")
+	fs.Int64Var(&c.WorkerOffset, "worker-offset", 0, "statefulset worker ids: worker id = offset + pod ordinal (several StatefulSets in one domain)")
+	fs.Int64Var(&c.PodOrdinal, "pod-ordinal", -1, "statefulset worker ids: this pod's ordinal; -1: the number after the last '-' of the hostname")
 	fs.StringVar(&c.RequirePass, "requirepass", "", "password for AUTH / HELLO ... AUTH; prefer --requirepass-file or LEAFD_REQUIREPASS")
 	fs.StringVar(&c.RequirePassFile, "requirepass-file", "", "file holding the --requirepass password (preferred over the flag)")
 	fs.StringVar(&c.AutoCreate, "auto-create", "auto", "create unknown tags on first use: on, off, or auto (on with the embedded store, off with MySQL)")
@@ -272,6 +284,7 @@ func (c Config) Validate() error {
 	if c.WorkerID >= 0 && c.ZKAddrs != "" {
 		bad("--worker-id and --zk-addrs exclude each other: choose one worker-id source")
 	}
+	c.validateWorkerSource(bad)
 	if c.WorkerReuse && c.ZKAddrs == "" {
 		bad("--worker-reuse needs --zk-addrs")
 	}

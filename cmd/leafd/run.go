@@ -276,11 +276,15 @@ func openSnowflake(ctx context.Context, cfg Config, log *zap.Logger) (*snowflake
 
 	var src snowflake.WorkerSource
 	var err error
-	switch {
-	case cfg.ZKAddrs != "":
+	switch cfg.Source() {
+	case srcZooKeeper:
 		src, err = openZKSource(cfg, fcfg.Layout.MaxWorkerID(), log)
-	case cfg.WorkerID >= 0:
+	case srcStatic:
 		src, err = snowflake.NewStaticSource(cfg.DataDir, cfg.WorkerID)
+	case srcMySQL:
+		src, err = openMySQLWorkerSource(cfg, fcfg.Layout.MaxWorkerID(), log)
+	case srcStatefulSet:
+		src, err = openStatefulSetSource(cfg, fcfg.Layout.MaxWorkerID(), log)
 	default:
 		src, err = snowflake.NewFileSource(cfg.DataDir, 0)
 	}

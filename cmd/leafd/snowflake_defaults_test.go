@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/leafd/leafd/snowflake"
+	"github.com/leafd/leafd/snowflake/mysqlworker"
 	"github.com/leafd/leafd/snowflake/zk"
 )
 
@@ -31,6 +32,7 @@ func TestSnowflakeFlagDefaults(t *testing.T) {
 		{"name", cfg.Name, zc.Name},
 		{"zk-session-timeout", cfg.ZKSession, zc.SessionTimeout},
 		{"zk-outage-tolerance", cfg.ZKOutageTolerance, zc.OutageTolerance},
+		{"worker-lease", cfg.WorkerLease, mysqlworker.DefaultConfig().Lease},
 	} {
 		if c.got != c.want {
 			t.Errorf("--%s defaults to %v, want %v (the package default)", c.flag, c.got, c.want)
