@@ -177,10 +177,13 @@ func TestIDsInfo(t *testing.T) {
 			t.Errorf("min_step: got %v, want 1000", info["min_step"])
 		}
 		if info["next_ready"] == int64(1) {
-			// The first segment lived far less than 15 minutes: Leaf's dynamic step doubles.
+			// The first segment lived far less than 15 minutes: Leaf's dynamic step at least
+			// doubles (more when the measured demand over a slow load needs it, as on a loaded
+			// machine).
 			next := info["next"].(map[any]any)
-			if next["start"] != int64(1001) || next["end"] != int64(3001) || info["step"] != int64(2000) {
-				t.Errorf("next segment: got %v step %v, want [1001, 3001) step 2000", next, info["step"])
+			step, _ := info["step"].(int64)
+			if next["start"] != int64(1001) || step < 2000 || next["end"] != int64(1001)+step {
+				t.Errorf("next segment: got %v step %v, want [1001, 1001+step) with step >= 2000", next, info["step"])
 			}
 			break
 		}
