@@ -325,7 +325,8 @@ func (g *Generator) resume(ctx context.Context) {
 	}
 	// The store and marks check: a range is still this instance's only when the store has
 	// granted past it (max_id: no failover to a replica behind it, no restored table) and this
-	// instance's durable mark covers it (its marks are not from before the range).
+	// instance's durable mark ends exactly where the file does (its marks are not from before
+	// the range, and nothing was leased here after it).
 	type resumed struct {
 		t    remainderTag
 		mark int64
@@ -346,6 +347,11 @@ func (g *Generator) resume(ctx context.Context) {
 			why = fmt.Sprintf("the store's max_id %d is below its end %d (a failover to a replica behind, or a restored table)", mx, end)
 		case end > m:
 			why = fmt.Sprintf("this instance's mark %d is below its end %d (marks.db restored or replaced)", m, end)
+		case end < m:
+			// The file is the top of what this instance was granted only if nothing was leased
+			// after it was written: a start that could not consume it leased above it, and its
+			// IDs would now come below IDs already issued here (order within the instance).
+			why = fmt.Sprintf("this instance leased the tag up to %d after the file was written (its end %d); its IDs would come below IDs already issued", m, end)
 		case len(keep) >= g.cfg.MaxTags:
 			why = "too many tags"
 		}

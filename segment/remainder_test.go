@@ -151,10 +151,10 @@ func (m *remMarks) Mark(tag string) (int64, error) {
 }
 
 // TestRemainderConsumedBeforeServe (fence: consume before serve). A start that cannot
-// record the consumption in the store serves nothing of the file (a fresh lease above the
-// mark: 301) and keeps it; the start after it resumes at 16. A copy of the file put back
-// after that (a restored data dir, or a kill -9 before the removal) is refused: its token is
-// consumed in leafd.db, and the IDs 16.. are not served twice.
+// record the consumption in the store publishes nothing of the file and keeps it; the start
+// after it resumes at 16. A copy of the file put back after that (a restored data dir, or a
+// kill -9 before the removal) is refused: its token is consumed in leafd.db, and the IDs
+// 16.. are not served twice.
 func TestRemainderConsumedBeforeServe(t *testing.T) {
 	d := openRemDir(t, firstLife(t).dir)
 	copyOf, err := os.ReadFile(d.path())
@@ -162,8 +162,8 @@ func TestRemainderConsumedBeforeServe(t *testing.T) {
 		t.Fatal(err)
 	}
 	g := remGen(t, d, &remStore{BoltStore: d.st, consumeErr: errors.New("store down")}, d.mk)
-	if v := mustNext(t, g, "a"); v != 301 {
-		t.Fatalf("with the consumption not recorded: first ID %d, want 301 (nothing of the file)", v)
+	if g.Serves("a", 1) || g.Stats().RemainderResumed != 0 {
+		t.Fatal("with the consumption not recorded, the file's ranges were published")
 	}
 	if _, err := os.Stat(d.path()); err != nil {
 		t.Fatalf("the unconsumed file was not kept: %v", err)
@@ -196,6 +196,27 @@ func TestRemainderConsumedBeforeServe(t *testing.T) {
 	}
 	if _, err := os.Stat(d.path()); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("the refused file was not removed: %v", err)
+	}
+}
+
+// TestRemainderNotBelowLaterLeases (the marks check, the other way): a start that could not
+// consume the file but then leased and served the tag (301) moved the mark above the file's
+// end; the next start discards the file instead of serving 16.. below IDs already issued.
+func TestRemainderNotBelowLaterLeases(t *testing.T) {
+	d := openRemDir(t, firstLife(t).dir)
+	g := remGen(t, d, &remStore{BoltStore: d.st, consumeErr: errors.New("store down")}, d.mk)
+	if v := mustNext(t, g, "a"); v != 301 {
+		t.Fatalf("with the consumption not recorded: first ID %d, want 301 (a new lease)", v)
+	}
+	_ = g.Close()
+	d.close()
+	d = openRemDir(t, d.dir)
+	g = remGen(t, d, d.st, d.mk)
+	if v := mustNext(t, g, "a"); v <= 301 {
+		t.Fatalf("next start: first ID %d, want above 301 (already issued)", v)
+	}
+	if st := g.Stats(); st.RemainderResumed != 0 || st.RemainderDiscarded != 285 {
+		t.Fatalf("resumed %d, discarded %d; want 0, 285", st.RemainderResumed, st.RemainderDiscarded)
 	}
 }
 
