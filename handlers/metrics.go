@@ -31,6 +31,7 @@ var (
 	descSegStepCapped  = desc("segment_step_capped_total", "Loads whose demand needed a larger segment than --max-step to outlast the next load (requests wait at switches; raise --max-step).")
 	descSegWarmLoads   = desc("segment_warm_loads_total", "First segments loaded by the warm start (tags served before the restart).")
 	descSegTags        = desc("segment_tags", "Tags held by this instance.")
+	descSegRemainder   = desc("segment_remainder_ids_total", "IDs of the previous graceful shutdown's remainder file, by outcome (resumed: served first; discarded: refused by a fence, a gap).", "outcome")
 	descTagRemaining   = desc("segment_tag_remaining", "IDs left in the tag's current and next segments.", "tag")
 	descTagStep        = desc("segment_tag_step", "The tag's current dynamic step.", "tag")
 	descTagCanServe    = desc("segment_tag_can_serve", "1 when the tag's current segment has IDs left or the next one is ready.", "tag")
@@ -77,7 +78,7 @@ var (
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		descSegIDs, descSegLoads, descSegRegressions, descSegUnavailable, descSegUnknown, descSegTags,
-		descSegPanics, descSegWaits, descSegWarmLoads, descSegStepCapped,
+		descSegPanics, descSegWaits, descSegWarmLoads, descSegStepCapped, descSegRemainder,
 		descTagRemaining, descTagStep, descTagCanServe, descTagCanRefill,
 		descTagIDs, descTagCurRemain, descTagNextReady, descTagLoading, descSegLoadSeconds, descReady, descCmdErrors,
 		descSnowEnabled, descSnowHasWorker, descSnowWorkerID, descSnowReserved, descSnowIssued,
@@ -112,6 +113,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	counter(descSegWaits, float64(st.Waits))
 	counter(descSegWarmLoads, float64(st.WarmLoads))
 	counter(descSegStepCapped, float64(st.StepCapped))
+	counter(descSegRemainder, float64(st.RemainderResumed), "resumed")
+	counter(descSegRemainder, float64(st.RemainderDiscarded), "discarded")
 	gauge(descSegTags, float64(st.Tags))
 	buckets := make(map[float64]uint64, len(segment.LoadBuckets))
 	for i, le := range segment.LoadBuckets {

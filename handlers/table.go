@@ -108,6 +108,8 @@ func cmdInfo(h *Handler, c *resp.Conn, args [][]byte) error {
 		w("segment_load_waits", s.Waits)
 		w("segment_warm_loads", s.WarmLoads)
 		w("segment_step_capped", s.StepCapped)
+		w("segment_remainder_resumed", s.RemainderResumed)
+		w("segment_remainder_discarded", s.RemainderDiscarded)
 	})
 	section("snowflake", func(w func(string, any)) {
 		if h.snow == nil {

@@ -60,6 +60,10 @@ type Config struct {
 	NoWarmStart bool
 	// MaxBatch is the largest count of AppendIDs. Default limits.MaxBatch (1000).
 	MaxBatch int
+	// RemainderFile is where SaveRemainder writes the unissued rest of every held tag on a
+	// graceful shutdown and New resumes it from (typically <data-dir>/remainder.json). Empty:
+	// no remainder file (held ranges are a gap at each restart).
+	RemainderFile string
 	// Clock gives the time (the dynamic step, the negative cache, retry backoff) and the waits
 	// (a request's WaitTimeout, the refresh period). Default clock.Real; tests use clock.Fake.
 	Clock clock.Clock

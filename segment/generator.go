@@ -57,7 +57,11 @@ type Generator struct {
 		stepCapped                                         atomic.Int64 // loads whose demand needed more than MaxStep
 		stepCappedLogged                                   atomic.Int64 // mono ns of the latest warning + 1
 		droppedIDs                                         atomic.Int64 // IDs issued by buffers since dropped
+		remainderResumed, remainderDiscarded               atomic.Int64 // IDs of the remainder file (remainder.go)
 	}
+	// storeID is the store's identity (RemainderStore.StoreID), read by resume in New, before
+	// any goroutine starts; "" when unknown. Read by SaveRemainder after Close.
+	storeID  string
 	loadHist loadHist
 }
 
@@ -110,6 +114,11 @@ func New(cfg Config, store Store, marks Marks, log *zap.Logger) (*Generator, err
 
 	rctx, rcancel := context.WithTimeout(ctx, cfg.LoadTimeout)
 	listed, err := g.refresh(rctx)
+	rcancel()
+	// The remainder of the previous graceful shutdown is published before any load or
+	// request, and only once its consumption is durable in the store.
+	rctx, rcancel = context.WithTimeout(ctx, cfg.LoadTimeout)
+	g.resume(rctx)
 	rcancel()
 	if err != nil {
 		log.Warn("segment: initial tag list failed; tags will be loaded on first use", zap.Error(err))

@@ -110,6 +110,10 @@ type Stats struct {
 	StepCapped  int64
 	Tags        int // tags held
 	LoadSeconds LoadHistogram
+	// RemainderResumed: IDs of the previous graceful shutdown's remainder file served first
+	// (published at New). RemainderDiscarded: IDs of it refused (another store, consumed
+	// before, failed the store or marks check, unreadable): a gap, never served.
+	RemainderResumed, RemainderDiscarded int64
 }
 
 // Stats returns the counters (INFO segment). It costs one pass over the held tags.
@@ -129,6 +133,8 @@ func (g *Generator) Stats() Stats {
 		Tags:          int(g.ntags.Load()),
 		LoadSeconds:   g.loadHist.snapshot(),
 	}
+	st.RemainderResumed = g.stats.remainderResumed.Load()
+	st.RemainderDiscarded = g.stats.remainderDiscarded.Load()
 	g.tags.each(func(b *buffer) bool {
 		st.IDs += b.issued()
 		return true

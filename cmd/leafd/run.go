@@ -72,6 +72,7 @@ func run(ctx context.Context, cfg Config, log *zap.Logger, ready func(net.Addr))
 	scfg.MaxTags = cfg.MaxTags
 	scfg.WarmTags = cfg.WarmTags
 	scfg.NoWarmStart = cfg.WarmTags == 0
+	scfg.RemainderFile = filepath.Join(cfg.DataDir, "remainder.json")
 	seg, err := segment.New(scfg, store, marks, log.Named("segment"))
 	if err != nil {
 		return fmt.Errorf("segment: %w", err)
@@ -199,6 +200,15 @@ func run(ctx context.Context, cfg Config, log *zap.Logger, ready func(net.Addr))
 	if err == nil && !errors.Is(serveRes, resp.ErrServerClosed) {
 		err = serveRes
 	}
+	// After the last reply: the unissued rest of every held tag goes to the remainder file,
+	// which the next start of this data dir serves first (docs/SEGMENT.md, "Graceful restart").
+	rctx, rcancel := context.WithTimeout(context.Background(), cfg.LoadTimeout)
+	if rep, rerr := seg.SaveRemainder(rctx); rerr != nil {
+		log.Warn("segment: remainder not saved; the held ranges are a gap", zap.Error(rerr))
+	} else if rep.Tags > 0 {
+		log.Info("segment: remainder saved", zap.Int("tags", rep.Tags), zap.Int64("ids", rep.IDs))
+	}
+	rcancel()
 	log.Info("stopped")
 	return err
 }

@@ -1,0 +1,137 @@
+// Package ordered holds the leader lease of an ORDERED tag (issue 20, part 2; docs/SEGMENT.md,
+// "Ordered tags"): one instance at a time serves such a tag, chosen by a fenced row of
+// leafd_leader on the database's clock. This package is the lease alone; the forwarding of
+// the tag's commands to the leader and the generator's use of the term are not built yet,
+// and nothing outside this package calls it, so no other tag is affected.
+package ordered
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/leafd/leafd/internal/clock"
+)
+
+// Grant is what one acquire-or-renew statement answered.
+type Grant struct {
+	Granted bool   // the caller holds the lease now
+	Epoch   int64  // the lease's term: grows by one at each change of holder (or lapse)
+	Holder  string // who holds it (the caller when Granted)
+}
+
+// Store runs the acquire-or-renew of a tag's lease on the database clock (*MySQLLeases).
+type Store interface {
+	// Acquire grants the lease to holder for length (on the store's clock, from the moment the
+	// statement runs) when it is free, lapsed, or already holder's and live; ErrNotOrdered when
+	// the tag has no lease row.
+	Acquire(ctx context.Context, tag, holder string, length time.Duration) (Grant, error)
+}
+
+// ErrNotOrdered: the tag is not an ORDERED tag (no row in leafd_leader).
+var ErrNotOrdered = errors.New("ordered: the tag is not ordered")
+
+// Config of one Lease.
+type Config struct {
+	Tag    string
+	Holder string        // this instance (unique among the instances; e.g. its advertised RESP address)
+	Length time.Duration // the lease written on the database clock. Default 3s.
+	// Margin is taken off the local deadline: the drift between this host's monotonic clock
+	// and the database's clock over one Length, plus scheduling. Default Length/10; must be
+	// below Length.
+	Margin time.Duration
+	Clock  clock.Clock // the monotonic clock of the deadline; default clock.Real
+}
+
+// Lease is this instance's view of one tag's lease. Renew is called by one goroutine (the
+// renewer); Valid and State by any.
+type Lease struct {
+	cfg   Config
+	store Store
+
+	mu    sync.Mutex
+	until time.Time // local deadline (monotonic); zero when not leader
+	epoch int64     // term of the latest grant to us (0: none)
+	other string    // holder seen by the latest refused renewal
+}
+
+// New returns a Lease that holds nothing until its first Renew.
+func New(cfg Config, st Store) (*Lease, error) {
+	if cfg.Length == 0 {
+		cfg.Length = 3 * time.Second
+	}
+	if cfg.Margin == 0 {
+		cfg.Margin = cfg.Length / 10
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real{}
+	}
+	if cfg.Tag == "" || cfg.Holder == "" || st == nil {
+		return nil, errors.New("ordered: a lease needs a tag, a holder and a store")
+	}
+	if cfg.Length < 0 || cfg.Margin < 0 || cfg.Margin >= cfg.Length {
+		return nil, fmt.Errorf("ordered: lease length %v, margin %v: need 0 <= margin < length", cfg.Length, cfg.Margin)
+	}
+	return &Lease{cfg: cfg, store: st}, nil
+}
+
+// State is a Lease at one moment.
+type State struct {
+	Leader  bool
+	Epoch   int64
+	Until   time.Time // local deadline while Leader
+	Holder  string    // the holder seen (this instance when Leader)
+	NewTerm bool      // Renew: this grant began a term (the caller must start above every range of earlier terms)
+}
+
+// Renew runs one acquire-or-renew. The deadline counts from the moment the statement was
+// SENT, not from its reply: the database set its expiry at or after that moment, so this
+// instance stops serving before any other instance can see the lease lapse (given Margin
+// covers the clocks' drift). A failed or ambiguous call leaves the deadline where it was (it
+// runs out by itself); a refusal ends leadership at once.
+func (l *Lease) Renew(ctx context.Context) (State, error) {
+	sent := l.cfg.Clock.Now()
+	g, err := l.store.Acquire(ctx, l.cfg.Tag, l.cfg.Holder, l.cfg.Length)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err != nil {
+		return l.stateLocked(), err
+	}
+	if !g.Granted {
+		l.until, l.epoch, l.other = time.Time{}, 0, g.Holder
+		return l.stateLocked(), nil
+	}
+	newTerm := g.Epoch != l.epoch
+	l.epoch, l.other = g.Epoch, ""
+	l.until = sent.Add(l.cfg.Length - l.cfg.Margin)
+	st := l.stateLocked()
+	st.NewTerm = newTerm
+	return st, nil
+}
+
+// Valid reports whether this instance may serve the tag now, and the term it serves in.
+func (l *Lease) Valid() (epoch int64, ok bool) {
+	now := l.cfg.Clock.Now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.epoch != 0 && now.Before(l.until) {
+		return l.epoch, true
+	}
+	return 0, false
+}
+
+// State returns the lease now (IDS.INFO).
+func (l *Lease) State() State {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.stateLocked()
+}
+
+func (l *Lease) stateLocked() State {
+	if l.epoch != 0 && l.cfg.Clock.Now().Before(l.until) {
+		return State{Leader: true, Epoch: l.epoch, Until: l.until, Holder: l.cfg.Holder}
+	}
+	return State{Holder: l.other}
+}

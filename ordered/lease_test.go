@@ -1,0 +1,209 @@
+package ordered
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"testing"
+	"time"
+
+	_ "github.com/go-sql-driver/mysql"
+
+	"github.com/leafd/leafd/internal/clock"
+	"github.com/leafd/leafd/internal/testenv"
+)
+
+// fakeStore answers Acquire with grant (or err) after moving the fake clock by took (a slow
+// round trip).
+type fakeStore struct {
+	clk   *clock.Fake
+	took  time.Duration
+	grant Grant
+	err   error
+}
+
+func (f *fakeStore) Acquire(ctx context.Context, tag, holder string, length time.Duration) (Grant, error) {
+	f.clk.Add(f.took)
+	return f.grant, f.err
+}
+
+func newLease(t *testing.T) (*Lease, *fakeStore, *clock.Fake) {
+	t.Helper()
+	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	st := &fakeStore{clk: clk, grant: Grant{Granted: true, Epoch: 1, Holder: "a"}}
+	l, err := New(Config{Tag: "t", Holder: "a", Length: 3 * time.Second, Margin: 300 * time.Millisecond, Clock: clk}, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l, st, clk
+}
+
+// TestLeaseDeadlineFromSendTime (fence: the lease deadline). A renewal answered 2 s after it
+// was sent leaves the lease valid until send + length - margin (2.7 s after the send), not
+// reply + ...: the database may have set its expiry right at the send.
+func TestLeaseDeadlineFromSendTime(t *testing.T) {
+	l, st, clk := newLease(t)
+	st.took = 2 * time.Second
+	if s, err := l.Renew(context.Background()); err != nil || !s.Leader || !s.NewTerm || s.Epoch != 1 {
+		t.Fatalf("Renew: %+v, %v", s, err)
+	}
+	if _, ok := l.Valid(); !ok {
+		t.Fatal("not valid 2 s after the send")
+	}
+	clk.Add(699 * time.Millisecond)
+	if _, ok := l.Valid(); !ok {
+		t.Fatal("not valid 2.699 s after the send")
+	}
+	clk.Add(time.Millisecond)
+	if _, ok := l.Valid(); ok {
+		t.Fatal("still valid 2.7 s after the send (length 3 s - margin 0.3 s): the deadline counts from the reply")
+	}
+}
+
+// TestLeaseFailedRenewalDoesNotExtend: a renewal that fails (timed out, maybe applied) keeps
+// the old deadline, which then runs out.
+func TestLeaseFailedRenewalDoesNotExtend(t *testing.T) {
+	l, st, clk := newLease(t)
+	if _, err := l.Renew(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	clk.Add(time.Second)
+	st.err = errors.New("timeout")
+	if _, err := l.Renew(context.Background()); err == nil {
+		t.Fatal("no error")
+	}
+	clk.Add(1700 * time.Millisecond) // 2.7 s after the first send
+	if _, ok := l.Valid(); ok {
+		t.Fatal("a failed renewal extended the lease")
+	}
+}
+
+// TestLeaseRefusalEndsAtOnce: a renewal refused (another holder) ends leadership at once.
+func TestLeaseRefusalEndsAtOnce(t *testing.T) {
+	l, st, _ := newLease(t)
+	if _, err := l.Renew(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	st.grant = Grant{Holder: "b", Epoch: 2}
+	s, err := l.Renew(context.Background())
+	if err != nil || s.Leader || s.Holder != "b" {
+		t.Fatalf("refused Renew: %+v, %v", s, err)
+	}
+	if _, ok := l.Valid(); ok {
+		t.Fatal("still valid after a refusal")
+	}
+}
+
+// TestLeaseNewTerm: NewTerm is set when the epoch changes (the caller then starts above every
+// range of the earlier terms), not on a renewal in the same term.
+func TestLeaseNewTerm(t *testing.T) {
+	l, st, _ := newLease(t)
+	s, _ := l.Renew(context.Background())
+	if !s.NewTerm {
+		t.Fatal("first grant is not a new term")
+	}
+	if s, _ = l.Renew(context.Background()); s.NewTerm {
+		t.Fatal("renewal in the same term reported as a new term")
+	}
+	st.grant.Epoch = 3
+	if s, _ = l.Renew(context.Background()); !s.NewTerm || s.Epoch != 3 {
+		t.Fatalf("epoch change: %+v", s)
+	}
+}
+
+func TestLeaseConfig(t *testing.T) {
+	st := &fakeStore{}
+	for _, c := range []Config{
+		{Holder: "a"}, {Tag: "t"},
+		{Tag: "t", Holder: "a", Length: time.Second, Margin: time.Second},
+		{Tag: "t", Holder: "a", Length: -time.Second},
+	} {
+		if _, err := New(c, st); err == nil {
+			t.Fatalf("New(%+v) accepted", c)
+		}
+	}
+}
+
+// TestMySQLLeaseTakeover: on the database clock, a second instance gets the lease only after
+// the first stopped renewing and its lease lapsed; at that moment the first no longer counts
+// itself leader (its deadline, from the send time minus the margin, has passed); the term
+// grows; the first is then refused. A lapsed lease taken back by its own holder is a new term.
+func TestMySQLLeaseTakeover(t *testing.T) {
+	dsn := testenv.FreshDatabase(t, testenv.MySQLDSN(t))
+	db, err := sql.Open("mysql", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	ctx := context.Background()
+	m := NewMySQLLeases(db, 5*time.Second)
+	if err := m.EnsureTable(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Acquire(ctx, "plain", "a", time.Second); !errors.Is(err, ErrNotOrdered) {
+		t.Fatalf("Acquire of a tag not ordered: %v", err)
+	}
+	if err := m.MarkOrdered(ctx, "o"); err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{Tag: "o", Length: 400 * time.Millisecond, Margin: 40 * time.Millisecond}
+	cfg.Holder = "a"
+	a, _ := New(cfg, m)
+	cfg.Holder = "b"
+	b, _ := New(cfg, m)
+	sa, err := a.Renew(ctx)
+	if err != nil || !sa.Leader {
+		t.Fatalf("a: %+v, %v", sa, err)
+	}
+	if sb, err := b.Renew(ctx); err != nil || sb.Leader || sb.Holder != "a" {
+		t.Fatalf("b while a holds: %+v, %v", sb, err)
+	}
+	var sb State
+	deadline := time.Now().Add(10 * time.Second)
+	for !sb.Leader && time.Now().Before(deadline) {
+		if sb, err = b.Renew(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if sb.Leader {
+			if _, ok := a.Valid(); ok {
+				t.Fatal("b was granted the lease while a still counts itself leader")
+			}
+			break
+		}
+		time.Sleep(10 * time.Millisecond) // pacing of the renewal attempts
+	}
+	if !sb.Leader || sb.Epoch != sa.Epoch+1 || !sb.NewTerm {
+		t.Fatalf("b after a's lease lapsed: %+v (a had %+v)", sb, sa)
+	}
+	if s, err := a.Renew(ctx); err != nil || s.Leader || s.Holder != "b" {
+		t.Fatalf("a after b took over: %+v, %v", s, err)
+	}
+	// b lets its lease lapse on the database clock, then takes it back: a new term. (Taken
+	// back after its local deadline but before the database's expiry, it stays in its term:
+	// nobody else could hold it meanwhile.)
+	for time.Now().Before(deadline) {
+		var lapsed bool
+		if err := db.QueryRowContext(ctx, "SELECT expires < NOW(3) FROM leafd_leader WHERE biz_tag = 'o'").Scan(&lapsed); err != nil {
+			t.Fatal(err)
+		}
+		if lapsed {
+			break
+		}
+		time.Sleep(10 * time.Millisecond) // pacing of the poll
+	}
+	if _, ok := b.Valid(); ok {
+		t.Fatal("b counts itself leader after the database's expiry")
+	}
+	var again State
+	for !again.Leader && time.Now().Before(deadline) {
+		if again, err = b.Renew(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if !again.Leader {
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	if !again.Leader || again.Epoch <= sb.Epoch {
+		t.Fatalf("b after its own lapse: %+v, want a new term above %d", again, sb.Epoch)
+	}
+}

@@ -1,0 +1,130 @@
+package segment
+
+// The stores' side of the remainder file (remainder.go): their identity and the durable
+// record of consumed remainder files. The MySQL statements are here, beside the bbolt ones,
+// rather than in mysql.go: they touch only leafd's own table leafd_remainder.
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+
+	"github.com/go-sql-driver/mysql"
+	bolt "go.etcd.io/bbolt"
+)
+
+var (
+	_ RemainderStore = (*BoltStore)(nil)
+	_ RemainderStore = (*MySQLStore)(nil)
+)
+
+// boltRemaindersBucket (in leafd.db): token of each consumed remainder file -> unix ns of its
+// consumption. In the store file, not in marks.db or the data dir's other files: a restored
+// copy of marks.db and the remainder file beside a live leafd.db finds its token consumed.
+var boltRemaindersBucket = []byte("remainders")
+
+// StoreID is the pairing id of leafd.db and marks.db (PairMarks), in hex: a remainder file
+// is served only beside the store file it was taken from. Before the pairing there is none
+// (an error: no remainder is bound).
+func (s *BoltStore) StoreID(ctx context.Context) (string, error) {
+	if err := ctx.Err(); err != nil {
+		return "", err
+	}
+	id, err := readPair(s.db)
+	if err != nil {
+		return "", err
+	}
+	if len(id) == 0 {
+		return "", errors.New("segment: the store file is not paired with a marks file")
+	}
+	return "bolt:" + hex.EncodeToString(id), nil
+}
+
+// ConsumeRemainder records token in leafd.db in one fsynced transaction; ErrRemainderUsed
+// when it is there already.
+func (s *BoltStore) ConsumeRemainder(ctx context.Context, token string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	err := s.update(ctx, func(tx *bolt.Tx) error {
+		b, err := tx.CreateBucketIfNotExists(boltRemaindersBucket)
+		if err != nil {
+			return err
+		}
+		if b.Get([]byte(token)) != nil {
+			return ErrRemainderUsed
+		}
+		var v [8]byte
+		binary.BigEndian.PutUint64(v[:], uint64(s.now().UnixNano()))
+		return b.Put([]byte(token), v[:])
+	})
+	if errors.Is(err, ErrRemainderUsed) {
+		return err
+	}
+	if err != nil {
+		return boltWrap("consume remainder", err)
+	}
+	return nil
+}
+
+// mysqlCreateRemainder is leafd's table of the remainder file: the row named 'store' holds
+// the database's identity (a random id written once, replicated with the data, so a failover
+// keeps it); every other row is a consumed remainder file's token.
+const mysqlCreateRemainder = "CREATE TABLE IF NOT EXISTS `leafd_remainder` (\n" +
+	"  `token` varchar(64) NOT NULL COMMENT 'a consumed remainder file (hex token), or ''store'': the database identity',\n" +
+	"  `value` varchar(64) NOT NULL DEFAULT '' COMMENT 'the identity (row ''store'')',\n" +
+	"  `update_time` timestamp NOT NULL DEFAULT CURRENT_TIMESTAMP,\n" +
+	"  PRIMARY KEY (`token`)\n" +
+	") ENGINE=InnoDB"
+
+const mysqlRemainderStoreRow = "store"
+
+// StoreID returns the database's identity from leafd_remainder, creating the table (when
+// table creation is on) and the identity row on first use.
+func (s *MySQLStore) StoreID(ctx context.Context) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	if s.createTable {
+		if _, err := s.db.ExecContext(ctx, mysqlCreateRemainder); err != nil {
+			return "", s.wrap("create leafd_remainder", "", err)
+		}
+	}
+	var id [16]byte
+	_, _ = rand.Read(id[:])
+	if _, err := s.db.ExecContext(ctx, "INSERT IGNORE INTO leafd_remainder (token, value) VALUES (?, ?)",
+		mysqlRemainderStoreRow, hex.EncodeToString(id[:])); err != nil {
+		return "", s.wrap("store identity", "", err)
+	}
+	var v string
+	err := s.db.QueryRowContext(ctx, "SELECT value FROM leafd_remainder WHERE token = ?", mysqlRemainderStoreRow).Scan(&v)
+	if err != nil {
+		return "", s.wrap("store identity", "", err)
+	}
+	if v == "" {
+		return "", errors.New("segment: mysql leafd_remainder: empty store identity")
+	}
+	return "mysql:" + v, nil
+}
+
+// ConsumeRemainder inserts token into leafd_remainder (autocommit: durable once it returns,
+// with the database's own durability settings, docs/MYSQL.md); ErrRemainderUsed on a
+// duplicate.
+func (s *MySQLStore) ConsumeRemainder(ctx context.Context, token string) error {
+	if token == mysqlRemainderStoreRow || token == "" {
+		return fmt.Errorf("segment: invalid remainder token %q", token)
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	_, err := s.db.ExecContext(ctx, "INSERT INTO leafd_remainder (token) VALUES (?)", token)
+	var me *mysql.MySQLError
+	if errors.As(err, &me) && me.Number == mysqlErrDupEntry {
+		return ErrRemainderUsed
+	}
+	if err != nil {
+		return s.wrap("consume remainder", "", err)
+	}
+	return nil
+}
