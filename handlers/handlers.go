@@ -189,6 +189,11 @@ type command struct {
 	summary   string
 	group     string
 	run       func(h *Handler, c *resp.Conn, args [][]byte) error
+
+	// write commands issue IDs or change the store (COMMAND INFO flag "write"): their reply
+	// must never be cached on the client, so they refuse a connection that asked to cache the
+	// next reply (noCacheReply). readonly commands answer from state alone (flag "readonly").
+	write, readonly bool
 }
 
 // ServeRESP runs one command: look-up, arity and auth checks, then the command (or, inside
@@ -211,6 +216,13 @@ func (h *Handler) ServeRESP(c *resp.Conn, args [][]byte) {
 	}
 	if st == nil {
 		h.run(c, cmd, args)
+		return
+	}
+	if cmd.write && st.track.caching && st.track.optin {
+		if !st.multi {
+			st.track.caching = false // CLIENT CACHING YES applied to this command
+		}
+		st.refuse(c, noCacheReply(cmd))
 		return
 	}
 	if st.multi && !cmd.immediate {

@@ -3,7 +3,9 @@ package handlers
 import (
 	"bytes"
 	"context"
+	"encoding/hex"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -218,11 +220,81 @@ func b2i(b bool) int64 {
 	return 0
 }
 
-// cmdIDsTags: IDS.TAGS — the tags this server knows.
+// defaultTagsCount is the page size of IDS.TAGS cursor without COUNT.
+const defaultTagsCount = 1000
+
+// cmdIDsTags: IDS.TAGS — the tags this server holds, sorted, as one array; IDS.TAGS cursor
+// [COUNT n] — one page, like SCAN: an array of the next cursor and up to n tags (default
+// 1000), starting with cursor 0 and done when the next cursor is 0. The cursor is opaque (the
+// hex of the last tag returned), so a tag held through the whole iteration is returned exactly
+// once, whatever is added or retired meanwhile. Neither form is ever cut off by the output
+// limit (--max-output-buffer): the whole list that would pass it is a LIMIT error naming the
+// cursor form, and a page is shortened to fit.
 func cmdIDsTags(h *Handler, c *resp.Conn, args [][]byte) error {
 	tags := h.seg.Tags()
-	c.WriteArray(len(tags))
-	for _, t := range tags {
+	room := c.OutputRoom()
+	if len(args) == 1 {
+		size := respHeaderLen(len(tags))
+		for _, t := range tags {
+			size += respHeaderLen(len(t)) + len(t) + 2
+		}
+		if size > room {
+			return replyError(fmt.Sprintf("LIMIT IDS.TAGS reply of %d tags is %d bytes, over the output limit (%d bytes left of --max-output-buffer); "+
+				"page through them with IDS.TAGS 0 COUNT 1000, then IDS.TAGS <next cursor> until the cursor is 0", len(tags), size, room))
+		}
+		c.WriteArray(len(tags))
+		for _, t := range tags {
+			c.WriteBulkString(t)
+		}
+		return nil
+	}
+	count := defaultTagsCount
+	switch {
+	case len(args) == 4 && strings.EqualFold(string(args[2]), "count"):
+		n, err := parseInt(args[3])
+		if err != nil {
+			return err
+		}
+		if n < 1 {
+			return replyError("ERR syntax error: COUNT must be at least 1")
+		}
+		count = int(min(n, int64(len(tags)+1)))
+	case len(args) != 2:
+		return errSyntax
+	}
+	after := ""
+	if string(args[1]) != "0" {
+		b, err := hex.DecodeString(string(args[1]))
+		if err != nil || len(b) == 0 {
+			return replyError("ERR invalid cursor: start with IDS.TAGS 0 and pass back the cursor each reply returns")
+		}
+		after = string(b)
+	}
+	i, _ := slices.BinarySearch(tags, after)
+	if i < len(tags) && tags[i] == after {
+		i++
+	}
+	page := tags[i:min(len(tags), i+count)]
+	// Shorten the page to what fits the output room beside the header and the cursor.
+	size := respHeaderLen(2) + respHeaderLen(2*segment.MaxTagLen) + 2*segment.MaxTagLen + 2 + respHeaderLen(len(page))
+	for j, t := range page {
+		size += respHeaderLen(len(t)) + len(t) + 2
+		if size > room {
+			page = page[:j]
+			break
+		}
+	}
+	if len(page) == 0 && i < len(tags) {
+		return replyError(fmt.Sprintf("LIMIT not even one tag fits the output limit (%d bytes left of --max-output-buffer); read the replies already sent or raise --max-output-buffer", room))
+	}
+	next := "0"
+	if i+len(page) < len(tags) {
+		next = hex.EncodeToString([]byte(page[len(page)-1]))
+	}
+	c.WriteArray(2)
+	c.WriteBulkString(next)
+	c.WriteArray(len(page))
+	for _, t := range page {
 		c.WriteBulkString(t)
 	}
 	return nil

@@ -97,6 +97,10 @@ func cmdExec(h *Handler, c *resp.Conn, args [][]byte) error {
 		if c.OutputExceeded() {
 			break
 		}
+		if e.cmd.write && st.track.caching && st.track.optin { // CLIENT CACHING YES queued before it
+			c.WriteError(noCacheReply(e.cmd))
+			continue
+		}
 		h.run(c, e.cmd, e.args)
 	}
 	return nil
