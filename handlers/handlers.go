@@ -59,6 +59,8 @@ const DefaultMaxBatch = limits.MaxBatch
 type Config struct {
 	// MaxBatch bounds the count of IDS.SEGMENT and IDS.SNOWFLAKE (default DefaultMaxBatch).
 	MaxBatch int
+	// MaxStep bounds IDS.CREATE's STEP (--max-step; zero: segment's default).
+	MaxStep int64
 	// DisableCreate refuses IDS.CREATE with NOPERM (lock tag creation down to the operator).
 	DisableCreate bool
 	// CreateTimeout bounds the store call of IDS.CREATE (default 5s).
@@ -337,6 +339,9 @@ func (h *Handler) errorCode(err error) (code, msg string) {
 	case errors.Is(err, segment.ErrInvalidTag):
 		return "BADTAG", "invalid tag name: " + detail
 	case errors.Is(err, segment.ErrUnknownTag):
+		if h.cfg.StoreName != "mysql" { // the embedded store has no SQL table to insert into
+			return "NOTAG", fmt.Sprintf("tag '%s' does not exist; create it with IDS.CREATE %s [STEP n] [START n] (auto-create is off: --auto-create)", tag, tag)
+		}
 		return "NOTAG", fmt.Sprintf("tag '%s' does not exist; create it with IDS.CREATE %s [STEP n] [START n] or INSERT INTO leaf_alloc(biz_tag, max_id, step) VALUES('%s', 1, 1000)", tag, tag, tag)
 	case errors.Is(err, segment.ErrTagExists):
 		return "TAGEXISTS", fmt.Sprintf("tag '%s' already exists", tag)

@@ -53,7 +53,7 @@ func (h *Handler) batchCount(b []byte) (int, error) {
 		return 0, err
 	}
 	if n < 1 || n > int64(h.cfg.MaxBatch) {
-		return 0, replyError(fmt.Sprintf("LIMIT count must be between 1 and %d", h.cfg.MaxBatch))
+		return 0, replyError(fmt.Sprintf("LIMIT count must be between 1 and %d (--max-batch); ask for more in several calls or raise --max-batch", h.cfg.MaxBatch))
 	}
 	return int(n), nil
 }
@@ -147,6 +147,13 @@ func cmdIDsDecode(h *Handler, c *resp.Conn, args [][]byte) error {
 	}
 	if id < 0 {
 		return replyError("ERR snowflake IDs are not negative")
+	}
+	// An ID whose time part is 0 (below 2^(worker+sequence bits)) was made at the epoch's
+	// millisecond: no snowflake ID of this server is that small, a segment ID (INCR) is.
+	l := h.snow.Info().Layout
+	if least := int64(1) << (l.WorkerBits + l.SeqBits); id < least {
+		return replyError(fmt.Sprintf("ERR %d is not a snowflake ID of this server: every one is at least %d (its time part would be 0, the epoch %s itself); "+
+			"segment IDs (INCR, IDS.SEGMENT) are counters and have no time to decode", id, least, l.Epoch.UTC().Format("2006-01-02T15:04:05.000Z07:00")))
 	}
 	p := h.snow.Decode(id)
 	c.WriteMap(4)
@@ -349,6 +356,14 @@ func cmdIDsRetire(h *Handler, c *resp.Conn, args [][]byte) error {
 	return nil
 }
 
+// maxStep is IDS.CREATE's bound on STEP: --max-step, or the segment core's default.
+func (h *Handler) maxStep() int64 {
+	if h.cfg.MaxStep > 0 {
+		return h.cfg.MaxStep
+	}
+	return segment.DefaultConfig().MaxStep
+}
+
 // maxStoredStep is the largest leaf_alloc.step (an int(11) column).
 const maxStoredStep = 1<<31 - 1
 
@@ -370,6 +385,9 @@ func cmdIDsCreate(h *Handler, c *resp.Conn, args [][]byte) error {
 			}
 			if n < 1 || n > maxStoredStep {
 				return replyError("LIMIT STEP must be between 1 and " + strconv.Itoa(maxStoredStep))
+			}
+			if maxStep := h.maxStep(); n > maxStep {
+				return replyError(fmt.Sprintf("LIMIT STEP %d is above --max-step (%d), the largest segment this server loads; use a smaller STEP or raise --max-step", n, maxStep))
 			}
 			t.Step = n
 		case "start":

@@ -220,13 +220,13 @@ func loadConfig(args []string, getenv func(string) string, stderr io.Writer) (Co
 		}
 		if v := getenv(envName(f.Name)); v != "" {
 			if err := fs.Set(f.Name, v); err != nil {
-				errs = append(errs, fmt.Errorf("%s=%q: %v", envName(f.Name), v, err))
+				errs = append(errs, fmt.Errorf("%s=%q: %s (--%s)", envName(f.Name), v, expected(f), f.Name))
 			}
 			return
 		}
 		if v, ok := fileVals[f.Name]; ok {
 			if err := fs.Set(f.Name, v); err != nil {
-				errs = append(errs, fmt.Errorf("%s: %s %q: %v", *configPath, f.Name, v, err))
+				errs = append(errs, fmt.Errorf("%s: %s %q: %s", *configPath, f.Name, v, expected(f)))
 			}
 		}
 	})
@@ -237,6 +237,23 @@ func loadConfig(args []string, getenv func(string) string, stderr io.Writer) (Co
 		return c, err
 	}
 	return c, c.Validate()
+}
+
+// expected says what a flag's value must look like, for the error of a value from the
+// environment or the config file (the flag package says only "parse error").
+func expected(f *flag.Flag) string {
+	want := "not a valid value"
+	switch f.Value.(flag.Getter).Get().(type) {
+	case bool:
+		want = "want true or false"
+	case int, int64, uint, uint64:
+		want = "want a whole number"
+	case float64:
+		want = "want a decimal number such as 0.5"
+	case time.Duration:
+		want = "want a duration such as 500ms, 10s or 1m"
+	}
+	return fmt.Sprintf("%s (default %s)", want, f.DefValue)
 }
 
 // readConfigFile reads 'name value' / 'name = value' lines; every name must be a flag.

@@ -76,3 +76,25 @@ func TestVersionStamped(t *testing.T) {
 		t.Errorf("/status.json: got %d %q, %v; want version %s", status, body, err, stamp)
 	}
 }
+
+// TestConfigValueErrors: a value from the environment or the config file that does not parse
+// says what is expected and names the flag (the flag package says only "parse error").
+func TestConfigValueErrors(t *testing.T) {
+	for name, tc := range map[string]struct{ env, want string }{
+		"int":      {"LEAFD_MAX_BATCH", `LEAFD_MAX_BATCH="abc": want a whole number (default 1000) (--max-batch)`},
+		"duration": {"LEAFD_TIMEOUT", `LEAFD_TIMEOUT="abc": want a duration such as 500ms, 10s or 1m`},
+		"bool":     {"LEAFD_WORKER_REUSE", `LEAFD_WORKER_REUSE="abc": want true or false (default false) (--worker-reuse)`},
+		"float":    {"LEAFD_PRELOAD_RATIO", `LEAFD_PRELOAD_RATIO="abc": want a decimal number`},
+	} {
+		env := func(k string) string {
+			if k == tc.env {
+				return "abc"
+			}
+			return ""
+		}
+		_, err := loadConfig(nil, env, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: got %v, want %q", name, err, tc.want)
+		}
+	}
+}
