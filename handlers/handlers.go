@@ -99,6 +99,7 @@ type Handler struct {
 	errs  errorCounts // error replies by code (leafd_command_errors_total)
 	rates rateSampler // IDs/s of /status.json
 	guard authGuard
+	lat   []latency // by command index (latency.go)
 }
 
 // DefaultConfig returns every default of the command layer: the one place they are written
@@ -170,9 +171,12 @@ func New(cfg Config, seg Segments, snow Snowflakes, log *zap.Logger) *Handler {
 	cfg = cfg.withDefaults()
 	h := &Handler{cfg: cfg, seg: seg, snow: snow, log: log, now: cfg.Now}
 	h.table = make(map[string]*command)
-	for _, c := range commands() {
+	cmds := commands()
+	for i, c := range cmds {
+		c.idx = i
 		h.table[c.name] = c
 	}
+	h.lat = make([]latency, len(cmds))
 	return h
 }
 
@@ -196,6 +200,7 @@ type command struct {
 	// must never be cached on the client, so they refuse a connection that asked to cache the
 	// next reply (noCacheReply). readonly commands answer from state alone (flag "readonly").
 	write, readonly bool
+	idx             int // position in commands(): its latency histogram (latency.go)
 }
 
 // ServeRESP runs one command: look-up, arity and auth checks, then the command (or, inside
@@ -217,9 +222,10 @@ func (h *Handler) ServeRESP(c *resp.Conn, args [][]byte) {
 		return
 	}
 	if st == nil {
-		h.run(c, cmd, args)
-		return
+		st = &connState{} // the batch's command counts live here (latency.go)
+		c.SetState(st)
 	}
+	st.batch.add(cmd.idx, len(h.lat))
 	if cmd.write && st.track.caching && st.track.optin {
 		if !st.multi {
 			st.track.caching = false // CLIENT CACHING YES applied to this command

@@ -28,6 +28,7 @@ type connState struct {
 	queue  []queued
 	qbytes int
 	track  tracking
+	batch  batchCounts // the commands of the current batch, for their latency
 }
 
 type queued struct {
