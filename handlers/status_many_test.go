@@ -90,8 +90,10 @@ func TestStatusManyTags(t *testing.T) {
 	clock := func() time.Time { clockMu.Lock(); defer clockMu.Unlock(); return now }
 	h := New(Config{Version: "test", StoreName: "mysql", Now: clock}, segs, ts.snow, ts.h.log)
 	hs := httpServer(t, h)
-	// The empty page first: Chromium's cost without tags, the baseline of the bound.
-	emptyDOM, emptyTook := browseStatus(t, chromium, hs.URL+"/status", "")
+	// An empty server beside it: Chromium's cost without tags, the baseline of the bound.
+	empty := httpServer(t, New(Config{Version: "test", StoreName: "mysql", Now: clock},
+		&manySegs{Segments: ts.seg, infos: map[string]*segment.Info{}}, ts.snow, ts.h.log))
+	emptyDOM, _ := browseStatus(t, chromium, empty.URL+"/status", "")
 	if !strings.Contains(emptyDOM, "no tag held yet") {
 		t.Fatalf("empty page: %s", emptyDOM)
 	}
@@ -158,7 +160,24 @@ func TestStatusManyTags(t *testing.T) {
 	if os.Getenv("LEAFD_UPDATE_DOCS") != "" {
 		shot = filepath.Join(t.TempDir(), "status.png")
 	}
-	dom, manyTook := browseStatus(t, chromium, hs.URL+"/status", shot)
+	// The two pages alternately, the faster of each (Chromium's start on a shared machine
+	// varies by seconds).
+	var dom string
+	var emptyTook, manyTook time.Duration
+	for i := range 2 {
+		_, e := browseStatus(t, chromium, empty.URL+"/status", "")
+		d, m := browseStatus(t, chromium, hs.URL+"/status", "")
+		if i == 0 || e < emptyTook {
+			emptyTook = e
+		}
+		if i == 0 || m < manyTook {
+			manyTook = m
+		}
+		dom = d
+	}
+	if shot != "" {
+		browseStatus(t, chromium, hs.URL+"/status", shot)
+	}
 	t.Logf("chromium --dump-dom: %v empty, %v with %d tags (a loaded shared machine)", emptyTook, manyTook, n+3)
 	if extra := manyTook - emptyTook; extra > time.Second {
 		t.Errorf("/status with %d tags took %v more than the empty page in Chromium, want within a second", n+3, extra)
