@@ -1,13 +1,27 @@
-# The image tested here (scripts/image.sh, `make image`; deploy/image_test.go builds and runs
-# it): a static leafd built by `go build` outside, on scratch, so no registry is needed. The
-# build context is the directory scripts/image.sh stages: leafd (CGO_ENABLED=0), the host's
-# CA bundle, passwd/group (deploy/image/) naming the non-root user, and an empty data/.
-# Dockerfile.multistage builds the same image with a golang build stage (needs a registry).
+# The leafd image from a plain clone: `docker build -t leafd .` (add
+# --build-arg VERSION=$(git describe --tags --always --dirty) to stamp the version; the build
+# context has no .git, so the default is "dev"). Multi-stage: a golang stage builds a static
+# leafd (CGO_ENABLED=0), the image is scratch with it, the CA bundle, passwd/group naming the
+# non-root user 65532 and an empty /data.
+#
+# It needs a registry for golang:; the tests run without one, so they build the same image
+# from deploy/image/Dockerfile (scripts/image.sh, `make image`: the binary built outside) and
+# check that this file is its twin: the same instructions from USER on, every COPY source
+# present in a clone and not excluded by .dockerignore (deploy/dockerfile_test.go).
+FROM golang:1.26-bookworm AS build
+WORKDIR /src
+COPY go.mod go.sum ./
+RUN go mod download
+COPY . .
+ARG VERSION=dev
+RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/leafd ./cmd/leafd \
+ && mkdir -p /out/data
+
 FROM scratch
-COPY passwd group /etc/
-COPY ca-certificates.crt /etc/ssl/certs/ca-certificates.crt
-COPY --chown=65532:65532 data /data
-COPY leafd /leafd
+COPY deploy/image/passwd deploy/image/group /etc/
+COPY --from=build /etc/ssl/certs/ca-certificates.crt /etc/ssl/certs/ca-certificates.crt
+COPY --from=build --chown=65532:65532 /out/data /data
+COPY --from=build /out/leafd /leafd
 USER 65532:65532
 # In a container the listen addresses must not be loopback. The admin port (/metrics,
 # /readyz, /status, Leaf's HTTP API) requires the password (LEAFD_REQUIREPASS_FILE) or its own

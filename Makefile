@@ -44,7 +44,8 @@ fuzz:
 	$(GO) test ./resp/ -run '^$$' -fuzz FuzzInlineMatchesRESP -fuzztime 30s
 	$(GO) test ./handlers/ -run '^$$' -fuzz FuzzServe -fuzztime 60s
 
-# The container image (Dockerfile: static binary on scratch) with docker or podman.
+# The container image (deploy/image/Dockerfile: the static binary built here, on scratch) with
+# docker or podman, tagged leafd:$(VERSION) and leafd:latest (what docs/compose runs).
 image:
 	VERSION=$(VERSION) bash scripts/image.sh
 

@@ -164,7 +164,8 @@ cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$server_pid/stat"; }
 mkdir -p "$OUT/raw" "$OUT/quantiles"
 rm -f "$OUT"/raw/*.json "$OUT"/raw/*.cpu "$OUT"/raw/*.loads "$OUT"/quantiles/*.csv "$OUT"/*.txt "$OUT"/summary.md
 echo "all.sh: building (commit $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?'))" >&2
-(cd "$root" && go build -o "$work/leafd" ./cmd/leafd && go build -o "$work/leafd-bench" ./cmd/leafd-bench)
+version=$(git -C "$root" describe --tags --always --dirty 2>/dev/null || echo dev)
+(cd "$root" && go build -ldflags "-X main.version=$version" -o "$work/leafd" ./cmd/leafd && go build -o "$work/leafd-bench" ./cmd/leafd-bench)
 (cd "$root/bench/plot" && go build -o "$work/plot" .)
 {
 	echo "commit $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$root" diff --quiet 2>/dev/null || echo ' (modified)')"
@@ -185,7 +186,7 @@ for section in $SECTIONS; do
 	compare)
 		# The server-path variants of issue 10 in the same alternation: no runtime.Gosched
 		# before each read, and GOMAXPROCS 2 on the one pinned core.
-		(cd "$root" && go build -ldflags '-X github.com/leafd/leafd/resp.readYield=off' -o "$work/leafd-noyield" ./cmd/leafd)
+		(cd "$root" && go build -ldflags "-X main.version=$version -X github.com/leafd/leafd/resp.readYield=off" -o "$work/leafd-noyield" ./cmd/leafd)
 		LEAFD=$work/leafd RUNS=$RUNS VARIANTS=${VARIANTS-"noyield:$work/leafd-noyield gmp2:$work/leafd:GOMAXPROCS=2"} \
 			bash "$root/bench/compare.sh" | tee "$OUT/compare.txt"
 		;;

@@ -60,7 +60,7 @@ func randName(prefix string) string {
 	return prefix + hex.EncodeToString(b)
 }
 
-// TestImage builds the image of ../Dockerfile with scripts/image.sh and podman, and runs it
+// TestImage builds the image of deploy/image/Dockerfile with scripts/image.sh and podman, and runs it
 // as an operator would: on a named volume, as non-root, answering INCR and /readyz, healthy by
 // its own HEALTHCHECK, keeping its IDs across a new container on the same volume, and exiting
 // 0 on podman stop (SIGTERM) well within the grace period.

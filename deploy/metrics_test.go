@@ -169,7 +169,7 @@ func TestDashboardAndRulesMetrics(t *testing.T) {
 	all := strings.Join(exprs, "\n")
 	for _, want := range []string{"leafd_segment_tag_ids_total", "leafd_snowflake_ids_total", "leafd_command_errors_total",
 		"leafd_segment_load_duration_seconds_bucket", "leafd_segment_tag_remaining", "leafd_snowflake_worker_id",
-		"leafd_snowflake_reserved_until_seconds"} {
+		"leafd_snowflake_reserved_until_seconds", "leafd_command_duration_seconds_bucket"} {
 		if !strings.Contains(all, want) {
 			t.Errorf("dashboard: no panel uses %s", want)
 		}

@@ -132,8 +132,7 @@ func cmdHello(h *Handler, c *resp.Conn, args [][]byte) error {
 	c.WriteBulkString("leafd")
 	c.WriteBulkString("version")
 	c.WriteBulkString(RedisVersion)
-	c.WriteBulkString("leafd_version")
-	c.WriteBulkString(h.cfg.Version)
+	// Redis's fields in Redis's order (some clients read them by position), then leafd's own.
 	c.WriteBulkString("proto")
 	c.WriteInt(int64(proto))
 	c.WriteBulkString("id")
@@ -144,7 +143,28 @@ func cmdHello(h *Handler, c *resp.Conn, args [][]byte) error {
 	c.WriteBulkString("master")
 	c.WriteBulkString("modules")
 	c.WriteArray(0)
+	c.WriteBulkString("leafd_version")
+	c.WriteBulkString(h.cfg.Version)
 	return nil
+}
+
+// cmdPTTL: PTTL key and TTL key answer -1, Redis's "exists and has no expiry", for every
+// key. No key of leafd expires: a tag lives until it is retired, and IDS.DECODE of an ID
+// decodes it the same way for as long as the server runs. Redis's -2 ("no such key") is not
+// used because one instance cannot tell: a tag it does not hold may exist in the store, and
+// INCR creates a tag on first use as Redis's INCR creates a key. Client-side caches ask for
+// it (rueidis DoCache sends MULTI, PTTL key, the command, EXEC) and then keep the reply for
+// their own TTL; commands that issue IDs refuse to be cached (errNoCache).
+func cmdPTTL(h *Handler, c *resp.Conn, args [][]byte) error {
+	c.WriteInt(-1)
+	return nil
+}
+
+// noCacheReply refuses cmd on a connection that asked for its reply to be cached (CLIENT
+// TRACKING ON OPTIN, then CLIENT CACHING YES): a cached ID would be handed out again.
+func noCacheReply(cmd *command) string {
+	return "NOCACHE " + strings.ToUpper(cmd.name) + " issues IDs or changes state and cannot be cached on the client " +
+		"(CLIENT CACHING YES is on); send it without client-side caching (rueidis: Do, not DoCache)"
 }
 
 func cmdReset(h *Handler, c *resp.Conn, args [][]byte) error {
@@ -334,7 +354,17 @@ func (h *Handler) writeCommandInfo(c *resp.Conn, cmd *command) {
 	c.WriteArray(10)
 	c.WriteBulkString(cmd.name)
 	c.WriteInt(int64(cmd.arity))
-	c.WriteSet(1)
+	// Redis tracks (for client-side caching) the keys of readonly commands only.
+	switch {
+	case cmd.write:
+		c.WriteSet(2)
+		c.WriteSimple("write")
+	case cmd.readonly:
+		c.WriteSet(2)
+		c.WriteSimple("readonly")
+	default:
+		c.WriteSet(1)
+	}
 	c.WriteSimple("fast")
 	first := int64(0)
 	if cmd.group == "segment" && cmd.arity != 1 {

@@ -59,6 +59,8 @@ const DefaultMaxBatch = limits.MaxBatch
 type Config struct {
 	// MaxBatch bounds the count of IDS.SEGMENT and IDS.SNOWFLAKE (default DefaultMaxBatch).
 	MaxBatch int
+	// MaxStep bounds IDS.CREATE's STEP (--max-step; zero: segment's default).
+	MaxStep int64
 	// DisableCreate refuses IDS.CREATE with NOPERM (lock tag creation down to the operator).
 	DisableCreate bool
 	// CreateTimeout bounds the store call of IDS.CREATE (default 5s).
@@ -97,6 +99,7 @@ type Handler struct {
 	errs  errorCounts // error replies by code (leafd_command_errors_total)
 	rates rateSampler // IDs/s of /status.json
 	guard authGuard
+	lat   []latency // by command index (latency.go)
 }
 
 // DefaultConfig returns every default of the command layer: the one place they are written
@@ -168,9 +171,12 @@ func New(cfg Config, seg Segments, snow Snowflakes, log *zap.Logger) *Handler {
 	cfg = cfg.withDefaults()
 	h := &Handler{cfg: cfg, seg: seg, snow: snow, log: log, now: cfg.Now}
 	h.table = make(map[string]*command)
-	for _, c := range commands() {
+	cmds := commands()
+	for i, c := range cmds {
+		c.idx = i
 		h.table[c.name] = c
 	}
+	h.lat = make([]latency, len(cmds))
 	return h
 }
 
@@ -189,6 +195,12 @@ type command struct {
 	summary   string
 	group     string
 	run       func(h *Handler, c *resp.Conn, args [][]byte) error
+
+	// write commands issue IDs or change the store (COMMAND INFO flag "write"): their reply
+	// must never be cached on the client, so they refuse a connection that asked to cache the
+	// next reply (noCacheReply). readonly commands answer from state alone (flag "readonly").
+	write, readonly bool
+	idx             int // position in commands(): its latency histogram (latency.go)
 }
 
 // ServeRESP runs one command: look-up, arity and auth checks, then the command (or, inside
@@ -210,7 +222,15 @@ func (h *Handler) ServeRESP(c *resp.Conn, args [][]byte) {
 		return
 	}
 	if st == nil {
-		h.run(c, cmd, args)
+		st = &connState{} // the batch's command counts live here (latency.go)
+		c.SetState(st)
+	}
+	st.batch.add(cmd.idx, len(h.lat))
+	if cmd.write && st.track.caching && st.track.optin {
+		if !st.multi {
+			st.track.caching = false // CLIENT CACHING YES applied to this command
+		}
+		st.refuse(c, noCacheReply(cmd))
 		return
 	}
 	if st.multi && !cmd.immediate {
@@ -325,6 +345,9 @@ func (h *Handler) errorCode(err error) (code, msg string) {
 	case errors.Is(err, segment.ErrInvalidTag):
 		return "BADTAG", "invalid tag name: " + detail
 	case errors.Is(err, segment.ErrUnknownTag):
+		if h.cfg.StoreName != "mysql" { // the embedded store has no SQL table to insert into
+			return "NOTAG", fmt.Sprintf("tag '%s' does not exist; create it with IDS.CREATE %s [STEP n] [START n] (auto-create is off: --auto-create)", tag, tag)
+		}
 		return "NOTAG", fmt.Sprintf("tag '%s' does not exist; create it with IDS.CREATE %s [STEP n] [START n] or INSERT INTO leaf_alloc(biz_tag, max_id, step) VALUES('%s', 1, 1000)", tag, tag, tag)
 	case errors.Is(err, segment.ErrTagExists):
 		return "TAGEXISTS", fmt.Sprintf("tag '%s' already exists", tag)

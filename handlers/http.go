@@ -213,7 +213,7 @@ type readyReport struct {
 // first use).
 func (h *Handler) serveReady(w http.ResponseWriter, r *http.Request) {
 	health := h.seg.Health()
-	rep := readyReport{Ready: health.Ready(), Alive: true, Store: health.StoreOK, StoreError: health.StoreError,
+	rep := readyReport{Ready: health.Ready(), Alive: true, Store: health.StoreOK, StoreError: publicStoreError(health.StoreError),
 		Warming: health.Warming, Segment: []tagReadiness{}}
 	if r.URL.Query().Has("tag") {
 		in, err := h.seg.Info(r.URL.Query().Get("tag"))
@@ -238,7 +238,7 @@ func (h *Handler) serveReady(w http.ResponseWriter, r *http.Request) {
 // leafd_ready metric reads it too, so both always agree.
 func (h *Handler) readyReport() readyReport {
 	health := h.seg.Health()
-	rep := readyReport{Ready: health.Ready(), Alive: true, Store: health.StoreOK, StoreError: health.StoreError,
+	rep := readyReport{Ready: health.Ready(), Alive: true, Store: health.StoreOK, StoreError: publicStoreError(health.StoreError),
 		Warming: health.Warming, Segment: []tagReadiness{}}
 	for _, tag := range h.seg.Tags() {
 		in, err := h.seg.Info(tag)

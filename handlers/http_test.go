@@ -243,7 +243,7 @@ func TestHTTPNotReady(t *testing.T) {
 	status, _, body = get(t, hs, http.MethodGet, "/readyz")
 	// The tag whose load failed is not held; the store's error says why it is not ready. The
 	// warm start waits for the first tag list that succeeds, so it is still pending.
-	want := `{"ready":false,"alive":true,"store":false,"store_error":"store down","warming":true,"segment":[],"snowflake":{"enabled":false,"has_worker":false,"worker_id":-1,"has_lease":false}}` + "\n"
+	want := `{"ready":false,"alive":true,"store":false,"store_error":"store error (details in the server log)","warming":true,"segment":[],"snowflake":{"enabled":false,"has_worker":false,"worker_id":-1,"has_lease":false}}` + "\n"
 	if status != http.StatusServiceUnavailable || body != want {
 		t.Errorf("readyz: got %d %q, want 503 %q", status, body, want)
 	}

@@ -3,7 +3,9 @@ package handlers
 import (
 	"bytes"
 	"context"
+	"encoding/hex"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -51,7 +53,7 @@ func (h *Handler) batchCount(b []byte) (int, error) {
 		return 0, err
 	}
 	if n < 1 || n > int64(h.cfg.MaxBatch) {
-		return 0, replyError(fmt.Sprintf("LIMIT count must be between 1 and %d", h.cfg.MaxBatch))
+		return 0, replyError(fmt.Sprintf("LIMIT count must be between 1 and %d (--max-batch); ask for more in several calls or raise --max-batch", h.cfg.MaxBatch))
 	}
 	return int(n), nil
 }
@@ -146,6 +148,13 @@ func cmdIDsDecode(h *Handler, c *resp.Conn, args [][]byte) error {
 	if id < 0 {
 		return replyError("ERR snowflake IDs are not negative")
 	}
+	// An ID whose time part is 0 (below 2^(worker+sequence bits)) was made at the epoch's
+	// millisecond: no snowflake ID of this server is that small, a segment ID (INCR) is.
+	l := h.snow.Info().Layout
+	if least := int64(1) << (l.WorkerBits + l.SeqBits); id < least {
+		return replyError(fmt.Sprintf("ERR %d is not a snowflake ID of this server: every one is at least %d (its time part would be 0, the epoch %s itself); "+
+			"segment IDs (INCR, IDS.SEGMENT) are counters and have no time to decode", id, least, l.Epoch.UTC().Format("2006-01-02T15:04:05.000Z07:00")))
+	}
 	p := h.snow.Decode(id)
 	c.WriteMap(4)
 	c.WriteBulkString("timestamp_ms")
@@ -218,11 +227,81 @@ func b2i(b bool) int64 {
 	return 0
 }
 
-// cmdIDsTags: IDS.TAGS — the tags this server knows.
+// defaultTagsCount is the page size of IDS.TAGS cursor without COUNT.
+const defaultTagsCount = 1000
+
+// cmdIDsTags: IDS.TAGS — the tags this server holds, sorted, as one array; IDS.TAGS cursor
+// [COUNT n] — one page, like SCAN: an array of the next cursor and up to n tags (default
+// 1000), starting with cursor 0 and done when the next cursor is 0. The cursor is opaque (the
+// hex of the last tag returned), so a tag held through the whole iteration is returned exactly
+// once, whatever is added or retired meanwhile. Neither form is ever cut off by the output
+// limit (--max-output-buffer): the whole list that would pass it is a LIMIT error naming the
+// cursor form, and a page is shortened to fit.
 func cmdIDsTags(h *Handler, c *resp.Conn, args [][]byte) error {
 	tags := h.seg.Tags()
-	c.WriteArray(len(tags))
-	for _, t := range tags {
+	room := c.OutputRoom()
+	if len(args) == 1 {
+		size := respHeaderLen(len(tags))
+		for _, t := range tags {
+			size += respHeaderLen(len(t)) + len(t) + 2
+		}
+		if size > room {
+			return replyError(fmt.Sprintf("LIMIT IDS.TAGS reply of %d tags is %d bytes, over the output limit (%d bytes left of --max-output-buffer); "+
+				"page through them with IDS.TAGS 0 COUNT 1000, then IDS.TAGS <next cursor> until the cursor is 0", len(tags), size, room))
+		}
+		c.WriteArray(len(tags))
+		for _, t := range tags {
+			c.WriteBulkString(t)
+		}
+		return nil
+	}
+	count := defaultTagsCount
+	switch {
+	case len(args) == 4 && strings.EqualFold(string(args[2]), "count"):
+		n, err := parseInt(args[3])
+		if err != nil {
+			return err
+		}
+		if n < 1 {
+			return replyError("ERR syntax error: COUNT must be at least 1")
+		}
+		count = int(min(n, int64(len(tags)+1)))
+	case len(args) != 2:
+		return errSyntax
+	}
+	after := ""
+	if string(args[1]) != "0" {
+		b, err := hex.DecodeString(string(args[1]))
+		if err != nil || len(b) == 0 {
+			return replyError("ERR invalid cursor: start with IDS.TAGS 0 and pass back the cursor each reply returns")
+		}
+		after = string(b)
+	}
+	i, _ := slices.BinarySearch(tags, after)
+	if i < len(tags) && tags[i] == after {
+		i++
+	}
+	page := tags[i:min(len(tags), i+count)]
+	// Shorten the page to what fits the output room beside the header and the cursor.
+	size := respHeaderLen(2) + respHeaderLen(2*segment.MaxTagLen) + 2*segment.MaxTagLen + 2 + respHeaderLen(len(page))
+	for j, t := range page {
+		size += respHeaderLen(len(t)) + len(t) + 2
+		if size > room {
+			page = page[:j]
+			break
+		}
+	}
+	if len(page) == 0 && i < len(tags) {
+		return replyError(fmt.Sprintf("LIMIT not even one tag fits the output limit (%d bytes left of --max-output-buffer); read the replies already sent or raise --max-output-buffer", room))
+	}
+	next := "0"
+	if i+len(page) < len(tags) {
+		next = hex.EncodeToString([]byte(page[len(page)-1]))
+	}
+	c.WriteArray(2)
+	c.WriteBulkString(next)
+	c.WriteArray(len(page))
+	for _, t := range page {
 		c.WriteBulkString(t)
 	}
 	return nil
@@ -277,6 +356,14 @@ func cmdIDsRetire(h *Handler, c *resp.Conn, args [][]byte) error {
 	return nil
 }
 
+// maxStep is IDS.CREATE's bound on STEP: --max-step, or the segment core's default.
+func (h *Handler) maxStep() int64 {
+	if h.cfg.MaxStep > 0 {
+		return h.cfg.MaxStep
+	}
+	return segment.DefaultConfig().MaxStep
+}
+
 // maxStoredStep is the largest leaf_alloc.step (an int(11) column).
 const maxStoredStep = 1<<31 - 1
 
@@ -298,6 +385,9 @@ func cmdIDsCreate(h *Handler, c *resp.Conn, args [][]byte) error {
 			}
 			if n < 1 || n > maxStoredStep {
 				return replyError("LIMIT STEP must be between 1 and " + strconv.Itoa(maxStoredStep))
+			}
+			if maxStep := h.maxStep(); n > maxStep {
+				return replyError(fmt.Sprintf("LIMIT STEP %d is above --max-step (%d), the largest segment this server loads; use a smaller STEP or raise --max-step", n, maxStep))
 			}
 			t.Step = n
 		case "start":

@@ -43,6 +43,7 @@ var (
 	descSegLoadSeconds = desc("segment_load_duration_seconds", "Time of segment loads from the store (failed ones included), mark checks included.")
 	descCmdErrors      = desc("command_errors_total", "Error replies of commands (RESP and HTTP API) by code; unknown-command, arity and NOAUTH replies are not counted.", "code")
 	descReady          = desc("ready", "1 when /readyz answers 200 (the instance can serve), 0 otherwise.")
+	descCmdDuration    = desc("command_duration_seconds", "Server-side latency of RESP commands by command: from the read of the batch of pipelined commands to its replies written.", "command")
 
 	descSnowEnabled    = desc("snowflake_enabled", "1 when snowflake mode is on.")
 	descSnowHasWorker  = desc("snowflake_has_worker", "1 when the instance holds a worker id.")
@@ -81,6 +82,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 		descSegPanics, descSegWaits, descSegWarmLoads, descSegStepCapped, descSegRemainder,
 		descTagRemaining, descTagStep, descTagCanServe, descTagCanRefill,
 		descTagIDs, descTagCurRemain, descTagNextReady, descTagLoading, descSegLoadSeconds, descReady, descCmdErrors,
+		descCmdDuration,
 		descSnowEnabled, descSnowHasWorker, descSnowWorkerID, descSnowReserved, descSnowIssued,
 		descSnowCBEvents, descSnowCBErrors, descSnowSeqWaits, descSnowExtensions, descSnowExtFails,
 		descWLDeadline, descWLRenewal, descWLLease, descWLAcquire, descWLRenewals, descWLRenewFail, descWLFences,
@@ -100,6 +102,11 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
 	h := c.h
+	for name, cmd := range h.table {
+		if m := h.lat[cmd.idx].metric(descCmdDuration, name); m != nil {
+			ch <- m
+		}
+	}
 
 	st := h.seg.Stats()
 	counter(descSegIDs, float64(st.IDs))

@@ -28,6 +28,7 @@ type connState struct {
 	queue  []queued
 	qbytes int
 	track  tracking
+	batch  batchCounts // the commands of the current batch, for their latency
 }
 
 type queued struct {
@@ -96,6 +97,10 @@ func cmdExec(h *Handler, c *resp.Conn, args [][]byte) error {
 		// connection is closed (resp), so stop building it (issue #14).
 		if c.OutputExceeded() {
 			break
+		}
+		if e.cmd.write && st.track.caching && st.track.optin { // CLIENT CACHING YES queued before it
+			c.WriteError(noCacheReply(e.cmd))
+			continue
 		}
 		h.run(c, e.cmd, e.args)
 	}

@@ -113,7 +113,7 @@ func TestTransactions(t *testing.T) {
 			{"INCRBY order notnum", "+QUEUED\r\n"},
 			{"IDS.SEGMENT order 0", "+QUEUED\r\n"},
 			{"INCR order", "+QUEUED\r\n"},
-			{"EXEC", "*4\r\n:1\r\n-ERR value is not an integer or out of range\r\n-LIMIT count must be between 1 and 100\r\n:2\r\n"},
+			{"EXEC", "*4\r\n:1\r\n-ERR value is not an integer or out of range\r\n-LIMIT count must be between 1 and 100 (--max-batch); ask for more in several calls or raise --max-batch\r\n:2\r\n"},
 		}},
 		{"discard", []step{
 			{"WATCH x", "+OK\r\n"},

@@ -32,6 +32,18 @@ func publicLoadError(s string) string {
 	return "store error" + seeLog
 }
 
+// publicStoreError says in words why the store (or the marks file) failed its latest call,
+// for /readyz: never the driver's text (README: "Readiness").
+func publicStoreError(s string) string {
+	if s == "" {
+		return ""
+	}
+	if strings.HasPrefix(s, "regression marks: ") { // segment's marksAnswered
+		return "the marks file failed" + seeLog
+	}
+	return publicLoadError(s)
+}
+
 // publicStatus says in words why snowflake IDs cannot be issued.
 func publicStatus(s string) string {
 	if s == "" {

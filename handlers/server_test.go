@@ -42,6 +42,7 @@ type serverOpts struct {
 	markFile      bool          // marks in <dir>/marks.db, as leafd keeps them, not in the store file
 	maxOutput     int           // resp MaxOutputBuffer (default resp's)
 	noWarm        bool          // segment NoWarmStart
+	model         string        // resp server model (default resp's)
 }
 
 func startServer(t testing.TB, o serverOpts) *testServer {
@@ -99,6 +100,9 @@ func startServer(t testing.TB, o serverOpts) *testServer {
 	}
 	if o.maxOutput != 0 {
 		rcfg.MaxOutputBuffer = o.maxOutput
+	}
+	if o.model != "" {
+		rcfg.Model = o.model
 	}
 	srv, err := resp.NewServer(rcfg, h, log)
 	if err != nil {

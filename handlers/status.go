@@ -4,12 +4,18 @@ package handlers
 // second and draws it. Everything it needs is in the binary; the page loads nothing else.
 
 import (
+	"cmp"
 	_ "embed"
 	"fmt"
+	"math"
 	"net/http"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/leafd/leafd/segment"
+	"github.com/leafd/leafd/snowflake"
 )
 
 //go:embed status.html
@@ -98,15 +104,39 @@ type statusWorkerLease struct {
 
 // statusReport is the body of /status.json. Times are Unix milliseconds (0: never); now_ms is
 // the server's clock, which the page uses for rates so that the browser's clock does not
-// matter.
+// matter. Tags holds at most ?limit tags (default statusDefaultLimit, at most
+// statusMaxLimit), those matching ?filter (a substring), in the order ?sort asks for:
+// "runout" (default: the closest to running out first), "busy" (the most IDs/s first) or
+// "name"; Matched counts every match and Totals every held tag, so the reply stays small at
+// any tag count.
 type statusReport struct {
 	Version   string           `json:"version"`
 	Store     string           `json:"store"`
 	NowMs     int64            `json:"now_ms"`
 	Ready     bool             `json:"ready"`
+	Totals    statusTotals     `json:"totals"`
+	Sort      string           `json:"sort"`
+	Filter    string           `json:"filter"`
+	Matched   int              `json:"matched"`
 	Tags      []statusTag      `json:"tags"`
 	Snowflake *statusSnowflake `json:"snowflake"` // null when snowflake mode is off
 }
+
+// statusTotals sums every held tag.
+type statusTotals struct {
+	Tags        int      `json:"tags"`
+	Issued      int64    `json:"issued"`
+	IDsPerSec   *float64 `json:"ids_per_sec"`  // null until rates are known
+	CannotServe int      `json:"cannot_serve"` // no ID left in memory
+	NoNext      int      `json:"no_next"`      // current segment only, next not loaded
+	Loading     int      `json:"loading"`
+	Failing     int      `json:"failing"` // last load failed
+}
+
+const (
+	statusDefaultLimit = 100
+	statusMaxLimit     = 1000
+)
 
 func unixMs(t time.Time) int64 {
 	if t.IsZero() {
@@ -121,16 +151,99 @@ func statusSeg(s segment.SegmentInfo) statusSegment {
 
 // serveStatusJSON reports what the page draws, from memory (the store is never queried; the
 // mark stands for max_id as this instance last saw it).
-func (h *Handler) serveStatusJSON(w http.ResponseWriter, _ *http.Request) {
+func (h *Handler) serveStatusJSON(w http.ResponseWriter, r *http.Request) {
 	now := h.now()
+	q := r.URL.Query()
+	limit := statusDefaultLimit
+	if v, err := strconv.Atoi(q.Get("limit")); err == nil && v >= 0 {
+		limit = min(v, statusMaxLimit)
+	}
+	order := q.Get("sort")
+	if order != "busy" && order != "name" {
+		order = "runout"
+	}
+	filter := q.Get("filter")
 	rep := statusReport{Version: h.cfg.Version, Store: h.cfg.StoreName, NowMs: now.UnixMilli(),
-		Ready: h.readyReport().Ready, Tags: []statusTag{}}
-	issued := map[string]int64{}
-	for _, tag := range h.seg.Tags() {
+		Ready: h.readyReport().Ready, Sort: order, Filter: filter, Tags: []statusTag{}}
+	tags := h.seg.Tags()
+	infos := make([]segment.Info, 0, len(tags))
+	issued := make(map[string]int64, len(tags))
+	for _, tag := range tags {
 		in, err := h.seg.Info(tag)
 		if err != nil {
 			continue // dropped since Tags
 		}
+		infos = append(infos, in)
+		issued[in.Tag] = in.Issued
+	}
+	var snowIssued uint64
+	var snowInfo snowflake.Info
+	if h.snow != nil {
+		snowInfo = h.snow.Info()
+		snowIssued = snowInfo.Issued
+	}
+	tagRates, snowRate, rated := h.rates.rates(now, issued, snowIssued)
+
+	tot := &rep.Totals
+	var sum float64
+	matched := make([]int, 0, len(infos))
+	for i, in := range infos {
+		tot.Tags++
+		tot.Issued += in.Issued
+		sum += tagRates[in.Tag]
+		if in.Current.Remaining == 0 && in.Next.Remaining == 0 {
+			tot.CannotServe++
+		} else if !in.NextReady {
+			tot.NoNext++
+		}
+		if in.Loading {
+			tot.Loading++
+		}
+		if in.LastError != "" {
+			tot.Failing++
+		}
+		if filter == "" || strings.Contains(in.Tag, filter) {
+			matched = append(matched, i)
+		}
+	}
+	if rated {
+		tot.IDsPerSec = &sum
+	}
+	rep.Matched = len(matched)
+	// secondsLeft: how long the tag's IDs in memory last at its rate (+Inf when idle or the
+	// rate is unknown); a tag with none left comes first whatever its rate.
+	secondsLeft := func(in segment.Info) float64 {
+		left := in.Current.Remaining + in.Next.Remaining
+		if left == 0 {
+			return -1
+		}
+		if r := tagRates[in.Tag]; r > 0 {
+			return float64(left) / r
+		}
+		return math.Inf(1)
+	}
+	slices.SortStableFunc(matched, func(a, b int) int {
+		x, y := infos[a], infos[b]
+		switch order {
+		case "busy":
+			if c := cmp.Compare(tagRates[y.Tag], tagRates[x.Tag]); c != 0 {
+				return c
+			}
+			if c := cmp.Compare(y.Issued, x.Issued); c != 0 {
+				return c
+			}
+		case "runout":
+			if c := cmp.Compare(secondsLeft(x), secondsLeft(y)); c != 0 {
+				return c
+			}
+			if c := cmp.Compare(x.Current.Remaining+x.Next.Remaining, y.Current.Remaining+y.Next.Remaining); c != 0 {
+				return c
+			}
+		}
+		return strings.Compare(x.Tag, y.Tag) // Tags is sorted: keeps name order
+	})
+	for _, i := range matched[:min(limit, len(matched))] {
+		in := infos[i]
 		t := statusTag{Tag: in.Tag, Current: statusSeg(in.Current), Next: statusSeg(in.Next),
 			NextReady: in.NextReady, Loading: in.Loading, InitOK: in.InitOK, Step: in.Step,
 			MinStep: in.MinStep, Mark: in.Mark, Issued: in.Issued, LastRefillMs: unixMs(in.LastRefill),
@@ -139,11 +252,13 @@ func (h *Handler) serveStatusJSON(w http.ResponseWriter, _ *http.Request) {
 			t.Loads = append(t.Loads, statusLoad{AtMs: unixMs(l.At),
 				DurationMs: float64(l.Duration.Microseconds()) / 1000, Start: l.Start, End: l.End, Error: publicLoadError(l.Error)})
 		}
+		if r, seen := tagRates[in.Tag]; seen {
+			t.IDsPerSec = &r
+		}
 		rep.Tags = append(rep.Tags, t)
-		issued[t.Tag] = t.Issued
 	}
 	if h.snow != nil {
-		in := h.snow.Info()
+		in := snowInfo
 		rep.Snowflake = &statusSnowflake{
 			HasWorker: in.HasWorker, WorkerID: in.WorkerID, Source: in.Source, Status: publicStatus(in.Status),
 			StartBoundMs: unixMs(in.StartBound), ReservedUntilMs: unixMs(in.ReservedUntil),
@@ -159,18 +274,7 @@ func (h *Handler) serveStatusJSON(w http.ResponseWriter, _ *http.Request) {
 				LastRenewalMs: unixMs(l.LastRenewal), Acquisitions: l.Acquisitions, Renewals: l.Renewals,
 				RenewalFailures: l.RenewalFailures, SelfFences: l.SelfFences}
 		}
-	}
-	var snowIssued uint64
-	if rep.Snowflake != nil {
-		snowIssued = rep.Snowflake.Issued
-	}
-	if tagRates, snowRate, ok := h.rates.rates(now, issued, snowIssued); ok {
-		for i := range rep.Tags {
-			if r, seen := tagRates[rep.Tags[i].Tag]; seen {
-				rep.Tags[i].IDsPerSec = &r
-			}
-		}
-		if rep.Snowflake != nil {
+		if rated {
 			rep.Snowflake.IDsPerSec = &snowRate
 		}
 	}

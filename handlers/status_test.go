@@ -81,7 +81,7 @@ func TestStatusJSON(t *testing.T) {
 // TestStatusPageInChromium loads /status in headless Chromium while traffic runs, checks the
 // DOM its script built from /status.json (tags with both segments as bars, rates, loads, the
 // snowflake worker and lease; the hostile tag name as text, not markup) and takes a
-// screenshot. LEAFD_UPDATE_DOCS=1 writes it to docs/status.png (the README shows it).
+// screenshot (docs/status.png comes from TestStatusManyTags).
 func TestStatusPageInChromium(t *testing.T) {
 	chromium := testenv.Tool(t, "chromium", "chromium")
 	ts := startServer(t, serverOpts{autoCreate: true})
@@ -215,11 +215,6 @@ func TestStatusPageInChromium(t *testing.T) {
 	}
 	if len(colors) < 20 {
 		t.Errorf("screenshot has %d colors: blank page?", len(colors))
-	}
-	if os.Getenv("LEAFD_UPDATE_DOCS") != "" {
-		if err := os.WriteFile(filepath.Join("..", "docs", "status.png"), b, 0o644); err != nil {
-			t.Fatal(err)
-		}
 	}
 }
 

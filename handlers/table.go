@@ -13,16 +13,16 @@ import (
 // commands is the command table: every command leafd answers, in one place.
 func commands() []*command {
 	return []*command{
-		{name: "incr", arity: 2, group: "segment", summary: "Return the next segment ID of a tag.", run: cmdIncr},
-		{name: "incrby", arity: 3, group: "segment", summary: "Reserve n contiguous segment IDs of a tag; return the highest.", run: cmdIncrBy},
-		{name: "ids.segment", arity: -2, group: "segment", summary: "Return count segment IDs of a tag, strictly increasing.", run: cmdIDsSegment},
-		{name: "ids.info", arity: 2, group: "segment", summary: "Show a tag's double buffer.", run: cmdIDsInfo},
-		{name: "ids.tags", arity: 1, group: "segment", summary: "List the tags this server knows.", run: cmdIDsTags},
-		{name: "ids.marks", arity: 1, group: "segment", summary: "List every durable mark of this server: tag, highest range end ever granted.", run: cmdIDsMarks},
-		{name: "ids.create", arity: -2, group: "segment", summary: "Create a tag in the store.", run: cmdIDsCreate},
-		{name: "ids.retire", arity: 2, group: "segment", summary: "Stop serving a tag from this server; its IDs are never reissued.", run: cmdIDsRetire},
-		{name: "ids.snowflake", arity: -1, group: "snowflake", summary: "Return one snowflake ID, or an array of count; STRING: as bulk strings.", run: cmdIDsSnowflake},
-		{name: "ids.decode", arity: 2, group: "snowflake", summary: "Decode a snowflake ID with this server's layout.", run: cmdIDsDecode},
+		{name: "incr", arity: 2, write: true, group: "segment", summary: "Return the next segment ID of a tag.", run: cmdIncr},
+		{name: "incrby", arity: 3, write: true, group: "segment", summary: "Reserve n contiguous segment IDs of a tag; return the highest.", run: cmdIncrBy},
+		{name: "ids.segment", arity: -2, write: true, group: "segment", summary: "Return count segment IDs of a tag, strictly increasing.", run: cmdIDsSegment},
+		{name: "ids.info", arity: 2, readonly: true, group: "segment", summary: "Show a tag's double buffer.", run: cmdIDsInfo},
+		{name: "ids.tags", arity: -1, readonly: true, group: "segment", summary: "List the tags this server knows.", run: cmdIDsTags},
+		{name: "ids.marks", arity: 1, readonly: true, group: "segment", summary: "List every durable mark of this server: tag, highest range end ever granted.", run: cmdIDsMarks},
+		{name: "ids.create", arity: -2, write: true, group: "segment", summary: "Create a tag in the store.", run: cmdIDsCreate},
+		{name: "ids.retire", arity: 2, write: true, group: "segment", summary: "Stop serving a tag from this server; its IDs are never reissued.", run: cmdIDsRetire},
+		{name: "ids.snowflake", arity: -1, write: true, group: "snowflake", summary: "Return one snowflake ID, or an array of count; STRING: as bulk strings.", run: cmdIDsSnowflake},
+		{name: "ids.decode", arity: 2, readonly: true, group: "snowflake", summary: "Decode a snowflake ID with this server's layout.", run: cmdIDsDecode},
 		{name: "info", arity: -1, group: "server", summary: "Server information and statistics.", run: cmdInfo},
 		{name: "ping", arity: -1, group: "connection", summary: "Ping the server.", run: cmdPing},
 		{name: "echo", arity: 2, group: "connection", summary: "Return the given string.", run: cmdEcho},
@@ -39,6 +39,8 @@ func commands() []*command {
 		{name: "discard", arity: 1, immediate: true, group: "transactions", summary: "Drop the queued commands.", run: cmdDiscard},
 		{name: "watch", arity: -2, immediate: true, group: "transactions", summary: "Accepted for compatibility: leafd has no keys another client could change.", run: cmdWatch},
 		{name: "unwatch", arity: 1, group: "transactions", summary: "Accepted for compatibility (see WATCH).", run: cmdUnwatch},
+		{name: "pttl", arity: 2, readonly: true, group: "keyspace", summary: "-1: no key of leafd expires (what client-side caches ask before caching a reply).", run: cmdPTTL},
+		{name: "ttl", arity: 2, readonly: true, group: "keyspace", summary: "-1: no key of leafd expires (see PTTL).", run: cmdPTTL},
 		{name: "time", arity: 1, group: "server", summary: "Return the server time.", run: cmdTime},
 	}
 }

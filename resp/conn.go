@@ -165,6 +165,7 @@ func (c *Conn) serve() {
 	for {
 		// One clock read per batch serves the deadlines and the idle bookkeeping.
 		c.now = c.srv.now()
+		batchStart := c.now
 		// Run every complete command in the buffer.
 		for c.r < c.w {
 			if c.srv.killed.Load() {
@@ -222,6 +223,10 @@ func (c *Conn) serve() {
 			c.srv.stats.commands.Add(c.cmds)
 			c.lastCmd.Store(c.now.UnixMilli())
 			c.cmds = 0
+			if c.srv.batches != nil {
+				// flush read the clock again just before writing the replies: no extra read.
+				c.srv.batches.BatchDone(c, c.now.Sub(batchStart))
+			}
 		}
 		if !c.makeRoom() {
 			c.srv.stats.queryLimit.Add(1)

@@ -662,6 +662,9 @@ func (lp *loop) endBatch(c *Conn) status {
 		srv.stats.commands.Add(c.cmds)
 		c.lastCmd.Store(c.now.UnixMilli())
 		c.cmds = 0
+		if srv.batches != nil {
+			srv.batches.BatchDone(c, srv.now().Sub(c.now))
+		}
 	}
 	if !c.makeRoom() {
 		srv.stats.queryLimit.Add(1)

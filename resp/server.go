@@ -50,6 +50,15 @@ const (
 	ModelEventLoop = "eventloop"
 )
 
+// BatchObserver is implemented by a Handler that wants to know how long each batch of
+// commands took: from the clock read that began it (one per read of pipelined commands) to
+// its replies written, read once more when the batch ran at least one command. That is the
+// latency its clients see; BatchDone runs on the connection's goroutine or loop, after the
+// batch's last ServeRESP and before the next batch's first.
+type BatchObserver interface {
+	BatchDone(c *Conn, took time.Duration)
+}
+
 // HandlerFunc adapts a function to Handler.
 type HandlerFunc func(c *Conn, args [][]byte)
 
@@ -165,6 +174,7 @@ type counters struct {
 type Server struct {
 	cfg     Config
 	handler Handler
+	batches BatchObserver // the handler, when it observes batches
 	log     *zap.Logger
 	now     func() time.Time
 	started time.Time
@@ -202,8 +212,9 @@ func NewServer(cfg Config, h Handler, log *zap.Logger) (*Server, error) {
 	if cfg.Model != ModelEventLoop && cfg.Model != ModelGoroutine {
 		return nil, fmt.Errorf("resp: unknown server model %q (want %s or %s)", cfg.Model, ModelEventLoop, ModelGoroutine)
 	}
+	batches, _ := h.(BatchObserver)
 	return &Server{
-		cfg: cfg, handler: h, log: log, now: cfg.Now, started: cfg.Now(),
+		cfg: cfg, handler: h, batches: batches, log: log, now: cfg.Now, started: cfg.Now(),
 		conns: make(map[*Conn]struct{}), done: make(chan struct{}),
 		readRearm: rearmEvery(cfg.IdleTimeout), writeRearm: rearmEvery(cfg.WriteTimeout),
 	}, nil

@@ -2,8 +2,8 @@
 # The README's test command: runs every test of leafd with -race.
 #
 # On a fresh Debian machine with Go it installs what the integration tests need (MariaDB,
-# ZooKeeper, redis-tools; for deploy/ and the status page: podman, runc, prometheus's promtool,
-# chromium; for the client compatibility suite: python3-redis, ruby-redis, libhiredis-dev,
+# ZooKeeper, redis-tools, redis-server; for deploy/ and the status page: podman, runc, prometheus's
+# promtool, chromium, systemd-analyze (kubectl is checked); for the client compatibility suite: python3-redis, ruby-redis, libhiredis-dev,
 # nodejs and npm, then npm ci) with apt-get, starts a MariaDB and a ZooKeeper of its own on free loopback ports
 # with temporary data directories, runs the tests against them, and stops them on the way out.
 # Tests that must crash or pause a service start private instances of the same binaries
@@ -28,6 +28,12 @@ have_podman() { command -v podman >/dev/null 2>&1 && { command -v runc >/dev/nul
 have_ca() { [ -s /etc/ssl/certs/ca-certificates.crt ]; }
 have_promtool() { command -v promtool >/dev/null 2>&1; }
 have_chromium() { command -v chromium >/dev/null 2>&1; }
+# HELLO's field order against redis-server's (handlers), the systemd unit (systemd-analyze
+# verify), the kustomize overlays (kubectl kustomize: kubectl is part of this machine kind's
+# base image; Debian has no package of it, so it is checked, not installed).
+have_redis_server() { command -v redis-server >/dev/null 2>&1 || [ -x /usr/bin/redis-server ]; }
+have_systemd_analyze() { command -v systemd-analyze >/dev/null 2>&1; }
+have_kubectl() { command -v kubectl >/dev/null 2>&1; }
 # The client compatibility suite (cmd/leafd/compat_test.go): Debian's redis-py for
 # /usr/bin/python3 (not a pyenv python on PATH), ruby-redis, Node.js and npm, gcc and hiredis.
 have_py_redis() { [ -x /usr/bin/python3 ] && /usr/bin/python3 -c 'import redis' >/dev/null 2>&1; }
@@ -43,6 +49,8 @@ have_podman || pkgs+=(podman runc uidmap slirp4netns fuse-overlayfs) # recommend
 have_ca || pkgs+=(ca-certificates)
 have_promtool || pkgs+=(prometheus)
 have_chromium || pkgs+=(chromium)
+have_redis_server || pkgs+=(redis-server)
+have_systemd_analyze || pkgs+=(systemd)
 have_py_redis || pkgs+=(python3 python3-redis)
 have_ruby_redis || pkgs+=(ruby ruby-redis)
 have_node || pkgs+=(nodejs npm)
@@ -62,6 +70,9 @@ have_redis_tools || { echo "redis-cli/redis-benchmark still missing after apt-ge
 have_podman || { echo "podman/runc still missing after apt-get install podman runc" >&2; exit 1; }
 have_promtool || { echo "promtool still missing after apt-get install prometheus" >&2; exit 1; }
 have_chromium || { echo "chromium still missing after apt-get install chromium" >&2; exit 1; }
+have_redis_server || { echo "redis-server still missing after apt-get install redis-server" >&2; exit 1; }
+have_systemd_analyze || { echo "systemd-analyze still missing after apt-get install systemd" >&2; exit 1; }
+have_kubectl || { echo "kubectl missing (deploy/ renders the kustomize overlays with kubectl kustomize); install kubectl" >&2; exit 1; }
 have_py_redis || { echo "redis-py still missing for /usr/bin/python3 after apt-get install python3-redis" >&2; exit 1; }
 have_ruby_redis || { echo "redis-rb still missing after apt-get install ruby-redis" >&2; exit 1; }
 have_node || { echo "node/npm still missing after apt-get install nodejs npm" >&2; exit 1; }

@@ -22,7 +22,7 @@ func ValidateTag(name string) error {
 	for i := 0; i < len(name); i++ {
 		if c := name[i]; c < 0x21 || c > 0x7E {
 			return &TagError{Tag: strings.Clone(name), Err: ErrInvalidTag,
-				Detail: fmt.Sprintf("byte %d is 0x%02x; only printable ASCII without space (0x21-0x7E) is allowed", i, c)}
+				Detail: fmt.Sprintf("byte %d (counting from 1) is 0x%02x; only printable ASCII without space (0x21-0x7E) is allowed", i+1, c)}
 		}
 	}
 	return nil

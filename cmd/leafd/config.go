@@ -173,14 +173,37 @@ func envName(flagName string) string {
 	return "LEAFD_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
 }
 
+// errShowVersion is loadConfig's answer to --version: print the version and exit 0.
+var errShowVersion = errors.New("show the version")
+
+// usageHeader opens --help: the subcommands, then the server's flags.
+const usageHeader = `usage: leafd [flags]                  serve (RESP on --addr, admin HTTP on --http-addr)
+       leafd health [--ready] [--addr host:port]
+                                      probe a running leafd's /healthz (/readyz); exit 0 when 200
+       leafd raise-max-id --mysql-dsn DSN --instances host:port[,...]
+                                      after a database failover: raise max_id above every mark
+       leafd adopt --mysql-dsn DSN [--dry-run]
+                                      take over an existing Leaf leaf_alloc table (docs/MYSQL.md)
+       leafd version                  print the version (also --version)
+Each subcommand has its own --help. Every flag below can also be set as LEAFD_<NAME> (upper
+case, '-' as '_') or in the --config file.
+
+flags:
+`
+
 // loadConfig fills a Config from args, the environment (getenv) and the --config file.
 func loadConfig(args []string, getenv func(string) string, stderr io.Writer) (Config, error) {
 	var c Config
 	fs := flagSet(&c)
 	configPath := fs.String("config", "", "config file: lines of 'name value' or 'name = value' with the flag names; # comments")
+	showVersion := fs.Bool("version", false, "print the version and exit (also: leafd version)")
 	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, usageHeader); fs.PrintDefaults() }
 	if err := fs.Parse(args); err != nil {
 		return c, err
+	}
+	if *showVersion {
+		return c, errShowVersion
 	}
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("unexpected argument %q", fs.Arg(0))
@@ -204,18 +227,18 @@ func loadConfig(args []string, getenv func(string) string, stderr io.Writer) (Co
 	}
 	var errs []error
 	fs.VisitAll(func(f *flag.Flag) {
-		if onCmdline[f.Name] || f.Name == "config" {
+		if onCmdline[f.Name] || f.Name == "config" || f.Name == "version" {
 			return
 		}
 		if v := getenv(envName(f.Name)); v != "" {
 			if err := fs.Set(f.Name, v); err != nil {
-				errs = append(errs, fmt.Errorf("%s=%q: %v", envName(f.Name), v, err))
+				errs = append(errs, fmt.Errorf("%s=%q: %s (--%s)", envName(f.Name), v, expected(f), f.Name))
 			}
 			return
 		}
 		if v, ok := fileVals[f.Name]; ok {
 			if err := fs.Set(f.Name, v); err != nil {
-				errs = append(errs, fmt.Errorf("%s: %s %q: %v", *configPath, f.Name, v, err))
+				errs = append(errs, fmt.Errorf("%s: %s %q: %s", *configPath, f.Name, v, expected(f)))
 			}
 		}
 	})
@@ -226,6 +249,23 @@ func loadConfig(args []string, getenv func(string) string, stderr io.Writer) (Co
 		return c, err
 	}
 	return c, c.Validate()
+}
+
+// expected says what a flag's value must look like, for the error of a value from the
+// environment or the config file (the flag package says only "parse error").
+func expected(f *flag.Flag) string {
+	want := "not a valid value"
+	switch f.Value.(flag.Getter).Get().(type) {
+	case bool:
+		want = "want true or false"
+	case int, int64, uint, uint64:
+		want = "want a whole number"
+	case float64:
+		want = "want a decimal number such as 0.5"
+	case time.Duration:
+		want = "want a duration such as 500ms, 10s or 1m"
+	}
+	return fmt.Sprintf("%s (default %s)", want, f.DefValue)
 }
 
 // readConfigFile reads 'name value' / 'name = value' lines; every name must be a flag.
@@ -251,7 +291,7 @@ func readConfigFile(path string, fs *flag.FlagSet) (map[string]string, error) {
 		if uq, err := strconv.Unquote(val); err == nil {
 			val = uq
 		}
-		if fs.Lookup(name) == nil || name == "config" {
+		if fs.Lookup(name) == nil || name == "config" || name == "version" {
 			return nil, fmt.Errorf("%s:%d: unknown option %q", path, n, name)
 		}
 		vals[name] = val

@@ -16,7 +16,9 @@ import (
 	"go.uber.org/zap/zapcore"
 )
 
-// version is set at build time with -ldflags "-X main.version=...".
+// version is set at build time with -ldflags "-X main.version=..." from `git describe`
+// (Makefile, scripts/image.sh, the Dockerfiles' VERSION argument, bench/); `leafd version`
+// prints it, INFO server shows it as leafd_version, /status and /status.json as version.
 var version = "dev"
 
 func main() {
@@ -25,6 +27,10 @@ func main() {
 
 // realMain is main with an exit code, so that deferred calls run before the one exit.
 func realMain() int {
+	if len(os.Args) > 1 && (os.Args[1] == "version" || os.Args[1] == "--version" || os.Args[1] == "-version") {
+		fmt.Println("leafd", version)
+		return 0
+	}
 	if len(os.Args) > 1 && os.Args[1] == "health" {
 		return health(os.Args[2:], os.Getenv, os.Stderr)
 	}
@@ -35,6 +41,10 @@ func realMain() int {
 	}
 	cfg, err := loadConfig(os.Args[1:], os.Getenv, os.Stderr)
 	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if errors.Is(err, errShowVersion) { // --version after other flags
+		fmt.Println("leafd", version)
 		return 0
 	}
 	if err != nil {

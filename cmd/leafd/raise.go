@@ -164,9 +164,9 @@ func instanceMarks(ctx context.Context, addr, pass string, timeout time.Duration
 	if err != nil {
 		return nil, fmt.Errorf("IDS.MARKS: %w", err)
 	}
-	tags, err := c.Do(ctx, "IDS.TAGS").StringSlice()
+	tags, err := heldTags(ctx, c)
 	if err != nil {
-		return nil, fmt.Errorf("IDS.TAGS: %w", err)
+		return nil, err
 	}
 	for _, tag := range tags {
 		v, err := c.Do(ctx, "IDS.INFO", tag).Result()
@@ -180,6 +180,45 @@ func instanceMarks(ctx context.Context, addr, pass string, timeout time.Duration
 		out[tag] = max(out[tag], m)
 	}
 	return out, nil
+}
+
+// heldTags pages through IDS.TAGS with its cursor (any number of tags fits the output
+// limit); an instance whose IDS.TAGS takes no cursor (older versions) answers the whole list.
+func heldTags(ctx context.Context, c *redis.Client) ([]string, error) {
+	var tags []string
+	cursor := "0"
+	for {
+		v, err := c.Do(ctx, "IDS.TAGS", cursor, "COUNT", 10000).Slice()
+		if err != nil && strings.Contains(err.Error(), "wrong number of arguments") && cursor == "0" {
+			all, err := c.Do(ctx, "IDS.TAGS").StringSlice()
+			if err != nil {
+				return nil, fmt.Errorf("IDS.TAGS: %w", err)
+			}
+			return all, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("IDS.TAGS %s: %w", cursor, err)
+		}
+		if len(v) != 2 {
+			return nil, fmt.Errorf("IDS.TAGS %s: unexpected reply %v", cursor, v)
+		}
+		next, ok := v[0].(string)
+		page, ok2 := v[1].([]any)
+		if !ok || !ok2 {
+			return nil, fmt.Errorf("IDS.TAGS %s: unexpected reply %v", cursor, v)
+		}
+		for _, t := range page {
+			s, ok := t.(string)
+			if !ok {
+				return nil, fmt.Errorf("IDS.TAGS %s: unexpected tag %v", cursor, t)
+			}
+			tags = append(tags, s)
+		}
+		if next == "0" {
+			return tags, nil
+		}
+		cursor = next
+	}
 }
 
 // marksField reads an IDS.MARKS reply (a flat array of tag, end in RESP2, a map in RESP3).

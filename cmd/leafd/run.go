@@ -87,6 +87,7 @@ func run(ctx context.Context, cfg Config, log *zap.Logger, ready func(net.Addr))
 
 	h := handlers.New(handlers.Config{
 		MaxBatch:       cfg.MaxBatch,
+		MaxStep:        cfg.MaxStep,
 		DisableCreate:  !cfg.AllowCreate,
 		Version:        version,
 		StoreName:      storeName,

@@ -57,7 +57,7 @@ out("DECODE", 2, sf, m["timestamp_ms"], m["worker_id"], m["sequence"])
 try:
     r.execute_command("IDS.SEGMENT", "order", 0)
 except redis.ResponseError as e:
-    message = str(e)  # the reply: "LIMIT count must be between 1 and 1000"
+    message = str(e)  # the reply: "LIMIT count must be between 1 and 1000 (--max-batch); ..."
 # README:end
 check(message.startswith("LIMIT "), "error", message)
 

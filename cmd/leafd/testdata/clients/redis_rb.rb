@@ -43,7 +43,7 @@ puts "DECODE 2 #{id} #{m['timestamp_ms']} #{m['worker_id']} #{m['sequence']}"
 begin
   r.call("IDS.SEGMENT", "order", 0)
 rescue Redis::CommandError => e
-  message = e.message # the reply: "LIMIT count must be between 1 and 1000"
+  message = e.message # the reply: "LIMIT count must be between 1 and 1000 (--max-batch); ..."
 end
 # README:end
 check(message.start_with?("LIMIT "), "error", message)

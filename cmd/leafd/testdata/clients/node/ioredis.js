@@ -43,7 +43,7 @@ run(async () => {
   try {
     await redis.call("IDS.SEGMENT", "order", 0);
   } catch (e) {
-    message = e.message; // a ReplyError; the reply: "LIMIT count must be between 1 and 1000"
+    message = e.message; // a ReplyError; the reply: "LIMIT count must be between 1 and 1000 (--max-batch); ..."
   }
   // README:end
   check(message.startsWith("LIMIT "), "error", message);
