@@ -63,8 +63,10 @@ func httpStatus(code, msg string) int {
 		return http.StatusBadRequest
 	case "UNAVAILABLE", "NOWORKER", "CLOCKBACK":
 		return http.StatusServiceUnavailable
-	case "REGRESSION", "TAGEXISTS":
+	case "REGRESSION", "TAGEXISTS", "NOTADOPTED":
 		return http.StatusConflict
+	case "DISABLED":
+		return http.StatusNotImplemented
 	case "ERR":
 		if msg == msgInternal {
 			return http.StatusInternalServerError

@@ -16,6 +16,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/go-sql-driver/mysql"
@@ -31,6 +32,9 @@ type AdoptConfig struct {
 	// ranges already granted (a lagging replica promoted after it lost an earlier adoption and
 	// the allocations that followed), and adopting it would hand them out again.
 	Floors map[string]int64
+	// Tags, when not empty, limits the adoption to these tags (the others are listed as
+	// they are, "not selected" when they have no fence row).
+	Tags []string
 }
 
 // Adoption is what Adopt did, or would do, for one tag.
@@ -163,6 +167,10 @@ func (s *MySQLStore) Adopt(ctx context.Context, cfg AdoptConfig) ([]Adoption, er
 	for i := range out {
 		a := &out[i]
 		if a.State != "" {
+			continue
+		}
+		if len(cfg.Tags) > 0 && !slices.Contains(cfg.Tags, a.Tag) {
+			a.State = "not selected"
 			continue
 		}
 		if floor := cfg.Floors[a.Tag]; floor > a.MaxID {
