@@ -33,6 +33,8 @@ type Segments interface {
 	Stats() segment.Stats
 	Health() segment.Health
 	Retire(tag string) bool
+	// CanLoad reports whether a tag not held could be loaded now (one store read).
+	CanLoad(ctx context.Context, tag string) error
 }
 
 // Snowflakes is what the snowflake commands need from the snowflake core.
@@ -61,6 +63,10 @@ type Config struct {
 	MaxBatch int
 	// DisableCreate refuses IDS.CREATE with NOPERM (lock tag creation down to the operator).
 	DisableCreate bool
+	// NoSegment and NoSnowflake turn a mode off (leafd's --modes): its commands and HTTP
+	// endpoints answer DISABLED, and readiness leaves it out.
+	NoSegment   bool
+	NoSnowflake bool
 	// CreateTimeout bounds the store call of IDS.CREATE (default 5s).
 	CreateTimeout time.Duration
 	// Version is leafd's own version, reported as leafd_version by INFO and HELLO.
@@ -209,6 +215,10 @@ func (h *Handler) ServeRESP(c *resp.Conn, args [][]byte) {
 		st.refuse(c, "NOAUTH Authentication required.")
 		return
 	}
+	if h.cfg.NoSegment && cmd.group == "segment" || h.cfg.NoSnowflake && cmd.group == "snowflake" {
+		st.refuse(c, h.errorReply(disabledMode(cmd.group)))
+		return
+	}
 	if st == nil {
 		h.run(c, cmd, args)
 		return
@@ -286,6 +296,15 @@ func clip(b []byte, n int) string {
 type replyError string
 
 func (e replyError) Error() string { return string(e) }
+
+// disabledMode is the error of a command or endpoint of a mode that --modes turned off.
+func disabledMode(mode string) error {
+	other := "segment"
+	if mode == "segment" {
+		other = "snowflake"
+	}
+	return replyError("DISABLED " + mode + " mode is turned off on this server (--modes " + other + "); enable it with --modes segment,snowflake")
+}
 
 // Errors with Redis's wording.
 var (

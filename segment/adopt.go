@@ -231,3 +231,27 @@ func (s *MySQLStore) adoptTag(ctx context.Context, a *Adoption, floor int64) err
 		return nil
 	})
 }
+
+// CheckTag reports, without locking or allocating, whether an allocation of tag would find
+// its row (ErrUnknownTag) and, with the fence on, its fence row (ErrNotAdopted).
+func (s *MySQLStore) CheckTag(ctx context.Context, tag string) error {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	if s.failoverAllocs <= 0 {
+		_, err := s.MaxID(ctx, tag)
+		return err
+	}
+	var maxID int64
+	var fenced sql.NullString
+	err := s.db.QueryRowContext(ctx, "SELECT a.max_id, f.biz_tag FROM leaf_alloc a LEFT JOIN leafd_fence f ON f.biz_tag = a.biz_tag WHERE a.biz_tag = ?", tag).
+		Scan(&maxID, &fenced)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return tagError(tag, ErrUnknownTag, "no such tag in the store")
+	case err != nil:
+		return s.wrap("check", tag, err)
+	case !fenced.Valid:
+		return tagError(tag, ErrNotAdopted, fmt.Sprintf("leaf_alloc row (max_id %d) has no leafd_fence row", maxID))
+	}
+	return nil
+}
