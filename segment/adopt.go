@@ -173,12 +173,11 @@ func (s *MySQLStore) Adopt(ctx context.Context, cfg AdoptConfig) ([]Adoption, er
 			a.State = "not selected"
 			continue
 		}
-		if floor := cfg.Floors[a.Tag]; floor > a.MaxID {
-			a.State, a.Err = "refused", fmt.Errorf("max_id %d is below %d, the highest range end a leafd instance was granted: this database lost allocations (a lagging replica promoted?); run leafd raise-max-id first", a.MaxID, floor)
-			continue
-		}
 		if cfg.DryRun {
 			a.State = "would adopt"
+			if err := belowFloor(a.MaxID, cfg.Floors[a.Tag]); err != nil {
+				a.State, a.Err = "refused", err
+			}
 			continue
 		}
 		if err := s.adoptTag(ctx, a, cfg.Floors[a.Tag]); err != nil {
@@ -186,6 +185,14 @@ func (s *MySQLStore) Adopt(ctx context.Context, cfg AdoptConfig) ([]Adoption, er
 		}
 	}
 	return out, nil
+}
+
+// belowFloor is the refusal of a tag whose max_id is below an instance's mark.
+func belowFloor(maxID, floor int64) error {
+	if floor > maxID {
+		return fmt.Errorf("max_id %d is below %d, the highest range end a leafd instance was granted: this database lost allocations (a lagging replica promoted?); run leafd raise-max-id first", maxID, floor)
+	}
+	return nil
 }
 
 // adoptTag writes the fence row of one tag, in a transaction that locks its leaf_alloc row
@@ -215,8 +222,8 @@ func (s *MySQLStore) adoptTag(ctx context.Context, a *Adoption, floor int64) err
 			a.State = "already adopted"
 			return nil
 		}
-		if floor > a.MaxID {
-			return fmt.Errorf("max_id %d is below %d, the highest range end a leafd instance was granted; run leafd raise-max-id first", a.MaxID, floor)
+		if err := belowFloor(a.MaxID, floor); err != nil {
+			return err
 		}
 		if _, err := tx.ExecContext(ctx, "INSERT INTO leafd_fence (biz_tag, server_id, server_uuid, epoch, token, gap, max_end) VALUES (?, ?, ?, 1, ?, 0, ?)",
 			a.Tag, self.id, self.uuid, randToken(), a.MaxID); err != nil {

@@ -39,6 +39,13 @@ func TestMySQLNotAdopted(t *testing.T) {
 	if got := sqlQuery(t, dsn, "SELECT COUNT(*) FROM leafd_fence WHERE biz_tag = 'h'"); got != "0" {
 		t.Fatalf("fence rows of h after refusals: got %s, want 0 (nothing taken over)", got)
 	}
+	// The readiness probe of a tag not held (CheckTag) says the same, and moves nothing.
+	if err := s.CheckTag(ctx, "h"); !errors.Is(err, ErrNotAdopted) {
+		t.Fatalf("CheckTag of a fence-less row: got %v, want ErrNotAdopted", err)
+	}
+	if err := s.CheckTag(ctx, "nope"); !errors.Is(err, ErrUnknownTag) {
+		t.Fatalf("CheckTag of a missing row: got %v, want ErrUnknownTag", err)
+	}
 	// A fenced tag whose fence row was lost (a failover that lost its adoption) is the same.
 	if err := s.Create(ctx, Tag{Name: "c", Step: 10}); err != nil {
 		t.Fatal(err)
@@ -69,6 +76,9 @@ func TestMySQLAdopt(t *testing.T) {
 	if got := states(res); got != "behind=would adopt invoice=would adopt order=would adopt" {
 		t.Fatalf("dry run: got %s", got)
 	}
+	if res, err = dry.Adopt(ctx, AdoptConfig{DryRun: true, Floors: map[string]int64{"behind": 400}}); err != nil || states(res) != "behind=refused invoice=would adopt order=would adopt" {
+		t.Fatalf("dry run below a mark: got %s, %v, want behind refused", states(res), err)
+	}
 	if got := sqlQuery(t, dsn, "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'leafd_fence'"); got != "0" {
 		t.Fatalf("dry run created leafd_fence (%s tables)", got)
 	}
@@ -85,6 +95,9 @@ func TestMySQLAdopt(t *testing.T) {
 		if a.Tag == "behind" && (a.Err == nil || !strings.Contains(a.Err.Error(), "raise-max-id")) {
 			t.Fatalf("refused tag: error %v, want it to name raise-max-id", a.Err)
 		}
+	}
+	if err := s.CheckTag(ctx, "order"); err != nil {
+		t.Fatalf("CheckTag of an adopted row: %v", err)
 	}
 	for tag, want := range map[string]int64{"order": 5000001 + 2000, "invoice": 1 + 1000} {
 		if a, err := s.Allocate(ctx, tag, 0); err != nil || a.MaxID != want {
@@ -238,7 +251,9 @@ func TestRetryDeadlock(t *testing.T) {
 		t.Fatalf("two deadlocks then success: got %v after %d calls (%d counted), want nil after 3 (2)", err, calls, s.Deadlocks())
 	}
 	calls = 0
-	err = s.retryDeadlock(context.Background(), "t", "x", func(context.Context) error { calls++; return deadlock })
+	bounded, stop := context.WithTimeout(context.Background(), 2*time.Second) // an unbounded retry ends here, not in a hang
+	defer stop()
+	err = s.retryDeadlock(bounded, "t", "x", func(context.Context) error { calls++; return deadlock })
 	if !errors.Is(err, deadlock) || calls != deadlockRetries {
 		t.Fatalf("always a deadlock: got %v after %d calls, want the deadlock after %d (bounded)", err, calls, deadlockRetries)
 	}
