@@ -56,6 +56,10 @@ func TestMySQLAdoptLeafTable(t *testing.T) {
 	if got := e2e.SQLInt(t, db, "SELECT max_id FROM leaf_alloc WHERE biz_tag = 'order'"); got != 5000001 {
 		t.Fatalf("max_id after refusals: got %d, want 5000001 (untouched)", got)
 	}
+	// The readiness probe of the tag (not held: its loads failed) says why it could not serve.
+	if st, body, err := l.HTTPGet("/readyz?tag=order", ""); err != nil || st != 503 || !strings.Contains(body, "NOTADOPTED") {
+		t.Fatalf("/readyz?tag=order before adoption: got %d %s %v, want 503 naming NOTADOPTED", st, body, err)
+	}
 	out, status := adoptCmd(t, "--mysql-dsn", dsn, "--dry-run")
 	t.Logf("adopt --dry-run (exit %d):\n%s", status, out)
 	if status != 0 || !strings.Contains(out, "would adopt") || !strings.Contains(out, "[5000001, 5002001)") {
@@ -68,6 +72,9 @@ func TestMySQLAdoptLeafTable(t *testing.T) {
 	t.Logf("adopt (exit %d):\n%s", status, out)
 	if status != 0 || !strings.Contains(out, "adopted") {
 		t.Fatalf("adopt: exit %d, want 0", status)
+	}
+	if st, body, err := l.HTTPGet("/readyz?tag=order", ""); err != nil || st != 200 || !strings.Contains(body, `"not_held":true`) {
+		t.Fatalf("/readyz?tag=order after adoption: got %d %s %v, want 200 (could serve it)", st, body, err)
 	}
 	if v, took, err := l.WaitIncr("order", 5*time.Second); err != nil || v != 5000001 {
 		t.Fatalf("INCR order after adopt: got %d, %v after %v; want 5000001 (Leaf's next ID, no jump)", v, err, took)
