@@ -33,6 +33,8 @@ type Segments interface {
 	Stats() segment.Stats
 	Health() segment.Health
 	Retire(tag string) bool
+	// CanLoad reports whether a tag not held could be loaded now (one store read).
+	CanLoad(ctx context.Context, tag string) error
 }
 
 // Snowflakes is what the snowflake commands need from the snowflake core.
@@ -63,6 +65,10 @@ type Config struct {
 	MaxStep int64
 	// DisableCreate refuses IDS.CREATE with NOPERM (lock tag creation down to the operator).
 	DisableCreate bool
+	// NoSegment and NoSnowflake turn a mode off (leafd's --modes): its commands and HTTP
+	// endpoints answer DISABLED, and readiness leaves it out.
+	NoSegment   bool
+	NoSnowflake bool
 	// CreateTimeout bounds the store call of IDS.CREATE (default 5s).
 	CreateTimeout time.Duration
 	// Version is leafd's own version, reported as leafd_version by INFO and HELLO.
@@ -221,6 +227,10 @@ func (h *Handler) ServeRESP(c *resp.Conn, args [][]byte) {
 		st.refuse(c, "NOAUTH Authentication required.")
 		return
 	}
+	if h.cfg.NoSegment && cmd.group == "segment" || h.cfg.NoSnowflake && cmd.group == "snowflake" {
+		st.refuse(c, h.errorReply(disabledMode(cmd.group)))
+		return
+	}
 	if st == nil {
 		st = &connState{} // the batch's command counts live here (latency.go)
 		c.SetState(st)
@@ -307,6 +317,15 @@ type replyError string
 
 func (e replyError) Error() string { return string(e) }
 
+// disabledMode is the error of a command or endpoint of a mode that --modes turned off.
+func disabledMode(mode string) error {
+	other := "segment"
+	if mode == "segment" {
+		other = "snowflake"
+	}
+	return replyError("DISABLED " + mode + " mode is turned off on this server (--modes " + other + "); enable it with --modes segment,snowflake")
+}
+
 // Errors with Redis's wording.
 var (
 	errNotInteger = replyError("ERR value is not an integer or out of range")
@@ -348,7 +367,9 @@ func (h *Handler) errorCode(err error) (code, msg string) {
 		if h.cfg.StoreName != "mysql" { // the embedded store has no SQL table to insert into
 			return "NOTAG", fmt.Sprintf("tag '%s' does not exist; create it with IDS.CREATE %s [STEP n] [START n] (auto-create is off: --auto-create)", tag, tag)
 		}
-		return "NOTAG", fmt.Sprintf("tag '%s' does not exist; create it with IDS.CREATE %s [STEP n] [START n] or INSERT INTO leaf_alloc(biz_tag, max_id, step) VALUES('%s', 1, 1000)", tag, tag, tag)
+		return "NOTAG", fmt.Sprintf("tag '%s' does not exist; create it with IDS.CREATE %s [STEP n] [START n], or INSERT INTO leaf_alloc(biz_tag, max_id, step) VALUES('%s', 1, 1000) and then leafd adopt --mysql-dsn DSN", tag, tag, tag)
+	case errors.Is(err, segment.ErrNotAdopted):
+		return "NOTADOPTED", fmt.Sprintf("tag '%s' has a leaf_alloc row but no leafd_fence row (written by Leaf or by hand, or its adoption was lost in a failover); run leafd adopt --mysql-dsn DSN --instances ... on the primary (docs/MYSQL.md, Adopting a Leaf table)", tag)
 	case errors.Is(err, segment.ErrTagExists):
 		return "TAGEXISTS", fmt.Sprintf("tag '%s' already exists", tag)
 	case errors.Is(err, segment.ErrUnavailable):

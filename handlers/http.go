@@ -5,6 +5,7 @@ package handlers
 
 import (
 	"encoding/json"
+	"errors"
 	"net/http"
 	"strconv"
 
@@ -63,8 +64,10 @@ func httpStatus(code, msg string) int {
 		return http.StatusBadRequest
 	case "UNAVAILABLE", "NOWORKER", "CLOCKBACK":
 		return http.StatusServiceUnavailable
-	case "REGRESSION", "TAGEXISTS":
+	case "REGRESSION", "TAGEXISTS", "NOTADOPTED":
 		return http.StatusConflict
+	case "DISABLED":
+		return http.StatusNotImplemented
 	case "ERR":
 		if msg == msgInternal {
 			return http.StatusInternalServerError
@@ -111,6 +114,10 @@ var errNoSnowflake = replyError("NOWORKER snowflake mode is not enabled on this 
 // serveSegmentGet is Leaf's /api/segment/get/{key}: the ID as plain text, never a negative
 // number; an unknown tag is created as INCR would.
 func (h *Handler) serveSegmentGet(w http.ResponseWriter, r *http.Request) {
+	if h.cfg.NoSegment {
+		h.writeHTTPError(w, disabledMode("segment"))
+		return
+	}
 	id, err := h.seg.Next(r.PathValue("key"))
 	if err != nil {
 		h.writeHTTPError(w, err)
@@ -121,6 +128,10 @@ func (h *Handler) serveSegmentGet(w http.ResponseWriter, r *http.Request) {
 
 // serveSnowflakeGet is Leaf's /api/snowflake/get/{key}; like Leaf it ignores the key.
 func (h *Handler) serveSnowflakeGet(w http.ResponseWriter, _ *http.Request) {
+	if h.cfg.NoSnowflake {
+		h.writeHTTPError(w, disabledMode("snowflake"))
+		return
+	}
 	if h.snow == nil {
 		h.writeHTTPError(w, errNoSnowflake)
 		return
@@ -140,6 +151,10 @@ const leafTimeLayout = "2006-01-02 15:04:05.000"
 // values, decoded with this server's epoch and layout. The time is UTC (Leaf uses the
 // server's zone). A bad number is a 400, where Leaf answers 200 with an errorMsg field.
 func (h *Handler) serveDecode(w http.ResponseWriter, r *http.Request) {
+	if h.cfg.NoSnowflake {
+		h.writeHTTPError(w, disabledMode("snowflake"))
+		return
+	}
 	if h.snow == nil {
 		h.writeHTTPError(w, errNoSnowflake)
 		return
@@ -170,8 +185,12 @@ type tagReadiness struct {
 	Tag string `json:"tag"`
 	// CanServe: the current segment has IDs left or the next one is ready.
 	CanServe bool `json:"can_serve"`
-	// CanRefill: the latest load did not fail.
+	// CanRefill: the latest load did not fail (a tag not held: a load could lease a range).
 	CanRefill bool `json:"can_refill"`
+	// NotHeld: /readyz?tag= of a tag this instance has not loaded; CanRefill then says
+	// whether its first load could lease a range, and Error why not.
+	NotHeld bool   `json:"not_held,omitempty"`
+	Error   string `json:"error,omitempty"`
 }
 
 func readiness(in segment.Info) tagReadiness {
@@ -195,6 +214,8 @@ type snowflakeReadiness struct {
 type readyReport struct {
 	Ready bool `json:"ready"`
 	Alive bool `json:"alive"`
+	// Modes are the modes this report covers: every enabled one, or the one ?mode= asks.
+	Modes []string `json:"modes"`
 	// Store: the segment store answered its latest call; StoreError when it did not.
 	Store      bool                `json:"store"`
 	StoreError string              `json:"store_error,omitempty"`
@@ -203,29 +224,44 @@ type readyReport struct {
 	Snowflake  *snowflakeReadiness `json:"snowflake,omitempty"`
 }
 
-// serveReady answers 200 when the instance can serve, 503 otherwise. Ready means: the
-// segment store answers (any tag can then be loaded on its first request) or, while it does
-// not, at least one held tag can still serve from its segments; and snowflake (when enabled)
-// has a worker id and holds a lease (its time bound is ahead of the clock). It never waits
-// for tags to be loaded: a restarted instance is ready as soon as its store answers. With
-// ?tag=t only that tag counts (snowflake is left out): it is ready when it can serve now or
-// the store answers; a tag this instance does not hold is a 404 NOTAG (it would be loaded on
-// first use).
+// serveReady answers 200 when the instance can serve, 503 otherwise. Ready means, for each
+// mode it covers: segment, the store answers (any tag can then be loaded on its first
+// request) or, while it does not, at least one held tag can still serve from its segments;
+// snowflake, a worker id and a held lease (its time bound ahead of the clock). It never waits
+// for tags to be loaded: a restarted instance is ready as soon as its store answers.
+// ?mode=segment or ?mode=snowflake covers that mode alone (a Service of one kind of ID is not
+// emptied by an outage of the other's dependency); without it, every enabled mode; a
+// disabled mode asked for is DISABLED (501). With ?tag=t only that tag counts: a held tag is
+// ready when it can serve now or the store answers; a tag not held is asked of the store
+// (one read, nothing loaded): ready when its first load could lease a range (503 with the
+// reason when it is not adopted or the store fails; 404 NOTAG when the store lacks it and
+// auto-create is off).
 func (h *Handler) serveReady(w http.ResponseWriter, r *http.Request) {
-	health := h.seg.Health()
-	rep := readyReport{Ready: health.Ready(), Alive: true, Store: health.StoreOK, StoreError: publicStoreError(health.StoreError),
-		Warming: health.Warming, Segment: []tagReadiness{}}
-	if r.URL.Query().Has("tag") {
-		in, err := h.seg.Info(r.URL.Query().Get("tag"))
-		if err != nil {
-			h.writeHTTPError(w, err)
+	q := r.URL.Query()
+	if q.Has("tag") {
+		if h.cfg.NoSegment {
+			h.writeHTTPError(w, disabledMode("segment"))
 			return
 		}
-		t := readiness(in)
-		rep.Segment = append(rep.Segment, t)
-		rep.Ready = t.CanServe || health.StoreOK
-	} else {
+		h.serveReadyTag(w, r, q.Get("tag"))
+		return
+	}
+	var rep readyReport
+	switch mode := q.Get("mode"); mode {
+	case "":
 		rep = h.readyReport()
+	case "segment", "snowflake":
+		if mode == "segment" && h.cfg.NoSegment || mode == "snowflake" && h.cfg.NoSnowflake {
+			h.writeHTTPError(w, disabledMode(mode))
+			return
+		}
+		rep = h.modeReport(mode == "segment", mode == "snowflake")
+		if mode == "segment" {
+			rep.Snowflake = nil
+		}
+	default:
+		h.writeHTTPError(w, replyError("ERR mode: want segment or snowflake"))
+		return
 	}
 	status := http.StatusOK
 	if !rep.Ready {
@@ -234,21 +270,70 @@ func (h *Handler) serveReady(w http.ResponseWriter, r *http.Request) {
 	h.writeJSON(w, status, rep)
 }
 
-// readyReport is /readyz without ?tag: every held tag, and snowflake when enabled. The
-// leafd_ready metric reads it too, so both always agree.
-func (h *Handler) readyReport() readyReport {
+// serveReadyTag is /readyz?tag=t.
+func (h *Handler) serveReadyTag(w http.ResponseWriter, r *http.Request, tag string) {
 	health := h.seg.Health()
-	rep := readyReport{Ready: health.Ready(), Alive: true, Store: health.StoreOK, StoreError: publicStoreError(health.StoreError),
+	rep := readyReport{Alive: true, Modes: []string{"segment"}, Store: health.StoreOK, StoreError: publicStoreError(health.StoreError),
 		Warming: health.Warming, Segment: []tagReadiness{}}
-	for _, tag := range h.seg.Tags() {
-		in, err := h.seg.Info(tag)
-		if err != nil {
-			continue // dropped since Tags
+	in, err := h.seg.Info(tag)
+	switch {
+	case err == nil:
+		t := readiness(in)
+		rep.Segment = append(rep.Segment, t)
+		rep.Ready = t.CanServe || health.StoreOK
+	case errors.Is(err, segment.ErrUnknownTag):
+		lerr := h.seg.CanLoad(r.Context(), tag)
+		if errors.Is(lerr, segment.ErrUnknownTag) || errors.Is(lerr, segment.ErrInvalidTag) {
+			h.writeHTTPError(w, lerr)
+			return
 		}
-		rep.Segment = append(rep.Segment, readiness(in))
+		t := tagReadiness{Tag: tag, NotHeld: true, CanRefill: lerr == nil}
+		if lerr != nil {
+			code, msg := h.errorCode(lerr)
+			if code == "ERR" { // the store's own failure, in the words store_error uses
+				msg = publicStoreError(lerr.Error())
+			}
+			t.Error = code + " " + msg
+		}
+		rep.Segment = append(rep.Segment, t)
+		rep.Ready = t.CanRefill
+		health = h.seg.Health() // CanLoad asked the store
+		rep.Store, rep.StoreError = health.StoreOK, publicStoreError(health.StoreError)
+	default:
+		h.writeHTTPError(w, err)
+		return
+	}
+	status := http.StatusOK
+	if !rep.Ready {
+		status = http.StatusServiceUnavailable
+	}
+	h.writeJSON(w, status, rep)
+}
+
+// readyReport is /readyz without ?tag and ?mode: every held tag, and snowflake, of the
+// enabled modes. The leafd_ready metric reads it too, so both always agree.
+func (h *Handler) readyReport() readyReport {
+	return h.modeReport(!h.cfg.NoSegment, !h.cfg.NoSnowflake)
+}
+
+// modeReport is the readiness of the modes asked for (each enabled).
+func (h *Handler) modeReport(seg, snow bool) readyReport {
+	rep := readyReport{Ready: true, Alive: true, Modes: []string{}, Segment: []tagReadiness{}}
+	if seg {
+		health := h.seg.Health()
+		rep.Modes = append(rep.Modes, "segment")
+		rep.Ready, rep.Store, rep.StoreError, rep.Warming = health.Ready(), health.StoreOK, publicStoreError(health.StoreError), health.Warming
+		for _, tag := range h.seg.Tags() {
+			in, err := h.seg.Info(tag)
+			if err != nil {
+				continue // dropped since Tags
+			}
+			rep.Segment = append(rep.Segment, readiness(in))
+		}
 	}
 	sf := &snowflakeReadiness{WorkerID: -1}
-	if h.snow != nil {
+	if snow && h.snow != nil {
+		rep.Modes = append(rep.Modes, "snowflake")
 		in := h.snow.Info()
 		// A lease is held while its bound is ahead of the clock: past it, Next refuses until
 		// an extension succeeds.

@@ -181,14 +181,14 @@ func TestHTTPProbes(t *testing.T) {
 	if err := json.Unmarshal([]byte(body), &rep); err != nil {
 		t.Fatal(err)
 	}
-	want := readyReport{Ready: true, Alive: true, Store: true,
+	want := readyReport{Ready: true, Alive: true, Modes: []string{"segment", "snowflake"}, Store: true,
 		Segment:   []tagReadiness{{Tag: "ready", CanServe: true, CanRefill: true}},
 		Snowflake: &snowflakeReadiness{Enabled: true, HasWorker: true, WorkerID: 7, HasLease: true}}
 	if got, _ := json.Marshal(rep); string(got) != mustJSON(t, want) {
 		t.Errorf("readyz: got %s, want %s", got, mustJSON(t, want))
 	}
 	status, _, body = get(t, hs, http.MethodGet, "/readyz?tag=ready")
-	if want := `{"ready":true,"alive":true,"store":true,"warming":false,"segment":[{"tag":"ready","can_serve":true,"can_refill":true}]}` + "\n"; status != 200 || body != want {
+	if want := `{"ready":true,"alive":true,"modes":["segment"],"store":true,"warming":false,"segment":[{"tag":"ready","can_serve":true,"can_refill":true}]}` + "\n"; status != 200 || body != want {
 		t.Errorf("readyz?tag=ready: got %d %q, want 200 %q", status, body, want)
 	}
 }
@@ -243,12 +243,15 @@ func TestHTTPNotReady(t *testing.T) {
 	status, _, body = get(t, hs, http.MethodGet, "/readyz")
 	// The tag whose load failed is not held; the store's error says why it is not ready. The
 	// warm start waits for the first tag list that succeeds, so it is still pending.
-	want := `{"ready":false,"alive":true,"store":false,"store_error":"store error (details in the server log)","warming":true,"segment":[],"snowflake":{"enabled":false,"has_worker":false,"worker_id":-1,"has_lease":false}}` + "\n"
+	want := `{"ready":false,"alive":true,"modes":["segment"],"store":false,"store_error":"store error (details in the server log)","warming":true,"segment":[],"snowflake":{"enabled":false,"has_worker":false,"worker_id":-1,"has_lease":false}}` + "\n"
 	if status != http.StatusServiceUnavailable || body != want {
 		t.Errorf("readyz: got %d %q, want 503 %q", status, body, want)
 	}
-	if status, _, _ := get(t, hs, http.MethodGet, "/readyz?tag=down"); status != http.StatusNotFound {
-		t.Errorf("readyz?tag=down: got %d, want 404 (a tag whose first load failed is not held)", status)
+	// A tag whose first load failed is not held: the store is asked whether it could be
+	// loaded, and it fails.
+	if status, _, body := get(t, hs, http.MethodGet, "/readyz?tag=down"); status != http.StatusServiceUnavailable ||
+		!strings.Contains(body, `"not_held":true`) || !strings.Contains(body, "store down") {
+		t.Errorf("readyz?tag=down: got %d %s, want 503, not held, with the store's error", status, body)
 	}
 	status, _, body = get(t, hs, http.MethodGet, "/metrics")
 	for _, want := range []string{`leafd_segment_loads_total{result="failed"} `, "leafd_snowflake_enabled 0",

@@ -28,6 +28,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/go-sql-driver/mysql"
 	"go.uber.org/zap"
@@ -154,11 +155,19 @@ func (s *MySQLStore) fence(ctx context.Context, tx *sql.Tx, tag string, step, fl
 	r.epoch = epoch.Int64
 	r.maxEnd = maxEnd.Int64
 
+	if !r.found {
+		// A row leafd never fenced (Leaf's, inserted by hand) or whose adoption or first
+		// fenced allocation a failover lost: nothing in the database tells the two apart, and
+		// a jump computed from the row alone would be computed again, to the same range, by
+		// the next primary if this transaction were lost too. Refused until adopted (a
+		// statement the operator makes about which database is the primary), never moved.
+		s.noteNotAdopted(tag, r)
+		return fenceRow{}, &TagError{Tag: tag, Err: ErrNotAdopted, Detail: fmt.Sprintf(
+			"leaf_alloc row (max_id %d) has no leafd_fence row: written by Leaf or by hand, or its adoption was lost in a failover", r.maxID)}
+	}
 	seen := s.seenEpoch(tag)
 	reason := ""
 	switch {
-	case !r.found:
-		reason = "no fence row (a tag created outside leafd, or a replica that missed its first allocations)"
 	case r.owner != r.self:
 		reason = "the last range was granted by " + r.owner.String()
 	case r.epoch < seen:
@@ -266,7 +275,12 @@ const dbFenceKey = ""
 // database); on one with other rows the row's absence means a replica that missed it, which
 // Create must see as a failover.
 func (s *MySQLStore) recordGap(ctx context.Context) error {
-	g := s.gap(0, 0)
+	return s.recordGapOf(ctx, s.gap(0, 0), true)
+}
+
+// recordGapOf is recordGap with the gap g to record (adopt records 0: it allocates nothing)
+// and whether a larger recorded gap is worth a warning.
+func (s *MySQLStore) recordGapOf(ctx context.Context, g int64, warn bool) error {
 	if _, err := s.db.ExecContext(ctx, "UPDATE leafd_fence SET gap = GREATEST(gap, ?) WHERE biz_tag = ?", g, dbFenceKey); err != nil {
 		return err
 	}
@@ -276,7 +290,7 @@ func (s *MySQLStore) recordGap(ctx context.Context) error {
 		return err
 	}
 	if recorded.Valid {
-		if recorded.Int64 != g {
+		if warn && recorded.Int64 != g {
 			s.log.Warn("segment: failover fence: another instance uses a larger safety gap (--max-step × --mysql-failover-allocs); takeovers use the largest",
 				zap.Int64("gap", g), zap.Int64("recorded_gap", recorded.Int64))
 		}
@@ -386,6 +400,26 @@ func createOffset(g, epoch int64) int64 {
 		return maxRangeEnd // Create refuses it (ErrLimit)
 	}
 	return g * (epoch - 1)
+}
+
+// noteNotAdopted logs a refused fence-less tag at most once a minute per tag (the requests
+// of a busy tag retry its load every RetryBackoff).
+func (s *MySQLStore) noteNotAdopted(tag string, r fenceRow) {
+	now := time.Now()
+	s.epochMu.Lock()
+	last, ok := s.refusedAt[tag]
+	if !ok || now.Sub(last) >= time.Minute {
+		if len(s.refusedAt) >= 4096 {
+			clear(s.refusedAt) // bounded: names come from the table, not from clients
+		}
+		s.refusedAt[tag] = now
+	}
+	s.epochMu.Unlock()
+	if ok && now.Sub(last) < time.Minute {
+		return
+	}
+	s.log.Warn("segment: tag not adopted: its leaf_alloc row has no leafd_fence row; refusing it until `leafd adopt` runs on the primary (docs/MYSQL.md, \"Adopting a Leaf table\")",
+		zap.String("tag", tag), zap.Int64("max_id", r.maxID), zap.String("server", r.self.String()))
 }
 
 // seenEpoch is the highest fence epoch of tag this process has seen committed.

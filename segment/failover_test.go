@@ -61,7 +61,6 @@ func TestMySQLFence(t *testing.T) {
 		wantGap int64
 	}{
 		{name: "granted by another server", fake: "UPDATE leafd_fence SET server_id = server_id + 1000", wantGap: gap},
-		{name: "fence row missing", fake: "DELETE FROM leafd_fence", wantGap: gap},
 		{name: "another server, MySQL uuid", fake: "UPDATE leafd_fence SET server_uuid = 'other'", wantGap: gap},
 		{name: "epoch below one seen (failback that lost transactions)", fake: "UPDATE leafd_fence SET epoch = epoch - 1", wantGap: gap},
 		{name: "requested step above MaxStep", fake: "UPDATE leafd_fence SET server_id = server_id + 1000", step: 70, wantGap: 3 * 70},
@@ -100,21 +99,27 @@ func TestMySQLFence(t *testing.T) {
 	}
 }
 
-// TestMySQLFenceHandInserted: a row inserted by hand (or by Leaf) has no fence row; its
-// first allocation takes the gap, because a replica that missed the first fenced allocation
-// looks the same. With the fence off the store is exactly Leaf's.
+// TestMySQLFenceHandInserted: a row inserted by hand (or by Leaf) has no fence row: it is
+// refused (ErrNotAdopted, TestMySQLNotAdopted) until adopted, and then continues at max_id
+// with no gap. With the fence off the store is exactly Leaf's.
 func TestMySQLFenceHandInserted(t *testing.T) {
 	dsn := testenv.FreshDatabase(t, testenv.MySQLDSN(t))
 	sqlExec(t, dsn, leafDDL, "INSERT INTO leaf_alloc(biz_tag, max_id, step) VALUES ('h', 1000, 20)")
 	s := fenced(t, dsn)
 	ctx := context.Background()
-	if a, err := s.Allocate(ctx, "h", 0); err != nil || a.MaxID != 1000+3*50+20 {
-		t.Fatalf("first allocation of a hand-inserted row: got %+v, %v, want max_id %d", a, err, 1000+3*50+20)
+	if _, err := s.Allocate(ctx, "h", 0); !errors.Is(err, ErrNotAdopted) {
+		t.Fatalf("first allocation of a hand-inserted row: got %v, want ErrNotAdopted", err)
+	}
+	if _, err := s.Adopt(ctx, AdoptConfig{}); err != nil {
+		t.Fatalf("Adopt: %v", err)
+	}
+	if a, err := s.Allocate(ctx, "h", 0); err != nil || a.MaxID != 1000+20 {
+		t.Fatalf("first allocation of an adopted hand-inserted row: got %+v, %v, want max_id %d (no gap)", a, err, 1000+20)
 	}
 	off := openTestMySQL(t, dsn, func(c *MySQLConfig) { c.FailoverAllocs = 0 })
 	sqlExec(t, dsn, "DELETE FROM leafd_fence")
-	if a, err := off.Allocate(ctx, "h", 0); err != nil || a.MaxID != 1000+3*50+40 {
-		t.Fatalf("fence off: got %+v, %v, want max_id %d (no gap)", a, err, 1000+3*50+40)
+	if a, err := off.Allocate(ctx, "h", 0); err != nil || a.MaxID != 1000+40 {
+		t.Fatalf("fence off: got %+v, %v, want max_id %d (no gap)", a, err, 1000+40)
 	}
 	if _, err := s.Allocate(ctx, "missing", 0); !errors.Is(err, ErrUnknownTag) {
 		t.Fatalf("unknown tag with the fence: got %v, want ErrUnknownTag", err)

@@ -69,7 +69,8 @@ func (g *Generator) marksAnswered(err error) {
 func (g *Generator) storeAnswered(err error) {
 	switch {
 	case err == nil, errors.Is(err, ErrUnknownTag), errors.Is(err, ErrRegression),
-		errors.Is(err, ErrLimit), errors.Is(err, ErrTagExists), errors.Is(err, ErrInvalidTag):
+		errors.Is(err, ErrLimit), errors.Is(err, ErrTagExists), errors.Is(err, ErrInvalidTag),
+		errors.Is(err, ErrNotAdopted):
 		if g.storeErr.Load() != nil {
 			g.storeErr.Store(nil)
 		}

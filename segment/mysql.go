@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	mrand "math/rand/v2"
 	"strconv"
 	"strings"
 	"sync"
@@ -226,10 +227,13 @@ type MySQLStore struct {
 	requireSemiSync bool
 	ident           atomic.Pointer[string] // SQL of the server identity, once known
 	gapRecorded     atomic.Bool            // this instance's gap is in the database fence row
+	deadlocks       atomic.Uint64          // deadlock victims run again (retryDeadlock)
 
 	epochMu sync.Mutex
 	epochs  map[string]int64 // per tag: highest fence epoch seen committed
 	pending map[string]int64 // per tag: epoch of a takeover not yet committed
+	// per tag: when a refusal as not adopted was last logged
+	refusedAt map[string]time.Time
 }
 
 // OpenMySQL prepares the connection pool and tries once, within QueryTimeout, to create the
@@ -274,6 +278,7 @@ func OpenMySQL(ctx context.Context, cfg MySQLConfig, log *zap.Logger) (*MySQLSto
 		requireSemiSync: cfg.RequireSemiSync,
 		epochs:          map[string]int64{},
 		pending:         map[string]int64{},
+		refusedAt:       map[string]time.Time{},
 	}
 	if s.createTable {
 		ctx, cancel := context.WithTimeout(ctx, s.timeout)
@@ -341,50 +346,19 @@ func (s *MySQLStore) AllocateAbove(ctx context.Context, tag string, step, floor 
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	_ = s.ensureTable(ctx) // a failure here shows again, as the real error, below
-	tx, err := s.db.BeginTx(ctx, nil)
+	var (
+		tx     *sql.Tx
+		a      Alloc
+		before semiSync
+	)
+	// Everything before COMMIT; a deadlock victim (rolled back whole by the server, nothing
+	// granted) runs again, a bounded number of times (retryDeadlock).
+	err := s.retryDeadlock(ctx, "allocate", tag, func(ctx context.Context) error {
+		var err error
+		tx, a, before, err = s.allocateUncommitted(ctx, tag, step, floor)
+		return err
+	})
 	if err != nil {
-		return Alloc{}, s.wrap("allocate", tag, err)
-	}
-	var before semiSync
-	if s.requireSemiSync {
-		if before, err = readSemiSync(ctx, tx); err != nil {
-			_ = tx.Rollback()
-			return Alloc{}, s.wrap("allocate: semi-sync status", tag, err)
-		}
-		if !before.known || !before.on {
-			_ = tx.Rollback()
-			what := "the primary has fallen back to asynchronous replication (Rpl_semi_sync_master_status OFF)"
-			if !before.known {
-				what = "semi-sync is not available on the server"
-			}
-			return Alloc{}, errSemiSyncOff(tag, what)
-		}
-	}
-	var a Alloc
-	if s.failoverAllocs > 0 {
-		s.ensureGap(ctx)
-		row, ferr := s.fence(ctx, tx, tag, step, floor)
-		if ferr != nil {
-			_ = tx.Rollback()
-			s.dropPending(tag)
-			return Alloc{}, s.wrap("allocate: fence", tag, ferr)
-		}
-		a, err = s.allocateLocked(ctx, tx, tag, step, row)
-	} else {
-		a, err = s.allocateTx(ctx, tx, tag, step)
-	}
-	if err == nil && floor > 0 {
-		size := step
-		if size <= 0 {
-			size = a.Step
-		}
-		if start := a.MaxID - size; start < floor {
-			err = &belowFloorError{tag: tag, alloc: a, start: start, floor: floor}
-		}
-	}
-	if err != nil {
-		_ = tx.Rollback()
-		s.dropPending(tag)
 		var below *belowFloorError
 		if errors.As(err, &below) {
 			return Alloc{}, err
@@ -408,6 +382,96 @@ func (s *MySQLStore) AllocateAbove(ctx context.Context, tag string, step, floor 
 	}
 	return a, nil
 }
+
+// allocateUncommitted is AllocateAbove up to COMMIT: on success the transaction is left open
+// for the caller to commit; on error it is rolled back (the error is not yet wrapped, except
+// by the fence's and semi-sync's own words).
+func (s *MySQLStore) allocateUncommitted(ctx context.Context, tag string, step, floor int64) (*sql.Tx, Alloc, semiSync, error) {
+	if err := s.beforeTx(ctx); err != nil {
+		return nil, Alloc{}, semiSync{}, err
+	}
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, Alloc{}, semiSync{}, err
+	}
+	var before semiSync
+	if s.requireSemiSync {
+		if before, err = readSemiSync(ctx, tx); err != nil {
+			_ = tx.Rollback()
+			return nil, Alloc{}, semiSync{}, fmt.Errorf("semi-sync status: %w", err)
+		}
+		if !before.known || !before.on {
+			_ = tx.Rollback()
+			what := "the primary has fallen back to asynchronous replication (Rpl_semi_sync_master_status OFF)"
+			if !before.known {
+				what = "semi-sync is not available on the server"
+			}
+			return nil, Alloc{}, semiSync{}, errSemiSyncOff(tag, what)
+		}
+	}
+	var a Alloc
+	if s.failoverAllocs > 0 {
+		row, ferr := s.fence(ctx, tx, tag, step, floor)
+		if ferr != nil {
+			_ = tx.Rollback()
+			s.dropPending(tag)
+			return nil, Alloc{}, semiSync{}, fmt.Errorf("fence: %w", ferr)
+		}
+		a, err = s.allocateLocked(ctx, tx, tag, step, row)
+	} else {
+		a, err = s.allocateTx(ctx, tx, tag, step)
+	}
+	if err == nil && floor > 0 {
+		size := step
+		if size <= 0 {
+			size = a.Step
+		}
+		if start := a.MaxID - size; start < floor {
+			err = &belowFloorError{tag: tag, alloc: a, start: start, floor: floor}
+		}
+	}
+	if err != nil {
+		_ = tx.Rollback()
+		s.dropPending(tag)
+		return nil, Alloc{}, semiSync{}, err
+	}
+	return tx, a, before, nil
+}
+
+// mysqlErrDeadlock is ER_LOCK_DEADLOCK: the server chose this transaction as a deadlock's
+// victim and rolled it back whole.
+const mysqlErrDeadlock = 1213
+
+// deadlockRetries bounds retryDeadlock: a transaction is tried at most this many times.
+const deadlockRetries = 5
+
+// retryDeadlock runs fn, a whole transaction up to (not including) its COMMIT, again when the
+// server rolled it back as a deadlock victim: nothing of it was applied, so running it again
+// is the same as running it once. At most deadlockRetries attempts, with a short random
+// pause before each retry so that the transactions that met do not meet again in step, and
+// never past ctx. Any other error is returned at once.
+func (s *MySQLStore) retryDeadlock(ctx context.Context, op, tag string, fn func(context.Context) error) error {
+	var err error
+	for attempt := 1; ; attempt++ {
+		err = fn(ctx)
+		var me *mysql.MySQLError
+		if !errors.As(err, &me) || me.Number != mysqlErrDeadlock || attempt == deadlockRetries {
+			return err
+		}
+		s.deadlocks.Add(1)
+		s.log.Debug("segment: deadlock victim; retrying the transaction", zap.String("op", op), zap.String("tag", tag), zap.Int("attempt", attempt))
+		pause := time.Duration(1+mrand.IntN(10*attempt)) * time.Millisecond
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(pause):
+		}
+	}
+}
+
+// Deadlocks is how many transactions the server rolled back as deadlock victims and the
+// store ran again (retryDeadlock).
+func (s *MySQLStore) Deadlocks() uint64 { return s.deadlocks.Load() }
 
 func (s *MySQLStore) allocateTx(ctx context.Context, tx *sql.Tx, tag string, step int64) (Alloc, error) {
 	var res sql.Result
@@ -518,18 +582,62 @@ func (s *MySQLStore) Create(ctx context.Context, t Tag) error {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	_ = s.ensureTable(ctx)
-	desc := sql.NullString{String: t.Description, Valid: t.Description != ""}
-	tx, err := s.db.BeginTx(ctx, nil)
+	var tx *sql.Tx
+	// Everything before COMMIT; a deadlock victim runs again (retryDeadlock), from the tag as
+	// asked (createUncommitted raises its START on a copy).
+	err = s.retryDeadlock(ctx, "create", t.Name, func(ctx context.Context) error {
+		var err error
+		tx, err = s.createUncommitted(ctx, t)
+		return err
+	})
 	if err != nil {
+		if errors.Is(err, ErrLimit) {
+			return err
+		}
 		return s.wrap("create", t.Name, err)
 	}
+	if err := tx.Commit(); err != nil {
+		s.dropPending(dbFenceKey)
+		return s.wrap("create: commit", t.Name, err)
+	}
+	s.commitEpoch(dbFenceKey)
+	return nil
+}
+
+// createUncommitted is Create up to COMMIT: on success the transaction is left open for the
+// caller to commit; on error it is rolled back. t is a copy: the START raised here is not
+// carried into a retry.
+func (s *MySQLStore) createUncommitted(ctx context.Context, t Tag) (*sql.Tx, error) {
+	desc := sql.NullString{String: t.Description, Valid: t.Description != ""}
+	if err := s.beforeTx(ctx); err != nil {
+		return nil, err
+	}
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
 	if s.failoverAllocs > 0 {
-		s.ensureGap(ctx)
 		jump, err := s.createFence(ctx, tx, t.Step)
 		if err != nil {
 			_ = tx.Rollback()
 			s.dropPending(dbFenceKey)
-			return s.wrap("create: fence", t.Name, err)
+			return nil, fmt.Errorf("fence: %w", err)
+		}
+		// The allocation's lock order: the tag's leaf_alloc row (or, missing, its gap) before
+		// its fence row. Locking the fence row first deadlocks with an allocation of the same
+		// tag that holds the leaf_alloc row and waits for the fence row, whenever a second
+		// instance's auto-create finds the tag just created by the first.
+		var exists int
+		err = tx.QueryRowContext(ctx, "SELECT 1 FROM leaf_alloc WHERE biz_tag = ? FOR UPDATE", t.Name).Scan(&exists)
+		if err == nil {
+			_ = tx.Rollback()
+			s.dropPending(dbFenceKey)
+			return nil, fmt.Errorf("%w %q", ErrTagExists, t.Name)
+		}
+		if !errors.Is(err, sql.ErrNoRows) {
+			_ = tx.Rollback()
+			s.dropPending(dbFenceKey)
+			return nil, err
 		}
 		// The high-water of an earlier life of the tag (its fence row survives the deletion of
 		// the leaf_alloc row; matched with the table's collation, so "KB" finds "kb" where
@@ -539,7 +647,7 @@ func (s *MySQLStore) Create(ctx context.Context, t Tag) error {
 		if err != nil && !errors.Is(err, sql.ErrNoRows) {
 			_ = tx.Rollback()
 			s.dropPending(dbFenceKey)
-			return s.wrap("create: high-water", t.Name, err)
+			return nil, fmt.Errorf("high-water: %w", err)
 		}
 		if hw.Int64 > t.MaxID {
 			s.log.Info("segment: high-water: the tag existed before and issued IDs up to max_end; it starts there, not at the START asked for",
@@ -549,7 +657,7 @@ func (s *MySQLStore) Create(ctx context.Context, t Tag) error {
 		if jump > maxRangeEnd-t.MaxID {
 			_ = tx.Rollback()
 			s.dropPending(dbFenceKey)
-			return fmt.Errorf("%w: start %d + failover gap %d overflows", ErrLimit, t.MaxID, jump)
+			return nil, fmt.Errorf("%w: start %d + failover gap %d overflows", ErrLimit, t.MaxID, jump)
 		}
 		t.MaxID += jump
 	}
@@ -562,14 +670,22 @@ func (s *MySQLStore) Create(ctx context.Context, t Tag) error {
 	if err != nil {
 		_ = tx.Rollback()
 		s.dropPending(dbFenceKey)
-		return s.wrap("create", t.Name, err)
+		return nil, err
 	}
-	if err := tx.Commit(); err != nil {
-		s.dropPending(dbFenceKey)
-		return s.wrap("create: commit", t.Name, err)
+	return tx, nil
+}
+
+// beforeTx does, before a transaction takes its connection, what the fence would otherwise
+// do on a second connection of the pool inside it: record the gap (once) and learn how to
+// read the server identity (once). Inside, a full pool of transactions each waiting for
+// one more connection would wait for one another until their timeouts.
+func (s *MySQLStore) beforeTx(ctx context.Context) error {
+	if s.failoverAllocs <= 0 {
+		return nil
 	}
-	s.commitEpoch(dbFenceKey)
-	return nil
+	s.ensureGap(ctx)
+	_, err := s.identExpr(ctx)
+	return err
 }
 
 // ensureGap records this instance's safety gap in the database fence row once (failover.go).

@@ -90,4 +90,9 @@ var (
 	ErrRegression = errors.New("segment: range regression")
 	// ErrLimit: a count or size limit was exceeded (NextN/AppendIDs count, number of tags).
 	ErrLimit = errors.New("segment: limit exceeded")
+	// ErrNotAdopted: the tag has a leaf_alloc row but no leafd_fence row (written by Leaf or
+	// by hand, or its adoption was lost in a failover); the failover fence cannot tell a
+	// safe start for it, so it is refused until `leafd adopt` records its fence row
+	// (docs/MYSQL.md, "Adopting a Leaf table").
+	ErrNotAdopted = errors.New("segment: tag not adopted")
 )

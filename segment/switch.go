@@ -104,6 +104,8 @@ func (g *Generator) requestError(tag string, err error, what string) error {
 		return te
 	case errors.Is(err, ErrLimit) && errors.As(err, &te):
 		return te
+	case errors.Is(err, ErrNotAdopted) && errors.As(err, &te):
+		return te
 	}
 	g.stats.unavailable.Add(1)
 	if err != nil {

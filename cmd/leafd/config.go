@@ -57,6 +57,7 @@ type Config struct {
 	HTTPMaxClients  int
 	// secretsOnCmdline names the secrets given as flags (visible in ps): warned at start.
 	secretsOnCmdline []string
+	Modes            string // --modes: "segment", "snowflake" or both, comma-separated
 	AutoCreate       string // "auto", "on", "off"
 	AllowCreate      bool
 	LogLevel         string
@@ -128,6 +129,7 @@ func flagSet(c *Config) *flag.FlagSet {
 	fs.Int64Var(&c.PodOrdinal, "pod-ordinal", -1, "statefulset worker ids: this pod's ordinal; -1: the number after the last '-' of the hostname")
 	fs.StringVar(&c.RequirePass, "requirepass", "", "password for AUTH / HELLO ... AUTH; prefer --requirepass-file or LEAFD_REQUIREPASS")
 	fs.StringVar(&c.RequirePassFile, "requirepass-file", "", "file holding the --requirepass password (preferred over the flag)")
+	fs.StringVar(&c.Modes, "modes", "segment,snowflake", "ID modes served: segment, snowflake, or segment,snowflake; a mode left out answers DISABLED, is left out of /readyz, and (snowflake) its worker-id source is not contacted")
 	fs.StringVar(&c.AutoCreate, "auto-create", "auto", "create unknown tags on first use: on, off, or auto (on with the embedded store, off with MySQL)")
 	fs.BoolVar(&c.AllowCreate, "allow-create", true, "let clients create tags (IDS.CREATE and auto-create); false locks tag creation to the operator")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
@@ -303,6 +305,9 @@ func readConfigFile(path string, fs *flag.FlagSet) (map[string]string, error) {
 func (c Config) Validate() error {
 	var errs []error
 	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
+	if _, _, err := parseModes(c.Modes); err != nil {
+		bad("--modes %q: %v", c.Modes, err)
+	}
 	switch c.AutoCreate {
 	case "auto", "on", "off", "true", "false":
 	default:
@@ -421,6 +426,25 @@ func (c Config) Validate() error {
 	}
 	return errors.Join(errs...)
 }
+
+// parseModes parses --modes: a comma-separated, non-empty set of segment and snowflake.
+func parseModes(s string) (seg, snow bool, err error) {
+	for _, m := range strings.Split(s, ",") {
+		switch strings.TrimSpace(m) {
+		case "segment":
+			seg = true
+		case "snowflake":
+			snow = true
+		default:
+			return false, false, fmt.Errorf("unknown mode %q: want segment, snowflake or segment,snowflake", strings.TrimSpace(m))
+		}
+	}
+	return seg, snow, nil
+}
+
+// segmentOn and snowflakeOn are the modes --modes enables (validated).
+func (c Config) segmentOn() bool   { seg, _, _ := parseModes(c.Modes); return seg }
+func (c Config) snowflakeOn() bool { _, snow, _ := parseModes(c.Modes); return snow }
 
 // parseBits parses "41/10/12".
 func parseBits(s string) ([3]int, error) {

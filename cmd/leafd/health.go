@@ -21,6 +21,7 @@ func health(args []string, getenv func(string) string, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	addr := fs.String("addr", "", "admin address to probe (default: $LEAFD_HTTP_ADDR, else 127.0.0.1:8080)")
 	ready := fs.Bool("ready", false, "probe /readyz (can serve IDs) instead of /healthz (process alive)")
+	mode := fs.String("mode", "", "with --ready: probe one mode's readiness, segment or snowflake (default: every enabled mode)")
 	timeout := fs.Duration("timeout", 3*time.Second, "give up after this long")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -38,7 +39,13 @@ func health(args []string, getenv func(string) string, stderr io.Writer) int {
 		return 2
 	}
 	path := "/healthz"
-	if *ready {
+	switch {
+	case *mode != "" && (!*ready || *mode != "segment" && *mode != "snowflake"):
+		fmt.Fprintf(stderr, "leafd health: --mode %q: want segment or snowflake, with --ready\n", *mode)
+		return 2
+	case *mode != "":
+		path = "/readyz?mode=" + *mode
+	case *ready:
 		path = "/readyz"
 	}
 	token, scheme, client, err := healthClient(getenv) // healthauth.go

@@ -39,10 +39,12 @@ func TestProbeTarget(t *testing.T) {
 }
 
 // TestHealthCommand: exit 0 on 200, 1 on anything else or no answer, 2 on bad usage; --ready
-// asks /readyz.
+// asks /readyz, with --mode /readyz?mode=.
 func TestHealthCommand(t *testing.T) {
 	ready := false
+	var query string
 	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		query = r.URL.RawQuery
 		switch {
 		case r.URL.Path == "/healthz":
 			_, _ = w.Write([]byte("ok"))
@@ -67,6 +69,14 @@ func TestHealthCommand(t *testing.T) {
 	ready = true
 	if code, out := run("--addr", addr, "--ready"); code != 0 {
 		t.Errorf("readyz ready: got exit %d (%s), want 0", code, out)
+	}
+	if code, out := run("--addr", addr, "--ready", "--mode", "segment"); code != 0 || query != "mode=segment" {
+		t.Errorf("readyz per mode: got exit %d (%s), query %q, want 0 asking mode=segment", code, out, query)
+	}
+	for _, bad := range [][]string{{"--ready", "--mode", "both"}, {"--mode", "segment"}} {
+		if code, _ := run(append([]string{"--addr", addr}, bad...)...); code != 2 {
+			t.Errorf("%v: got exit %d, want 2", bad, code)
+		}
 	}
 	if code, _ := run("--addr", addr, "extra"); code != 2 {
 		t.Errorf("extra argument: got exit %d, want 2", code)

@@ -423,9 +423,9 @@ func TestMySQLRegression(t *testing.T) {
 	e2e.StopClean(t, ls...)
 }
 
-// (f) Tags the operator manages in SQL: a hand-inserted row is served at once (auto-create
-// off), an unknown tag gets NOTAG saying how to create it, a deleted row stops being served
-// after the tag refresh.
+// (f) Tags the operator manages in SQL: a hand-inserted row is served once adopted
+// (auto-create off), an unknown tag gets NOTAG saying how to create it, a deleted row stops
+// being served after the tag refresh.
 func TestMySQLHandInsertedTag(t *testing.T) {
 	dsn, db := e2e.SharedDB(t)
 	l := e2e.StartMySQL(t, dsn, "--auto-create", "off", "--tag-refresh", "1s")
@@ -434,7 +434,7 @@ func TestMySQLHandInsertedTag(t *testing.T) {
 	if code, _ := e2e.ReplyCode(err); code != "NOTAG" {
 		t.Fatalf("INCR of an unknown tag: got %v, want NOTAG", err)
 	}
-	for _, want := range []string{"coupons", "IDS.CREATE", "INSERT INTO leaf_alloc"} {
+	for _, want := range []string{"coupons", "IDS.CREATE", "INSERT INTO leaf_alloc", "leafd adopt"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("NOTAG reply %q: want it to mention %q", err, want)
 		}
@@ -443,19 +443,27 @@ func TestMySQLHandInsertedTag(t *testing.T) {
 		t.Errorf("auto-create off: got %d rows after INCR of an unknown tag, want 0", got)
 	}
 
-	// A row never asked for before: served on the first INCR. A row without leafd's fence row
-	// takes the failover gap first (20 × --max-step 1,000,000; docs/MYSQL.md): leafd cannot
-	// tell it from a replica that missed the tag's first allocations.
-	const gap = 20 * 1_000_000
+	// A row never asked for before: refused with NOTADOPTED (no fence row: leafd cannot tell
+	// it from a row whose adoption a failover lost), and served from its max_id once
+	// `leafd adopt` recorded its fence row.
 	e2e.SQLExec(t, db, "INSERT INTO leaf_alloc(biz_tag, max_id, step, description) VALUES ('invoices', 5000, 50, 'by hand')")
-	if v, err := l.Incr("invoices"); err != nil || v != 5000+gap {
-		t.Errorf("INCR of a hand-inserted tag: got %d, %v; want %d at once", v, err, 5000+gap)
+	if _, err := l.Incr("invoices"); err == nil {
+		t.Errorf("INCR of a hand-inserted tag before adopt: served, want NOTADOPTED")
+	} else if code, _ := e2e.ReplyCode(err); code != "NOTADOPTED" {
+		t.Errorf("INCR of a hand-inserted tag before adopt: got %v, want NOTADOPTED", err)
 	}
-	// A row for a tag that was just refused: served after the short negative cache.
+	// A row for a tag that was just refused (NOTAG), adopted at once: served after the short
+	// negative cache.
 	e2e.SQLExec(t, db, "INSERT INTO leaf_alloc(biz_tag, max_id, step, description) VALUES ('coupons', 1, 50, 'by hand')")
+	if out, status := adoptCmd(t, "--mysql-dsn", dsn); status != 0 {
+		t.Fatalf("leafd adopt: exit %d:\n%s", status, out)
+	}
+	if v, took, err := l.WaitIncr("invoices", 5*time.Second); err != nil || v != 5000 {
+		t.Errorf("INCR of an adopted hand-inserted tag: got %d, %v after %v; want 5000 (its max_id)", v, err, took)
+	}
 	v, took, err := l.WaitIncr("coupons", 10*time.Second)
-	if err != nil || v != 1+gap {
-		t.Errorf("INCR of a tag inserted after a NOTAG: got %d, %v after %v; want %d", v, err, took, 1+gap)
+	if err != nil || v != 1 {
+		t.Errorf("INCR of a tag inserted after a NOTAG and adopted: got %d, %v after %v; want 1", v, err, took)
 	} else if took > 3*time.Second {
 		t.Errorf("tag inserted after a NOTAG: served after %v, want well under the 60s refresh (<3s)", took)
 	}

@@ -53,9 +53,24 @@ func run(ctx context.Context, cfg Config, log *zap.Logger, ready func(net.Addr))
 		tlsConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 	}
 
-	store, marks, storeName, storeCloser, err := openStore(ctx, cfg, log)
-	if err != nil {
-		return err
+	// A relative --data-dir is resolved against the working directory: a start from another
+	// directory would silently begin a new store, so the log shows where it is.
+	if abs, aerr := filepath.Abs(cfg.DataDir); aerr == nil && abs != cfg.DataDir {
+		log.Info("data dir is relative: resolved against the working directory", zap.String("data_dir", cfg.DataDir), zap.String("abs", abs))
+		cfg.DataDir = abs
+	}
+	// --modes: a mode left out is never built (snowflake: its worker-id source is not
+	// contacted; segment: no store is opened, the core runs on an empty one).
+	var (
+		store       segment.Store = modeOffStore{}
+		marks       segment.Marks = modeOffStore{}
+		storeName                 = "off (--modes)"
+		storeCloser []io.Closer
+	)
+	if cfg.segmentOn() {
+		if store, marks, storeName, storeCloser, err = openStore(ctx, cfg, log); err != nil {
+			return err
+		}
 	}
 	closers = append(closers, storeCloser...)
 
@@ -79,16 +94,25 @@ func run(ctx context.Context, cfg Config, log *zap.Logger, ready func(net.Addr))
 	}
 	closers = append(closers, seg)
 
-	snow, snowClose, err := openSnowflake(ctx, cfg, log)
-	if err != nil {
-		return err
+	var snow handlers.Snowflakes // nil (no snowflake side) with --modes segment
+	if !cfg.snowflakeOn() && (cfg.ZKAddrs != "" || cfg.WorkerID >= 0) {
+		log.Info("--modes without snowflake: the worker-id options are ignored and no worker-id source is contacted", zap.String("modes", cfg.Modes))
 	}
-	closers = append(closers, snowClose...)
+	if cfg.snowflakeOn() {
+		g, snowClose, err := openSnowflake(ctx, cfg, log)
+		if err != nil {
+			return err
+		}
+		closers = append(closers, snowClose...)
+		snow = g
+	}
 
 	h := handlers.New(handlers.Config{
 		MaxBatch:       cfg.MaxBatch,
 		MaxStep:        cfg.MaxStep,
 		DisableCreate:  !cfg.AllowCreate,
+		NoSegment:      !cfg.segmentOn(),
+		NoSnowflake:    !cfg.snowflakeOn(),
 		Version:        version,
 		StoreName:      storeName,
 		ConfigValues:   cfg.configValues(),
@@ -158,7 +182,8 @@ func run(ctx context.Context, cfg Config, log *zap.Logger, ready func(net.Addr))
 	}
 	log.Info("leafd ready", zap.String("addr", addr.String()), zap.String("store", storeName),
 		zap.Int("maxclients", cfg.MaxClients),
-		zap.Bool("auto_create", scfg.AutoCreate), zap.String("version", version))
+		zap.Bool("auto_create", scfg.AutoCreate), zap.String("modes", cfg.Modes), zap.String("data_dir", cfg.DataDir),
+		zap.String("version", version))
 	if ready != nil {
 		ready(addr)
 	}
@@ -309,3 +334,17 @@ func openSnowflake(ctx context.Context, cfg Config, log *zap.Logger) (*snowflake
 	}
 	return g, []io.Closer{g}, nil
 }
+
+// modeOffStore is the segment core's store and marks with --modes snowflake: no tag, nothing
+// to lease (the handlers answer DISABLED before anything reaches it).
+type modeOffStore struct{}
+
+var errModeOff = errors.New("segment mode is turned off (--modes)")
+
+func (modeOffStore) Allocate(context.Context, string, int64) (segment.Alloc, error) {
+	return segment.Alloc{}, errModeOff
+}
+func (modeOffStore) Tags(context.Context) ([]string, error)    { return nil, nil }
+func (modeOffStore) Create(context.Context, segment.Tag) error { return errModeOff }
+func (modeOffStore) Mark(string) (int64, error)                { return 0, nil }
+func (modeOffStore) Raise(string, int64) error                 { return errModeOff }
