@@ -93,7 +93,10 @@ type Handler struct {
 	srv   *resp.Server
 	log   *zap.Logger
 	table map[string]*command
-	now   func() time.Time
+	// waiters[n] are the commands of the table with a mayWait flag whose name is n bytes
+	// long (MayBlock's look-up, made from the table in New).
+	waiters [maxWaiterName + 1][]*command
+	now     func() time.Time
 	errs  errorCounts // error replies by code (leafd_command_errors_total)
 	rates rateSampler // IDs/s of /status.json
 	guard authGuard
@@ -170,6 +173,12 @@ func New(cfg Config, seg Segments, snow Snowflakes, log *zap.Logger) *Handler {
 	h.table = make(map[string]*command)
 	for _, c := range commands() {
 		h.table[c.name] = c
+		if c.mayWait != nil {
+			if len(c.name) > maxWaiterName {
+				panic("handlers: a command that may wait has a name longer than maxWaiterName: " + c.name)
+			}
+			h.waiters[len(c.name)] = append(h.waiters[len(c.name)], c)
+		}
 	}
 	return h
 }
@@ -189,6 +198,9 @@ type command struct {
 	summary   string
 	group     string
 	run       func(h *Handler, c *resp.Conn, args [][]byte) error
+	// mayWait, when set, reports whether this call of the command may wait (a store call, a
+	// segment load, a pacing delay); nil means it never does. See mayblock.go.
+	mayWait func(h *Handler, c *resp.Conn, args [][]byte) bool
 }
 
 // ServeRESP runs one command: look-up, arity and auth checks, then the command (or, inside

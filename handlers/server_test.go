@@ -42,6 +42,9 @@ type serverOpts struct {
 	markFile      bool          // marks in <dir>/marks.db, as leafd keeps them, not in the store file
 	maxOutput     int           // resp MaxOutputBuffer (default resp's)
 	noWarm        bool          // segment NoWarmStart
+	loops         int           // resp event loops (default resp's)
+	// wrap, when set, makes the handler the server runs (a recorder around h).
+	wrap func(h *Handler) resp.Handler
 }
 
 func startServer(t testing.TB, o serverOpts) *testServer {
@@ -100,7 +103,14 @@ func startServer(t testing.TB, o serverOpts) *testServer {
 	if o.maxOutput != 0 {
 		rcfg.MaxOutputBuffer = o.maxOutput
 	}
-	srv, err := resp.NewServer(rcfg, h, log)
+	if o.loops > 0 {
+		rcfg.Loops = o.loops
+	}
+	var rh resp.Handler = h
+	if o.wrap != nil {
+		rh = o.wrap(h)
+	}
+	srv, err := resp.NewServer(rcfg, rh, log)
 	if err != nil {
 		t.Fatal(err)
 	}
