@@ -97,9 +97,9 @@ type Handler struct {
 	// long (MayBlock's look-up, made from the table in New).
 	waiters [maxWaiterName + 1][]*command
 	now     func() time.Time
-	errs  errorCounts // error replies by code (leafd_command_errors_total)
-	rates rateSampler // IDs/s of /status.json
-	guard authGuard
+	errs    errorCounts // error replies by code (leafd_command_errors_total)
+	rates   rateSampler // IDs/s of /status.json
+	guard   authGuard
 }
 
 // DefaultConfig returns every default of the command layer: the one place they are written
