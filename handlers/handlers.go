@@ -329,9 +329,10 @@ func (h *Handler) errorCode(err error) (code, msg string) {
 	}
 	tag := ""
 	detail := ""
+	waited := ""
 	var te *segment.TagError
 	if errors.As(err, &te) {
-		tag, detail = te.Tag, te.Detail
+		tag, detail, waited = te.Tag, te.Detail, te.Waited
 	}
 	switch {
 	case errors.Is(err, segment.ErrInvalidTag):
@@ -342,7 +343,10 @@ func (h *Handler) errorCode(err error) (code, msg string) {
 		return "TAGEXISTS", fmt.Sprintf("tag '%s' already exists", tag)
 	case errors.Is(err, segment.ErrUnavailable):
 		h.log.Debug("segment unavailable", zap.String("tag", tag), zap.Error(err))
-		return "UNAVAILABLE", fmt.Sprintf("no segment ready for tag '%s' (store unreachable or slow); retry later", tag)
+		if waited == "" {
+			waited = "store unreachable or slow"
+		}
+		return "UNAVAILABLE", fmt.Sprintf("no segment ready for tag '%s' (%s); retry later", tag, waited)
 	case errors.Is(err, segment.ErrRegression):
 		return "REGRESSION", fmt.Sprintf("the store handed out a range of tag '%s' below one already used; refusing it (see the server log)", tag)
 	case errors.Is(err, segment.ErrLimit):

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/leafd/leafd/resp"
+	"github.com/leafd/leafd/segment"
+	"go.uber.org/zap"
 )
 
 // mayRecorder runs the handler and records, before each command, what MayBlock answers for
@@ -237,6 +239,21 @@ func TestExecWaitsOffLoop(t *testing.T) {
 	for i := 0; i < 2; i++ {
 		if line, _ := ar.ReadString('\n'); !strings.HasPrefix(line, "-WRONGPASS") {
 			t.Errorf("EXEC element %d: %q, want WRONGPASS", i, line)
+		}
+	}
+}
+
+// TestUnavailableWords: UNAVAILABLE says what the request waited for when the segment core
+// knows it (segment.TagError.Waited), and the old words only when it does not.
+func TestUnavailableWords(t *testing.T) {
+	h := New(Config{}, nil, nil, zap.NewNop())
+	for waited, want := range map[string]string{
+		"waited 2s for a free loader: its load is still queued, 9 loads in the queues": "UNAVAILABLE no segment ready for tag 'hot' (waited 2s for a free loader: its load is still queued, 9 loads in the queues); retry later",
+		"": "UNAVAILABLE no segment ready for tag 'hot' (store unreachable or slow); retry later",
+	} {
+		err := &segment.TagError{Tag: "hot", Err: segment.ErrUnavailable, Detail: "raw: dial tcp 10.0.0.1", Waited: waited}
+		if got := h.errorReply(err); got != want {
+			t.Errorf("waited %q: got %q, want %q", waited, got, want)
 		}
 	}
 }
