@@ -473,6 +473,7 @@ func (lp *loop) housekeep(now time.Time) bool {
 	}
 	for i, c := range ret {
 		c.busy = false
+		c.cmdTok = 0
 		if c.closeNow || lp.srv.killed.Load() {
 			lp.closeConn(c)
 			continue
@@ -686,8 +687,13 @@ func (lp *loop) process(c *Conn) status {
 		tok := lp.beginCmd(c)
 		c.cmdTok = tok
 		srv.handler.ServeRESP(c, args)
-		c.cmdTok = 0
 		deposed := lp.endCmd(tok)
+		if !deposed {
+			// A deposed goroutine keeps the word: a panic after this point (afterCommand)
+			// must still hand the connection back, not close it from a goroutine that is
+			// no longer the loop.
+			c.cmdTok = 0
+		}
 		st := lp.afterCommand(c, before)
 		if deposed {
 			if st == stClose {
