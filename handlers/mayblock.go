@@ -10,6 +10,9 @@ import "github.com/leafd/leafd/resp"
 // caught by the loop's watchdog after 10-20 ms, during which the loop's other connections
 // stall (resp.Stats.LoopTakeovers counts those).
 
+// maxExecOnLoop is the longest transaction EXEC runs on the loop (see waitExec).
+const maxExecOnLoop = 64
+
 // maxWaiterName bounds the names of commands with a mayWait flag (Handler.waiters).
 const maxWaiterName = 16
 
@@ -84,12 +87,16 @@ func waitIDsSegment(h *Handler, c *resp.Conn, args [][]byte) bool {
 }
 
 // waitExec: a transaction waits when any command it queued may (EXEC runs them back to back
-// on this connection). An aborted transaction (EXECABORT) or EXEC without MULTI answers at
-// once.
+// on this connection), and a long one (more than maxExecOnLoop commands) runs off the loop
+// anyway: asking each of its commands would itself take the loop's time, and so would
+// running them. An aborted transaction (EXECABORT) or EXEC without MULTI answers at once.
 func waitExec(h *Handler, c *resp.Conn, args [][]byte) bool {
 	st := state(c, false)
 	if st == nil || !st.multi || st.dirty {
 		return false
+	}
+	if len(st.queue) > maxExecOnLoop {
+		return true
 	}
 	for _, q := range st.queue {
 		if q.cmd.mayWait != nil && q.cmd.mayWait(h, c, q.args) {

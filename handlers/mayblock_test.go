@@ -154,6 +154,8 @@ func TestMayBlockTable(t *testing.T) {
 		{[]string{"INCR warm", "INCR fresh"}, true},
 		{[]string{"PING", "AUTH default x"}, true},
 		{[]string{"IDS.SEGMENT warm 3", "INCRBY warm 2"}, false},
+		{pings(maxExecOnLoop), false},
+		{pings(maxExecOnLoop + 1), true}, // long: off the loop whatever it holds
 	} {
 		if m.may("MULTI") {
 			t.Error("MULTI: MayBlock true")
@@ -170,6 +172,14 @@ func TestMayBlockTable(t *testing.T) {
 	if m.may("EXEC") {
 		t.Error("EXEC without MULTI: MayBlock true, want false")
 	}
+}
+
+func pings(n int) []string {
+	p := make([]string, n)
+	for i := range p {
+		p[i] = "PING"
+	}
+	return p
 }
 
 // TestMayBlockBeforeAuth: a command refused with NOAUTH is answered at once (an
