@@ -105,9 +105,10 @@ func TestE2ELoopIdleProbeAfterStress(t *testing.T) {
 	}
 }
 
-// attackAuth runs clients for d that each send a wrong AUTH (run off the loop, paced) and
+// attackAuth runs clients for d that each send payload (a command that runs off the loop and
+// waits: a wrong AUTH is paced, a transaction of new tags waits for their first loads) and
 // close at once, with an RST (reset) or a FIN, and returns leafd's CPU time over the attack.
-func attackAuth(t *testing.T, l *e2e.Leafd, reset bool, d time.Duration) time.Duration {
+func attackAuth(t *testing.T, l *e2e.Leafd, payload func() string, reset bool, d time.Duration) time.Duration {
 	t.Helper()
 	before := procCPU(t, l.PID())
 	stop := time.Now().Add(d)
@@ -119,7 +120,7 @@ func attackAuth(t *testing.T, l *e2e.Leafd, reset bool, d time.Duration) time.Du
 				if err != nil {
 					return
 				}
-				fmt.Fprint(c, "AUTH wrong\r\n")
+				fmt.Fprint(c, payload())
 				time.Sleep(5 * time.Millisecond) // the AUTH waits for its turn off the loop
 				if reset {
 					_ = c.(*net.TCPConn).SetLinger(0)
@@ -137,18 +138,31 @@ func attackAuth(t *testing.T, l *e2e.Leafd, reset bool, d time.Duration) time.Du
 // with a FIN (plus 100 ms of clock-tick slack). Issue 21 item 2: the loop spun at 100-176%
 // CPU on the reset sockets' EPOLLHUP.
 func TestE2ELoopResetAttackCPU(t *testing.T) {
-	l := e2e.StartAs(t, &e2e.Leafd{Bin: buildNoRace(t)}, "--requirepass", "pw")
 	const d = 1500 * time.Millisecond
-	fin := attackAuth(t, l, false, d)
-	time.Sleep(1200 * time.Millisecond) // the paced AUTHs of the FIN round end
-	rst := attackAuth(t, l, true, d)
-	t.Logf("leafd CPU over %v of attack: FIN close %v, RST close %v", d, fin, rst)
-	if rst > 3*fin+100*time.Millisecond {
-		t.Errorf("CPU under the reset-after-offload attack %v, want within 3x of a FIN close (%v) + 100 ms", rst, fin)
+	check := func(t *testing.T, l *e2e.Leafd, payload func() string) {
+		fin := attackAuth(t, l, payload, false, d)
+		time.Sleep(1200 * time.Millisecond) // the waits of the FIN round end
+		rst := attackAuth(t, l, payload, true, d)
+		t.Logf("leafd CPU over %v of attack: FIN close %v, RST close %v", d, fin, rst)
+		if rst > 3*fin+100*time.Millisecond {
+			t.Errorf("CPU under the reset-after-offload attack %v, want within 3x of a FIN close (%v) + 100 ms", rst, fin)
+		}
+		if d := firstPing(t, l.Addr); d > time.Second {
+			t.Errorf("first PING after the attack: %v", d)
+		}
 	}
-	if d := firstPing(t, l.Addr); d > time.Second {
-		t.Errorf("first PING after the attack: %v", d)
-	}
+	t.Run("wrongAUTH", func(t *testing.T) {
+		l := e2e.StartAs(t, &e2e.Leafd{Bin: buildNoRace(t)}, "--requirepass", "pw")
+		check(t, l, func() string { return "AUTH wrong\r\n" })
+	})
+	t.Run("execNewTags", func(t *testing.T) { // no password needed (the issue's second attack)
+		l := e2e.StartAs(t, &e2e.Leafd{Bin: buildNoRace(t)})
+		var n atomic.Int64
+		check(t, l, func() string {
+			i := n.Add(1)
+			return fmt.Sprintf("MULTI\r\nINCR rst-%d-a\r\nINCR rst-%d-b\r\nEXEC\r\n", i, i)
+		})
+	})
 }
 
 // innocentP99 runs 2 sequential PING clients (after hello, when set) while 8 copies of attack
