@@ -420,45 +420,6 @@ func cmdTime(h *Handler, c *resp.Conn, args [][]byte) error {
 	return nil
 }
 
-// MayBlock tells the event-loop server (resp.Blocker) which commands wait and must run off
-// the loop: AUTH and HELLO (a failed authentication waits for its turn, up to a second),
-// IDS.CREATE (a store call, up to --create-timeout), and INCR, INCRBY and IDS.SEGMENT when
-// their tag has no segment in memory with the values they need (they would wait for a load:
-// a tag's first loads, or a switch the preload did not hide). Anything else that happens to
-// wait is caught by the loop's watchdog, after 10-20 ms during which the loop's other
-// connections stall.
-func (h *Handler) MayBlock(args [][]byte) bool {
-	name := args[0]
-	switch len(name) {
-	case 4:
-		if len(args) == 2 && asciiEqualFold(name, "incr") {
-			return !h.seg.Serves(str(args[1]), 1)
-		}
-		return asciiEqualFold(name, "auth")
-	case 5:
-		return len(args) > 2 && asciiEqualFold(name, "hello")
-	case 6:
-		if len(args) == 3 && asciiEqualFold(name, "incrby") {
-			n, err := parseInt(args[2])
-			return err == nil && n >= 1 && !h.seg.Serves(str(args[1]), n)
-		}
-	case 10:
-		return asciiEqualFold(name, "ids.create")
-	case 11:
-		if (len(args) == 2 || len(args) == 3) && asciiEqualFold(name, "ids.segment") {
-			n := int64(1)
-			if len(args) == 3 {
-				var err error
-				if n, err = parseInt(args[2]); err != nil || n < 1 {
-					return false
-				}
-			}
-			return !h.seg.Serves(str(args[1]), n)
-		}
-	}
-	return false
-}
-
 func asciiEqualFold(b []byte, lower string) bool {
 	if len(b) != len(lower) {
 		return false
@@ -474,5 +435,3 @@ func asciiEqualFold(b []byte, lower string) bool {
 	}
 	return true
 }
-
-var _ resp.Blocker = (*Handler)(nil)

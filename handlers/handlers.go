@@ -101,11 +101,14 @@ type Handler struct {
 	srv   *resp.Server
 	log   *zap.Logger
 	table map[string]*command
-	now   func() time.Time
-	errs  errorCounts // error replies by code (leafd_command_errors_total)
-	rates rateSampler // IDs/s of /status.json
-	guard authGuard
-	lat   []latency // by command index (latency.go)
+	// waiters[n] are the commands of the table with a mayWait flag whose name is n bytes
+	// long (MayBlock's look-up, made from the table in New).
+	waiters [maxWaiterName + 1][]*command
+	now     func() time.Time
+	errs    errorCounts // error replies by code (leafd_command_errors_total)
+	rates   rateSampler // IDs/s of /status.json
+	guard   authGuard
+	lat     []latency // by command index (latency.go)
 }
 
 // DefaultConfig returns every default of the command layer: the one place they are written
@@ -181,6 +184,12 @@ func New(cfg Config, seg Segments, snow Snowflakes, log *zap.Logger) *Handler {
 	for i, c := range cmds {
 		c.idx = i
 		h.table[c.name] = c
+		if c.mayWait != nil {
+			if len(c.name) > maxWaiterName {
+				panic("handlers: a command that may wait has a name longer than maxWaiterName: " + c.name)
+			}
+			h.waiters[len(c.name)] = append(h.waiters[len(c.name)], c)
+		}
 	}
 	h.lat = make([]latency, len(cmds))
 	return h
@@ -207,6 +216,9 @@ type command struct {
 	// next reply (noCacheReply). readonly commands answer from state alone (flag "readonly").
 	write, readonly bool
 	idx             int // position in commands(): its latency histogram (latency.go)
+	// mayWait, when set, reports whether this call of the command may wait (a store call, a
+	// segment load, a pacing delay); nil means it never does. See mayblock.go.
+	mayWait func(h *Handler, c *resp.Conn, args [][]byte) bool
 }
 
 // ServeRESP runs one command: look-up, arity and auth checks, then the command (or, inside
@@ -356,9 +368,10 @@ func (h *Handler) errorCode(err error) (code, msg string) {
 	}
 	tag := ""
 	detail := ""
+	waited := ""
 	var te *segment.TagError
 	if errors.As(err, &te) {
-		tag, detail = te.Tag, te.Detail
+		tag, detail, waited = te.Tag, te.Detail, te.Waited
 	}
 	switch {
 	case errors.Is(err, segment.ErrInvalidTag):
@@ -374,7 +387,10 @@ func (h *Handler) errorCode(err error) (code, msg string) {
 		return "TAGEXISTS", fmt.Sprintf("tag '%s' already exists", tag)
 	case errors.Is(err, segment.ErrUnavailable):
 		h.log.Debug("segment unavailable", zap.String("tag", tag), zap.Error(err))
-		return "UNAVAILABLE", fmt.Sprintf("no segment ready for tag '%s' (store unreachable or slow); retry later", tag)
+		if waited == "" {
+			waited = "store unreachable or slow"
+		}
+		return "UNAVAILABLE", fmt.Sprintf("no segment ready for tag '%s' (%s); retry later", tag, waited)
 	case errors.Is(err, segment.ErrRegression):
 		return "REGRESSION", fmt.Sprintf("the store handed out a range of tag '%s' below one already used; refusing it (see the server log)", tag)
 	case errors.Is(err, segment.ErrLimit):

@@ -43,6 +43,9 @@ type serverOpts struct {
 	maxOutput     int           // resp MaxOutputBuffer (default resp's)
 	noWarm        bool          // segment NoWarmStart
 	model         string        // resp server model (default resp's)
+	loops         int           // resp event loops (default resp's)
+	// wrap, when set, makes the handler the server runs (a recorder around h).
+	wrap func(h *Handler) resp.Handler
 }
 
 func startServer(t testing.TB, o serverOpts) *testServer {
@@ -104,7 +107,14 @@ func startServer(t testing.TB, o serverOpts) *testServer {
 	if o.model != "" {
 		rcfg.Model = o.model
 	}
-	srv, err := resp.NewServer(rcfg, h, log)
+	if o.loops > 0 {
+		rcfg.Loops = o.loops
+	}
+	var rh resp.Handler = h
+	if o.wrap != nil {
+		rh = o.wrap(h)
+	}
+	srv, err := resp.NewServer(rcfg, rh, log)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,16 +10,18 @@ import (
 	"github.com/leafd/leafd/resp"
 )
 
-// commands is the command table: every command leafd answers, in one place.
+// commands is the command table: every command leafd answers, in one place. mayWait is the
+// table's "may block" flag (Redis keeps such facts as command flags): the event-loop server
+// runs a command whose flag says it may wait off its loop (Handler.MayBlock, the only reader).
 func commands() []*command {
 	return []*command{
-		{name: "incr", arity: 2, write: true, group: "segment", summary: "Return the next segment ID of a tag.", run: cmdIncr},
-		{name: "incrby", arity: 3, write: true, group: "segment", summary: "Reserve n contiguous segment IDs of a tag; return the highest.", run: cmdIncrBy},
-		{name: "ids.segment", arity: -2, write: true, group: "segment", summary: "Return count segment IDs of a tag, strictly increasing.", run: cmdIDsSegment},
+		{name: "incr", arity: 2, write: true, group: "segment", summary: "Return the next segment ID of a tag.", run: cmdIncr, mayWait: waitIncr},
+		{name: "incrby", arity: 3, write: true, group: "segment", summary: "Reserve n contiguous segment IDs of a tag; return the highest.", run: cmdIncrBy, mayWait: waitIncrBy},
+		{name: "ids.segment", arity: -2, write: true, group: "segment", summary: "Return count segment IDs of a tag, strictly increasing.", run: cmdIDsSegment, mayWait: waitIDsSegment},
 		{name: "ids.info", arity: 2, readonly: true, group: "segment", summary: "Show a tag's double buffer.", run: cmdIDsInfo},
 		{name: "ids.tags", arity: -1, readonly: true, group: "segment", summary: "List the tags this server knows.", run: cmdIDsTags},
-		{name: "ids.marks", arity: 1, readonly: true, group: "segment", summary: "List every durable mark of this server: tag, highest range end ever granted.", run: cmdIDsMarks},
-		{name: "ids.create", arity: -2, write: true, group: "segment", summary: "Create a tag in the store.", run: cmdIDsCreate},
+		{name: "ids.marks", arity: 1, readonly: true, group: "segment", summary: "List every durable mark of this server: tag, highest range end ever granted.", run: cmdIDsMarks, mayWait: waitAlways},
+		{name: "ids.create", arity: -2, write: true, group: "segment", summary: "Create a tag in the store.", run: cmdIDsCreate, mayWait: waitAlways},
 		{name: "ids.retire", arity: 2, write: true, group: "segment", summary: "Stop serving a tag from this server; its IDs are never reissued.", run: cmdIDsRetire},
 		{name: "ids.snowflake", arity: -1, write: true, group: "snowflake", summary: "Return one snowflake ID, or an array of count; STRING: as bulk strings.", run: cmdIDsSnowflake},
 		{name: "ids.decode", arity: 2, readonly: true, group: "snowflake", summary: "Decode a snowflake ID with this server's layout.", run: cmdIDsDecode},
@@ -27,15 +29,15 @@ func commands() []*command {
 		{name: "ping", arity: -1, group: "connection", summary: "Ping the server.", run: cmdPing},
 		{name: "echo", arity: 2, group: "connection", summary: "Return the given string.", run: cmdEcho},
 		{name: "quit", arity: -1, noAuth: true, immediate: true, group: "connection", summary: "Close the connection.", run: cmdQuit},
-		{name: "hello", arity: -1, noAuth: true, group: "connection", summary: "Handshake: protocol version, AUTH, SETNAME.", run: cmdHello},
-		{name: "auth", arity: -2, noAuth: true, group: "connection", summary: "Authenticate the connection.", run: cmdAuth},
+		{name: "hello", arity: -1, noAuth: true, group: "connection", summary: "Handshake: protocol version, AUTH, SETNAME.", run: cmdHello, mayWait: waitHelloAuth},
+		{name: "auth", arity: -2, noAuth: true, group: "connection", summary: "Authenticate the connection.", run: cmdAuth, mayWait: waitAlways},
 		{name: "reset", arity: 1, noAuth: true, immediate: true, group: "connection", summary: "Reset the connection.", run: cmdReset},
 		{name: "select", arity: 2, group: "connection", summary: "Select database 0 (the only one).", run: cmdSelect},
 		{name: "client", arity: -2, group: "connection", summary: "Connection commands: ID, SETNAME, GETNAME, SETINFO, INFO, TRACKING, CACHING, GETREDIR, TRACKINGINFO, NO-EVICT, NO-TOUCH.", run: cmdClient},
 		{name: "command", arity: -1, group: "server", summary: "Describe the commands (COUNT, INFO, DOCS).", run: cmdCommand},
 		{name: "config", arity: -2, group: "server", summary: "CONFIG GET parameter values.", run: cmdConfig},
 		{name: "multi", arity: 1, immediate: true, group: "transactions", summary: "Start a transaction: queue the next commands until EXEC.", run: cmdMulti},
-		{name: "exec", arity: 1, immediate: true, group: "transactions", summary: "Run the queued commands back to back; reply with their replies.", run: cmdExec},
+		{name: "exec", arity: 1, immediate: true, group: "transactions", summary: "Run the queued commands back to back; reply with their replies.", run: cmdExec, mayWait: waitExec},
 		{name: "discard", arity: 1, immediate: true, group: "transactions", summary: "Drop the queued commands.", run: cmdDiscard},
 		{name: "watch", arity: -2, immediate: true, group: "transactions", summary: "Accepted for compatibility: leafd has no keys another client could change.", run: cmdWatch},
 		{name: "unwatch", arity: 1, group: "transactions", summary: "Accepted for compatibility (see WATCH).", run: cmdUnwatch},

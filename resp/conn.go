@@ -46,14 +46,15 @@ type Conn struct {
 	// Event-loop model only (loop_linux.go); fd is -1 on the goroutine model.
 	fd         int
 	lp         *loop
-	outOff     int          // bytes of out already written (a write cut short)
-	blockedAt  time.Time    // when the pending replies stopped moving (write timeout)
-	lastRead   time.Time    // idle timeout
-	events     uint32       // epoll interest registered
-	busy       bool         // a goroutine other than the loop owns the connection
-	closeNow   bool         // set by that goroutine: close when handed back
-	drainClose bool         // close once the pending replies are sent
-	cmdState   atomic.Int32 // cmdIdle, cmdOnLoop, cmdDeposed
+	outOff     int       // bytes of out already written (a write cut short)
+	blockedAt  time.Time // when the pending replies stopped moving (write timeout)
+	lastRead   time.Time // idle timeout
+	events     uint32    // epoll interest registered
+	busy       bool      // a goroutine other than the loop owns the connection
+	detached   bool      // out of the loop's epoll set while busy (loop.detach)
+	closeNow   bool      // set by that goroutine: close when handed back
+	drainClose bool      // close once the pending replies are sent
+	cmdTok     uint64    // the loop's command word while a command of c runs on the loop
 }
 
 // ID is the connection's unique id (CLIENT ID).

@@ -67,12 +67,17 @@ var parkInPoller = loopPark != "off"
 
 type status uint8
 
-// Conn.cmdState: whether a command of the connection runs on the loop goroutine, and
-// whether the watchdog took the loop away from it.
+// loop.cmd is one word, (sequence << 2) | state: the sequence number of the latest command
+// run on the loop goroutine and whether it is running (cmdOnLoop), finished (cmdIdle) or was
+// deposed by the watchdog (cmdDeposed). Every command gets a new sequence number, so a
+// compare-and-swap on the word acts on one command only: the watchdog can depose only the
+// command it saw running a period earlier, never one that has just started (docs/DESIGN.md,
+// "The loop's hand-offs").
 const (
-	cmdIdle int32 = iota
-	cmdOnLoop
-	cmdDeposed
+	cmdIdle    uint64 = 0
+	cmdOnLoop  uint64 = 1
+	cmdDeposed uint64 = 2
+	cmdMask    uint64 = 3
 )
 
 const (
@@ -107,15 +112,35 @@ type loop struct {
 	// accepted just before Shutdown and adopted after that is closed by adopt, not queued
 	// for a loop that will never read incoming again.
 	stopped bool
-	woken   atomic.Bool
+	// woken is set by wake before it writes the eventfd and cleared by ackWake after it has
+	// drained it: while it is set, the eventfd is readable or about to be (see ackWake).
+	woken atomic.Bool
 
-	// The watchdog reads these: the connection whose command is running on the loop
-	// goroutine, and a count of commands started.
+	// The watchdog reads these: the connection whose command runs (or ran last) on the loop
+	// goroutine, written only while no command runs on it, and the command word (cmd*).
 	inCmd atomic.Pointer[Conn]
-	seq   atomic.Uint64
+	cmd   atomic.Uint64
 	stop  chan struct{}
-	// Deposed counts the watchdog's hand-offs (tests).
-	deposed atomic.Int64
+	// deposed counts the watchdog's hand-offs, offloads the commands run off the loop
+	// (Stats), iters the loop's epoll returns (tests: a spinning loop shows here).
+	deposed  atomic.Int64
+	offloads atomic.Int64
+	iters    atomic.Int64
+
+	hooks *loopHooks // tests only; nil in production
+}
+
+// loopHooks are seams for tests: each runs, when set, at one point of a hand-off protocol
+// so that a test can put the other side's step exactly there instead of hoping a race hits
+// it. Set before Serve (Server.hooks), never changed afterwards.
+type loopHooks struct {
+	// ackWake: on the loop goroutine, between draining the eventfd and clearing woken.
+	ackWake func(lp *loop)
+	// watch: on the watchdog, between reading the command word and its compare-and-swap.
+	watch func(lp *loop)
+	// takeover, when set, is called instead of starting a new loop goroutine after a
+	// deposal (unit tests of watchCheck on a loop that has no epoll).
+	takeover func(c *Conn)
 }
 
 func (s *Server) startLoops(n int) error {
@@ -142,7 +167,7 @@ func (s *Server) startLoops(n int) error {
 			return err
 		}
 		lp := &loop{srv: s, blocker: b, epfd: epfd, wakefd: wfd, conns: make(map[int]*Conn),
-			stop: make(chan struct{}), lastSweep: s.now()}
+			stop: make(chan struct{}), lastSweep: s.now(), hooks: s.hooks}
 		loops = append(loops, lp)
 		if parkInPoller {
 			if err := unix.SetNonblock(epfd, true); err != nil {
@@ -212,12 +237,33 @@ func (s *Server) wakeLoops() {
 	}
 }
 
+// wake makes the loop look at its queues (incoming, returned) and the server's state. The
+// caller has queued its work (under lp.mu) first. Only the first wake after the loop
+// acknowledged the last one writes the eventfd; the others find woken set and rely on that
+// write, which the loop has not consumed yet (ackWake clears woken only after draining).
 func (lp *loop) wake() {
 	if lp.woken.Swap(true) {
 		return
 	}
 	var one = [8]byte{1}
 	_, _ = unix.Write(lp.wakefd, one[:])
+}
+
+// ackWake consumes the wake-ups the eventfd holds, in this order: drain the eventfd, then
+// clear woken; the caller then drains the queues (housekeep, later in the same iteration).
+// A wake that sets woken after the clear writes the eventfd again, so the next epoll_wait
+// returns; a wake that found woken set before the clear queued its work before that, so
+// housekeep sees it. The other order (clear, then drain) swallows a wake landing between the
+// two: its write is drained, woken stays set, and every later wake returns early, so the
+// loop then learns of new connections and handed-back ones only at its sweep timeout
+// (issue 21; TestLoopWakeBetweenDrainAndClear).
+func (lp *loop) ackWake() {
+	var b [8]byte
+	_, _ = unix.Read(lp.wakefd, b[:])
+	if lp.hooks != nil && lp.hooks.ackWake != nil {
+		lp.hooks.ackWake(lp)
+	}
+	lp.woken.Store(false)
 }
 
 // adopt takes an accepted TCP connection onto a loop: the socket is duplicated out of the Go
@@ -277,7 +323,7 @@ func (lp *loop) run(busy *Conn) {
 	}
 	if busy != nil {
 		busy.busy = true
-		lp.setEvents(busy, 0)
+		lp.detach(busy)
 	}
 	events := make([]unix.EpollEvent, 128)
 	for {
@@ -306,13 +352,12 @@ func (lp *loop) run(busy *Conn) {
 			lp.srv.log.Error("epoll_wait failed", zap.Error(err))
 			time.Sleep(10 * time.Millisecond)
 		}
+		lp.iters.Add(1)
 		now := lp.srv.now()
 		for i := 0; i < n; i++ {
 			fd := int(events[i].Fd)
 			if fd == lp.wakefd {
-				var b [8]byte
-				lp.woken.Store(false)
-				_, _ = unix.Read(lp.wakefd, b[:])
+				lp.ackWake()
 				continue
 			}
 			c := lp.conns[fd]
@@ -353,7 +398,7 @@ func (lp *loop) settle(c *Conn, st status) bool {
 	case stDeposed:
 		return true
 	case stBusy:
-		lp.setEvents(c, 0)
+		lp.detach(c)
 		return false
 	case stClose:
 		lp.closeConn(c)
@@ -373,6 +418,17 @@ func (lp *loop) settle(c *Conn, st status) bool {
 }
 
 func (lp *loop) setEvents(c *Conn, ev uint32) {
+	if c.detached {
+		// Back from a goroutine that owned it (detach): into the epoll set again.
+		e := unix.EpollEvent{Events: ev, Fd: int32(c.fd)}
+		if err := unix.EpollCtl(lp.epfd, unix.EPOLL_CTL_ADD, c.fd, &e); err != nil {
+			lp.srv.log.Warn("epoll_ctl add failed; connection closed", zap.Error(err))
+			lp.closeConn(c)
+			return
+		}
+		c.detached, c.events = false, ev
+		return
+	}
 	if c.events == ev {
 		return
 	}
@@ -380,6 +436,22 @@ func (lp *loop) setEvents(c *Conn, ev uint32) {
 	if err := unix.EpollCtl(lp.epfd, unix.EPOLL_CTL_MOD, c.fd, &e); err == nil {
 		c.events = ev
 	}
+}
+
+// detach takes a connection out of the loop's epoll set while a goroutine other than the
+// loop owns it (an offloaded command, or one the watchdog took the loop from). An interest
+// of 0 would not do: EPOLLHUP and EPOLLERR cannot be masked, so after the client's reset a
+// level-triggered epoll_wait would return the socket at once on every call and the loop
+// would spin, skipping it, until the command ends (issue 21; TestLoopResetWhileOffloaded).
+// setEvents adds it back when the connection is handed back.
+func (lp *loop) detach(c *Conn) {
+	if c.detached {
+		return
+	}
+	if err := unix.EpollCtl(lp.epfd, unix.EPOLL_CTL_DEL, c.fd, nil); err != nil {
+		lp.srv.log.Warn("epoll_ctl del failed", zap.Error(err))
+	}
+	c.detached, c.events = true, 0
 }
 
 // housekeep registers new connections, takes back handed-back ones, follows Shutdown and runs
@@ -401,8 +473,7 @@ func (lp *loop) housekeep(now time.Time) bool {
 	}
 	for i, c := range ret {
 		c.busy = false
-		c.cmdState.Store(cmdIdle)
-		c.events = 0
+		c.cmdTok = 0
 		if c.closeNow || lp.srv.killed.Load() {
 			lp.closeConn(c)
 			continue
@@ -551,7 +622,9 @@ func (lp *loop) recoverCommand(c *Conn, st *status) {
 	}
 	lp.srv.log.Error("command panicked; connection closed", zap.Any("panic", r),
 		zap.String("client", c.remote), zap.Stack("stack"))
-	if c.cmdState.CompareAndSwap(cmdOnLoop, cmdIdle) || c.cmdState.Load() == cmdIdle {
+	tok := c.cmdTok
+	c.cmdTok = 0
+	if tok == 0 || !lp.endCmd(tok) {
 		*st = stClose
 		return
 	}
@@ -598,20 +671,29 @@ func (lp *loop) process(c *Conn) status {
 		c.cmds++
 		before := len(c.out)
 		c.replyStart = before
-		if lp.blocker != nil && lp.blocker.MayBlock(args) {
+		if lp.blocker != nil && lp.blocker.MayBlock(c, args) {
+			// The replies of the commands before it go out now, not after the wait.
+			if len(c.out) > c.outOff && !c.writeOut() {
+				return stClose
+			}
+			before = len(c.out) // the write may have emptied out
+			c.replyStart = before
 			c.busy = true
+			lp.offloads.Add(1)
 			srv.loopWG.Add(1)
 			go lp.offload(c, args, before)
 			return stBusy
 		}
-		// The watchdog's view: which connection runs a command, and that commands move on.
-		if lp.inCmd.Load() != c {
-			lp.inCmd.Store(c)
-		}
-		lp.seq.Add(1)
-		c.cmdState.Store(cmdOnLoop)
+		tok := lp.beginCmd(c)
+		c.cmdTok = tok
 		srv.handler.ServeRESP(c, args)
-		deposed := !c.cmdState.CompareAndSwap(cmdOnLoop, cmdIdle)
+		deposed := lp.endCmd(tok)
+		if !deposed {
+			// A deposed goroutine keeps the word: a panic after this point (afterCommand)
+			// must still hand the connection back, not close it from a goroutine that is
+			// no longer the loop.
+			c.cmdTok = 0
+		}
 		st := lp.afterCommand(c, before)
 		if deposed {
 			if st == stClose {
@@ -625,6 +707,25 @@ func (lp *loop) process(c *Conn) status {
 		}
 	}
 	return lp.endBatch(c)
+}
+
+// beginCmd publishes, for the watchdog, that c's next command starts on the loop goroutine
+// and returns its command word. inCmd is written before the word turns cmdOnLoop (and only
+// while no command runs), so a watchdog whose compare-and-swap of that word succeeds read
+// the right connection.
+func (lp *loop) beginCmd(c *Conn) uint64 {
+	if lp.inCmd.Load() != c {
+		lp.inCmd.Store(c)
+	}
+	tok := (lp.cmd.Load()>>2+1)<<2 | cmdOnLoop
+	lp.cmd.Store(tok)
+	return tok
+}
+
+// endCmd ends the command of word tok and reports whether the watchdog deposed it meanwhile
+// (the calling goroutine then owns only the command's connection and must hand it back).
+func (lp *loop) endCmd(tok uint64) (deposed bool) {
+	return !lp.cmd.CompareAndSwap(tok, tok&^cmdMask|cmdIdle)
 }
 
 // afterCommand is serve's per-command bookkeeping: the output limit, QUIT, and a write every
@@ -713,24 +814,43 @@ func (lp *loop) watch() {
 	defer lp.srv.loopWG.Done()
 	t := time.NewTicker(watchEvery)
 	defer t.Stop()
-	var lastC *Conn
-	var lastSeq uint64
+	var last uint64
 	for {
 		select {
 		case <-lp.stop:
 			return
 		case <-t.C:
 		}
-		c, s := lp.inCmd.Load(), lp.seq.Load()
-		if c != nil && c == lastC && s == lastSeq && c.cmdState.CompareAndSwap(cmdOnLoop, cmdDeposed) {
-			lp.inCmd.CompareAndSwap(c, nil)
-			lp.deposed.Add(1)
-			lp.srv.loopWG.Add(1)
-			go lp.run(c)
-			c = nil
-		}
-		lastC, lastSeq = c, s
+		last = lp.watchCheck(last)
 	}
+}
+
+// watchCheck is one tick of the watchdog: last is the command word read at the previous
+// tick, the result the one to pass at the next. The command running then and now (the same
+// word: the same sequence number, still cmdOnLoop) has run for at least a period and is
+// deposed: the compare-and-swap is on that exact word, so a command that started since the
+// read (a new sequence number) is never deposed (issue 21 item 5;
+// TestWatchdogSparesNewCommand).
+func (lp *loop) watchCheck(last uint64) uint64 {
+	v := lp.cmd.Load()
+	if v != last || v&cmdMask != cmdOnLoop {
+		return v
+	}
+	c := lp.inCmd.Load()
+	if lp.hooks != nil && lp.hooks.watch != nil {
+		lp.hooks.watch(lp)
+	}
+	if !lp.cmd.CompareAndSwap(v, v&^cmdMask|cmdDeposed) {
+		return lp.cmd.Load()
+	}
+	lp.deposed.Add(1)
+	if lp.hooks != nil && lp.hooks.takeover != nil {
+		lp.hooks.takeover(c)
+		return 0
+	}
+	lp.srv.loopWG.Add(1)
+	go lp.run(c)
+	return 0
 }
 
 // stalled reports whether a write was cut short and replies wait for the socket: the
@@ -835,4 +955,26 @@ func rawWrite(fd int, p []byte) (int, error) {
 		return 0, e
 	}
 	return int(n), nil
+}
+
+// loopOffloads and loopTakeovers sum the loops' counters (Stats). s.loops is written once,
+// by Serve before it accepts, under s.mu.
+func (s *Server) loopOffloads() (n int64) {
+	s.mu.Lock()
+	loops := s.loops
+	s.mu.Unlock()
+	for _, lp := range loops {
+		n += lp.offloads.Load()
+	}
+	return n
+}
+
+func (s *Server) loopTakeovers() (n int64) {
+	s.mu.Lock()
+	loops := s.loops
+	s.mu.Unlock()
+	for _, lp := range loops {
+		n += lp.deposed.Load()
+	}
+	return n
 }

@@ -13,7 +13,11 @@ const loopsSupported = false
 
 type loop struct{}
 
+type loopHooks struct{}
+
 func (s *Server) startLoops(int) error       { return errors.New("resp: event loops need Linux") }
 func (s *Server) closeLoops()                {}
 func (s *Server) wakeLoops()                 {}
 func (s *Server) adopt(*Conn, net.Conn) bool { return false }
+func (s *Server) loopOffloads() int64        { return 0 }
+func (s *Server) loopTakeovers() int64       { return 0 }

@@ -21,11 +21,22 @@ import (
 // startLoopServer starts an event-loop server with one loop and returns it with its address.
 func startLoopServer(t *testing.T, cfg Config, h Handler) (*Server, string) {
 	t.Helper()
-	cfg.Model, cfg.Loops = ModelEventLoop, 1
+	return startHookedServer(t, cfg, h, nil)
+}
+
+// startHookedServer is startLoopServer with test seams in the loops (nil: none). cfg.Loops
+// is kept when set.
+func startHookedServer(t *testing.T, cfg Config, h Handler, hooks *loopHooks) (*Server, string) {
+	t.Helper()
+	cfg.Model = ModelEventLoop
+	if cfg.Loops == 0 {
+		cfg.Loops = 1
+	}
 	srv, err := NewServer(cfg, h, zap.NewNop())
 	if err != nil {
 		t.Fatal(err)
 	}
+	srv.hooks = hooks
 	addr, err := srv.Listen("127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -70,7 +81,7 @@ func (h *blockingHandler) ServeRESP(c *Conn, args [][]byte) {
 
 type blockerHandler struct{ *blockingHandler }
 
-func (h blockerHandler) MayBlock(args [][]byte) bool { return string(args[0]) == "BLOCK" }
+func (h blockerHandler) MayBlock(c *Conn, args [][]byte) bool { return string(args[0]) == "BLOCK" }
 
 // blockedLoop: one connection's command blocks; another connection of the same loop is
 // still served, and the blocked one gets its reply and goes on afterwards.

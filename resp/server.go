@@ -33,9 +33,11 @@ type Handler interface {
 // call, a pacing delay). On the event-loop model the server asks it before each command and
 // runs a command it answers true for on a goroutine of its own, so the other connections of
 // the loop go on; a command that blocks without saying so is caught by the loop's watchdog
-// after 10-20 ms (loop_linux.go). MayBlock must be cheap and must not keep args.
+// after 10-20 ms (loop_linux.go). It is given the connection because whether a command waits
+// may depend on the connection's state (EXEC waits when a command it queued may wait).
+// MayBlock is called on the connection's goroutine, must be cheap and must not keep args.
 type Blocker interface {
-	MayBlock(args [][]byte) bool
+	MayBlock(c *Conn, args [][]byte) bool
 }
 
 // Server models (Config.Model).
@@ -162,6 +164,12 @@ type Stats struct {
 	// QueryLimitClosed counts connections closed by MaxQueryBuffer
 	// (client_query_buffer_limit_disconnections).
 	QueryLimitClosed int64
+	// LoopOffloads counts the commands an event loop ran on a goroutine of their own because
+	// the Handler said they may wait (Blocker); LoopTakeovers those whose loop the watchdog
+	// handed to a new goroutine because they waited without saying so (each stalled the
+	// loop's other connections for 10-20 ms).
+	LoopOffloads  int64
+	LoopTakeovers int64
 }
 
 type counters struct {
@@ -201,6 +209,8 @@ type Server struct {
 	once  sync.Once
 	// loopsClosed: the loops' descriptors are closed (under mu).
 	loopsClosed bool
+	// hooks are the loops' test seams (loop_linux.go); nil in production.
+	hooks *loopHooks
 }
 
 // NewServer returns a server that runs commands with h.
@@ -456,6 +466,8 @@ func (s *Server) Stats() Stats {
 		ProtocolErrors:      s.stats.protoErrors.Load(),
 		OutputLimitClosed:   s.stats.outputLimit.Load(),
 		QueryLimitClosed:    s.stats.queryLimit.Load(),
+		LoopOffloads:        s.loopOffloads(),
+		LoopTakeovers:       s.loopTakeovers(),
 	}
 }
 

@@ -119,6 +119,11 @@ type buffer struct {
 
 	// firstPending: counted in Generator.firstLoads (no segment published yet, not dropped).
 	firstPending bool
+	// The running load (loader.go): a refill (the buffer had published a segment when it
+	// was submitted) or a first load, and whether a loader has started it (false while it
+	// waits in a queue).
+	refill     bool
+	runStarted bool
 }
 
 // tagInline is how many bytes of a tag name a buffer holds inline (longer names get their

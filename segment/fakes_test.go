@@ -34,6 +34,11 @@ type fakeStore struct {
 	hidden   map[string]bool // not listed by Tags (Allocate still serves them)
 	maxIDErr error           // returned by MaxID when set
 	panics   int             // the next panics Allocate calls panic
+	// blockIf, when set, limits block to the tags it reports true for; blockedIn counts
+	// those calls in flight, maxBlockedIn the most seen at once.
+	blockIf      func(tag string) bool
+	blockedIn    int
+	maxBlockedIn int
 }
 
 type fakeRow struct{ maxID, step int64 }
@@ -57,6 +62,14 @@ func (s *fakeStore) Allocate(ctx context.Context, tag string, step int64) (Alloc
 	s.inTag[tag]++
 	s.maxInTag = max(s.maxInTag, s.inTag[tag])
 	block, started, latency := s.block, s.started, s.latency
+	if block != nil && s.blockIf != nil && !s.blockIf(tag) {
+		block = nil
+	}
+	if block != nil && s.blockIf != nil {
+		s.blockedIn++
+		s.maxBlockedIn = max(s.maxBlockedIn, s.blockedIn)
+		defer func() { s.mu.Lock(); s.blockedIn--; s.mu.Unlock() }()
+	}
 	doPanic := s.panics > 0
 	if doPanic {
 		s.panics--

@@ -36,7 +36,10 @@ type Generator struct {
 	negMu sync.Mutex
 	neg   map[string]negEntry // tag -> why it is refused for now (unknown, or its load failed)
 
-	jobs      chan *buffer
+	// The loader queues (loader.go): refills of held tags, and first loads. Refills never
+	// queue behind first loads, and first loads run on at most firstLoaders loaders.
+	refills   chan *buffer
+	firsts    chan *buffer
 	poolMu    sync.RWMutex // submit (R) vs Close (W): nothing is queued after the drain
 	closed    atomic.Bool
 	cancel    context.CancelFunc
@@ -105,7 +108,8 @@ func New(cfg Config, store Store, marks Marks, log *zap.Logger) (*Generator, err
 		tags:     newTagIndex(),
 		guards:   make(map[string]*tagGuard),
 		neg:      make(map[string]negEntry),
-		jobs:     make(chan *buffer, cfg.MaxPending),
+		refills:  make(chan *buffer, cfg.MaxPending),
+		firsts:   make(chan *buffer, cfg.MaxPending),
 		warmDone: make(chan struct{}),
 		mono:     newMonoClock(cfg.Clock.Now),
 	}
@@ -125,8 +129,8 @@ func New(cfg Config, store Store, marks Marks, log *zap.Logger) (*Generator, err
 	}
 
 	g.wg.Add(cfg.MaxLoaders + 1)
-	for range cfg.MaxLoaders {
-		go g.worker(ctx)
+	for i := range cfg.MaxLoaders {
+		go g.worker(ctx, i < firstLoaders(cfg.MaxLoaders))
 	}
 	if err == nil || cfg.NoWarmStart {
 		g.startWarm(ctx, listed)
@@ -150,7 +154,10 @@ func (g *Generator) Close() error {
 		}
 		for {
 			select {
-			case b := <-g.jobs:
+			case b := <-g.refills:
+				g.finish(b, nil, errClosed)
+				continue
+			case b := <-g.firsts:
 				g.finish(b, nil, errClosed)
 				continue
 			default:

@@ -381,7 +381,7 @@ func TestLoadRejectedThenRetry(t *testing.T) {
 			<-started // the only loader runs a; b will queue
 		}
 	}
-	waitFor(t, "b queued", func() bool { return len(g.jobs) == 1 })
+	waitFor(t, "b queued", func() bool { return len(g.firsts) == 1 })
 	_, err := g.Next("c")
 	if !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("got %v, want ErrUnavailable (pool full)", err)
@@ -928,7 +928,7 @@ func TestCloseDrainsQueue(t *testing.T) {
 			<-started
 		}
 	}
-	waitFor(t, "b queued", func() bool { return len(g.jobs) == 1 })
+	waitFor(t, "b queued", func() bool { return len(g.firsts) == 1 })
 	g.Close()
 	for range 2 {
 		if err := <-errc; !errors.Is(err, ErrUnavailable) {

@@ -13,21 +13,41 @@ import (
 // never runs, so nobody else would). Waiters never clear it, so a waiter that gives up cannot
 // let a second load of the same buffer start while one runs.
 
+// Two queues feed the loaders: refills (a held tag's next segment: its clients are served
+// now and will run dry if it is late) and first loads (a tag's first segment: new tags,
+// auto-creation, the warm start). A refill never waits behind first loads: every loader
+// takes a waiting refill before anything else, and first loads run on at most
+// firstLoaders(MaxLoaders) loaders, so the others are always free for refills (issue 21: a
+// burst of 1,200 new tags left a hot tag's refill queued behind them for about 1.5 s).
+// Each queue holds MaxPending loads; a load submitted to a full queue is rejected.
+
+// firstLoaders is how many loaders may run first loads: half, and at least one (with a
+// single loader, that loader does both, refills first).
+func firstLoaders(loaders int) int { return max(1, loaders/2) }
+
 // startLoadLocked marks b as loading (b.mu held); the caller must then call submit.
 func (g *Generator) startLoadLocked(b *buffer) {
 	b.loading = true
 	b.done = make(chan struct{})
+	b.refill = b.initOK
+	b.runStarted = false
 	b.setFlagsLocked()
 }
 
-// submit queues b's load; when the queue is full or the generator closed, it clears the
-// loading state itself.
+// submit queues b's load, a refill or a first load (startLoadLocked decided which); when the
+// queue is full or the generator closed, it clears the loading state itself.
 func (g *Generator) submit(b *buffer) {
+	b.mu.Lock()
+	q := g.firsts
+	if b.refill {
+		q = g.refills
+	}
+	b.mu.Unlock()
 	g.poolMu.RLock()
 	ok := false
 	if !g.closed.Load() {
 		select {
-		case g.jobs <- b:
+		case q <- b:
 			ok = true
 		default:
 		}
@@ -58,17 +78,34 @@ func (g *Generator) preload(b *buffer) {
 	g.submit(b)
 }
 
-func (g *Generator) worker(ctx context.Context) {
+// worker is one loader. Every loader runs refills, a waiting refill before anything else;
+// only those with firsts set run first loads too.
+func (g *Generator) worker(ctx context.Context, firsts bool) {
 	defer g.wg.Done()
+	var fq chan *buffer // nil (never ready) for a refill-only loader
+	if firsts {
+		fq = g.firsts
+	}
 	for {
+		select {
+		case b := <-g.refills:
+			g.load(ctx, b)
+			continue
+		default:
+		}
 		select {
 		case <-ctx.Done():
 			return
-		case b := <-g.jobs:
+		case b := <-g.refills:
+			g.load(ctx, b)
+		case b := <-fq:
 			g.load(ctx, b)
 		}
 	}
 }
+
+// queued is how many loads wait for a loader (an UNAVAILABLE's words).
+func (g *Generator) queued() int { return len(g.refills) + len(g.firsts) }
 
 // load runs one load of b and ends it with finish, whatever happens: a panic in the store or
 // the marks becomes a failed load (logged, counted; the tag retries after the back-off), not
@@ -81,6 +118,9 @@ func (g *Generator) load(ctx context.Context, b *buffer) {
 		err error
 	)
 	start := g.cfg.Clock.Now()
+	b.mu.Lock()
+	b.runStarted = true
+	b.mu.Unlock()
 	func() {
 		defer func() {
 			if r := recover(); r != nil {

@@ -2,6 +2,7 @@ package segment
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"time"
 )
@@ -58,6 +59,15 @@ func (g *Generator) advance(b *buffer, s *seg, w *waiter, doSwitch bool) (*seg, 
 			case <-w.deadline:
 				b.mu.Lock()
 				err := g.failureLocked(b, "no segment ready within the wait timeout")
+				if te, ok := err.(*TagError); ok && errors.Is(te, ErrUnavailable) && b.loading {
+					// The truth of the wait: its load never left the queue, or it ran at
+					// the store for the whole wait.
+					if b.runStarted {
+						te.Waited = fmt.Sprintf("waited %v for the store: its load is running there", wait.Round(time.Millisecond))
+					} else {
+						te.Waited = fmt.Sprintf("waited %v for a free loader: its load is still queued, %d loads in the queues", wait.Round(time.Millisecond), g.queued())
+					}
+				}
 				b.mu.Unlock()
 				return nil, err
 			}
@@ -108,10 +118,17 @@ func (g *Generator) requestError(tag string, err error, what string) error {
 		return te
 	}
 	g.stats.unavailable.Add(1)
+	waited := ""
+	switch {
+	case errors.Is(err, errRejected):
+		waited = "did not wait: the loader queue is full"
+	case errors.Is(err, errClosed):
+		waited = "did not wait: the server is shutting down"
+	}
 	if err != nil {
 		what += "; last load: " + err.Error()
 	}
-	return &TagError{Tag: strings.Clone(tag), Err: ErrUnavailable, Detail: what}
+	return &TagError{Tag: strings.Clone(tag), Err: ErrUnavailable, Detail: what, Waited: waited}
 }
 
 // waitBoundLocked is how long a request waits for b's running load (b.mu held).

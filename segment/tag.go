@@ -34,6 +34,11 @@ type TagError struct {
 	Tag    string
 	Err    error  // ErrUnknownTag, ErrInvalidTag, ErrUnavailable, ErrRegression, ErrLimit, ErrTagExists
 	Detail string // human-readable cause, may be empty
+	// Waited says, for ErrUnavailable, what the request waited for, in words fit for a
+	// client (no store error text): a free loader (its load still queued), the store (its
+	// load running there), or nothing (the loader queue is full, too many tags). Empty when
+	// the cause is the store's last failed load, or unknown.
+	Waited string
 }
 
 func (e *TagError) Error() string {

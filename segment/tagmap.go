@@ -57,8 +57,10 @@ func (g *Generator) addLocked(tag string) (*buffer, error) {
 // fails (a store outage) drops its tag, so the limit may free itself and a retry succeed.
 func (g *Generator) tagsFull(tag string) error {
 	if n := g.firstLoads.Load(); n > 0 {
-		return tagError(tag, ErrUnavailable, fmt.Sprintf(
+		te := tagError(tag, ErrUnavailable, fmt.Sprintf(
 			"too many tags held by this instance (max %d), %d of them still loading their first segment; retry", g.cfg.MaxTags, n))
+		te.Waited = fmt.Sprintf("did not wait: too many tags held, %d still loading their first segment", n)
+		return te
 	}
 	return tagError(tag, ErrLimit, fmt.Sprintf("too many tags held by this instance (max %d)", g.cfg.MaxTags))
 }

@@ -1,0 +1,109 @@
+package handlers
+
+import "github.com/leafd/leafd/resp"
+
+// Which commands may wait, for the event-loop server (resp.Blocker): the command table's
+// mayWait flags (table.go) are the one place this is written. MayBlock finds the command as
+// ServeRESP would, applies the same checks first (a command refused for its arity or NOAUTH,
+// or queued inside MULTI, is answered at once) and then asks the command's flag. EXEC asks
+// the flags of the commands it queued. A command that waits without its flag saying so is
+// caught by the loop's watchdog after 10-20 ms, during which the loop's other connections
+// stall (resp.Stats.LoopTakeovers counts those).
+
+// maxExecOnLoop is the longest transaction EXEC runs on the loop (see waitExec).
+const maxExecOnLoop = 64
+
+// maxWaiterName bounds the names of commands with a mayWait flag (Handler.waiters).
+const maxWaiterName = 16
+
+// MayBlock reports whether running args on c may wait. It is cheap: a look-up among the
+// few commands with a flag, by name length, and the flag's own check (a segment's
+// Generator.Serves for the ID commands).
+func (h *Handler) MayBlock(c *resp.Conn, args [][]byte) bool {
+	name := args[0]
+	if len(name) >= len(h.waiters) {
+		return false
+	}
+	for _, cmd := range h.waiters[len(name)] {
+		if asciiEqualFold(name, cmd.name) {
+			return h.mayWait(c, cmd, args)
+		}
+	}
+	return false
+}
+
+// mayWait is cmd's flag for args on c, after ServeRESP's checks.
+func (h *Handler) mayWait(c *resp.Conn, cmd *command, args [][]byte) bool {
+	if (cmd.arity > 0 && len(args) != cmd.arity) || (cmd.arity < 0 && len(args) < -cmd.arity) {
+		return false // refused on the spot
+	}
+	if !c.Authed() && !cmd.noAuth {
+		return false // NOAUTH
+	}
+	if st, _ := c.State().(*connState); st != nil && st.multi && !cmd.immediate {
+		return false // only queued
+	}
+	return cmd.mayWait(h, c, args)
+}
+
+// waitAlways: the command always calls the store or may be paced (AUTH: a failed one waits
+// for its turn, up to a second; IDS.CREATE: a store call; IDS.MARKS: reads the marks store).
+func waitAlways(*Handler, *resp.Conn, [][]byte) bool { return true }
+
+// waitHelloAuth: HELLO waits when it authenticates (its AUTH option).
+func waitHelloAuth(h *Handler, c *resp.Conn, args [][]byte) bool {
+	for _, a := range args[2:] {
+		if asciiEqualFold(a, "auth") {
+			return true
+		}
+	}
+	return false
+}
+
+// waitIncr, waitIncrBy and waitIDsSegment: the ID commands wait when their tag has not the
+// values they need in memory (a tag's first load, or a switch the preload did not hide).
+// A malformed count is answered by the command itself, at once.
+func waitIncr(h *Handler, c *resp.Conn, args [][]byte) bool {
+	return !h.seg.Serves(str(args[1]), 1)
+}
+
+func waitIncrBy(h *Handler, c *resp.Conn, args [][]byte) bool {
+	n, err := parseInt(args[2])
+	return err == nil && n >= 1 && !h.seg.Serves(str(args[1]), n)
+}
+
+func waitIDsSegment(h *Handler, c *resp.Conn, args [][]byte) bool {
+	if len(args) > 3 {
+		return false // a syntax error
+	}
+	n := int64(1)
+	if len(args) == 3 {
+		var err error
+		if n, err = parseInt(args[2]); err != nil || n < 1 {
+			return false
+		}
+	}
+	return !h.seg.Serves(str(args[1]), n)
+}
+
+// waitExec: a transaction waits when any command it queued may (EXEC runs them back to back
+// on this connection), and a long one (more than maxExecOnLoop commands) runs off the loop
+// anyway: asking each of its commands would itself take the loop's time, and so would
+// running them. An aborted transaction (EXECABORT) or EXEC without MULTI answers at once.
+func waitExec(h *Handler, c *resp.Conn, args [][]byte) bool {
+	st := state(c, false)
+	if st == nil || !st.multi || st.dirty {
+		return false
+	}
+	if len(st.queue) > maxExecOnLoop {
+		return true
+	}
+	for _, q := range st.queue {
+		if q.cmd.mayWait != nil && q.cmd.mayWait(h, c, q.args) {
+			return true
+		}
+	}
+	return false
+}
+
+var _ resp.Blocker = (*Handler)(nil)
