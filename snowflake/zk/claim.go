@@ -230,6 +230,14 @@ func (s *Source) fence(ctx context.Context, c *claim, fv foreverData, dirBound i
 			}
 		}
 		s.reported = max(s.reported, st.Reported, fv.Timestamp)
+		// The claim announces tolerance 0 (below), which lets a later claimant start at bound.
+		// The write may be applied though its reply is lost, so it counts as applied before it
+		// is sent: a data dir that still allows an outage start on this id (this process
+		// re-claiming its own id after a loss, its token still in the state node) withdraws
+		// that tolerance first, as the stop's lowering write does (review of issue #24).
+		if err := s.dropOutagePermit(id); err != nil {
+			return err
+		}
 		if testHookFence != nil {
 			testHookFence(id)
 		}
@@ -297,4 +305,17 @@ func (s *Source) stateDeleted() error {
 		snowflake.ErrNoWorker, s.id, s.statePath(s.id), msTime(s.releaseAt)))
 	s.log.Error("snowflake: worker id lost", zap.Error(err))
 	return err
+}
+
+// dropOutagePermit records tolerance 0 in the data dir when it caches worker id id with an
+// outage tolerance, before a claim of id announces tolerance 0 in ZooKeeper: an outage start
+// from the data dir can then serve only below the bound ZooKeeper confirmed, which is at or
+// below the bound the claim writes.
+func (s *Source) dropOutagePermit(id int64) error {
+	st, ok, err := s.cache.Read()
+	if err != nil || !ok || st.WorkerID != id || st.Source != "zookeeper" || st.ToleranceMs <= 0 {
+		return err
+	}
+	st.ToleranceMs = 0
+	return s.cache.Write(st)
 }

@@ -38,7 +38,8 @@ type State struct {
 	Servers []string `json:"servers,omitempty"`
 	Chroot  string   `json:"chroot,omitempty"`
 	// Reuse (zookeeper): written by a run with worker reuse on, whose id a successor may take
-	// over once it is gone; such a cache is not used without ZooKeeper.
+	// over once it is gone. A takeover starts above the bound ZooKeeper confirmed plus the
+	// holder's tolerance, so the outage start applies to such a cache as to any other.
 	Reuse bool `json:"reuse,omitempty"`
 	// ZKConfirmedMs (zookeeper): the highest reserved_until this data dir has written to
 	// ZooKeeper's state node for WorkerID. Without ZooKeeper the instance never issues beyond
