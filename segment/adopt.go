@@ -67,8 +67,14 @@ func (s *MySQLStore) CheckPrimary(ctx context.Context) error {
 	if ro != 0 {
 		return fmt.Errorf("%w: @@read_only is ON (a replica, or a primary being failed over)", ErrNotPrimary)
 	}
-	rows, err := s.db.QueryContext(ctx, "SHOW REPLICA STATUS")
+	// MariaDB's SHOW REPLICA STATUS shows only the default connection: a replica of a named
+	// connection (CHANGE MASTER 'm1' TO ...) has no row there. SHOW ALL SLAVES STATUS lists
+	// every connection; MySQL has no such statement (a parse error), nor named connections.
+	rows, err := s.db.QueryContext(ctx, "SHOW ALL SLAVES STATUS")
 	var me *mysql.MySQLError
+	if errors.As(err, &me) && me.Number == mysqlErrParse {
+		rows, err = s.db.QueryContext(ctx, "SHOW REPLICA STATUS")
+	}
 	if errors.As(err, &me) && me.Number == mysqlErrParse {
 		rows, err = s.db.QueryContext(ctx, "SHOW SLAVE STATUS")
 	}
@@ -175,16 +181,31 @@ func (s *MySQLStore) Adopt(ctx context.Context, cfg AdoptConfig) ([]Adoption, er
 		}
 		if cfg.DryRun {
 			a.State = "would adopt"
-			if err := belowFloor(a.MaxID, cfg.Floors[a.Tag]); err != nil {
+			if err := belowFloor(a.MaxID, floorOf(cfg.Floors, a.Tag)); err != nil {
 				a.State, a.Err = "refused", err
 			}
 			continue
 		}
-		if err := s.adoptTag(ctx, a, cfg.Floors[a.Tag]); err != nil {
+		if err := s.adoptTag(ctx, a, floorOf(cfg.Floors, a.Tag)); err != nil {
 			a.State, a.Err = "refused", err
 		}
 	}
 	return out, nil
+}
+
+// floorOf is the highest floor of tag in floors, whatever the letter case of its keys: the
+// instances report their marks under the spelling their clients used, and with MySQL's default
+// case-insensitive collation a tag `Order` is served from the row `order`. With a binary
+// collation the two are distinct tags and this is only more cautious (a refusal names the
+// mark, and raise-max-id resolves it).
+func floorOf(floors map[string]int64, tag string) int64 {
+	f := floors[tag]
+	for k, v := range floors {
+		if v > f && strings.EqualFold(k, tag) {
+			f = v
+		}
+	}
+	return f
 }
 
 // belowFloor is the refusal of a tag whose max_id is below an instance's mark.

@@ -79,6 +79,11 @@ func TestMySQLAdopt(t *testing.T) {
 	if res, err = dry.Adopt(ctx, AdoptConfig{DryRun: true, Floors: map[string]int64{"behind": 400}}); err != nil || states(res) != "behind=refused invoice=would adopt order=would adopt" {
 		t.Fatalf("dry run below a mark: got %s, %v, want behind refused", states(res), err)
 	}
+	// An instance reports its mark under its clients' spelling; the row's may differ (the
+	// default collation serves `Behind` from `behind`): the floor still counts.
+	if res, err = dry.Adopt(ctx, AdoptConfig{DryRun: true, Floors: map[string]int64{"Behind": 400}}); err != nil || states(res) != "behind=refused invoice=would adopt order=would adopt" {
+		t.Fatalf("dry run below a mark reported as Behind: got %s, %v, want behind refused", states(res), err)
+	}
 	if got := sqlQuery(t, dsn, "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'leafd_fence'"); got != "0" {
 		t.Fatalf("dry run created leafd_fence (%s tables)", got)
 	}
@@ -161,6 +166,18 @@ func TestMySQLAdoptReplicaRefused(t *testing.T) {
 	}
 	if got := r.Replica.QueryString("SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = 'leafd' AND TABLE_NAME = 'leafd_fence'"); got != "0" {
 		t.Fatalf("refused adoption created leafd_fence on the replica")
+	}
+	// A replica of a MariaDB named connection has no row in SHOW REPLICA STATUS (the
+	// adversarial review adopted one and got 2000 duplicates after a failover to it).
+	_, port, _ := strings.Cut(r.Primary.Addr(), ":")
+	r.Replica.Exec("STOP ALL SLAVES", "RESET SLAVE ALL",
+		"CHANGE MASTER 'm1' TO MASTER_HOST='127.0.0.1', MASTER_PORT="+port+", MASTER_USER='root', MASTER_PASSWORD='', MASTER_CONNECT_RETRY=1, MASTER_USE_GTID=slave_pos",
+		"START SLAVE 'm1'")
+	if got := r.Replica.QueryString("SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = 'leafd' AND TABLE_NAME = 'leafd_fence'"); got != "0" {
+		t.Fatalf("leafd_fence exists on the replica before the named-connection check")
+	}
+	if _, err := rs.Adopt(ctx, AdoptConfig{}); !errors.Is(err, ErrNotPrimary) || !strings.Contains(err.Error(), "replicates from") {
+		t.Fatalf("Adopt on a replica of a named connection: got %v, want ErrNotPrimary (replicates from)", err)
 	}
 	r.Primary.Exec("SET GLOBAL read_only = ON")
 	ps := openTestMySQL(t, r.Primary.DSN("leafd"), func(c *MySQLConfig) { c.FailoverAllocs, c.CreateTable = 3, false })

@@ -358,6 +358,26 @@ func TestRemainderCorruptFile(t *testing.T) {
 // from every store opened on it; ConsumeRemainder records a token once (ErrRemainderUsed
 // after); and a generator on MySQL resumes its saved rest without a gap, while a copy of the
 // file put back (a restored data dir) is refused because the database remembers the token.
+// TestMySQLRemainderBoundToServer: the MySQL store identity a remainder file is bound to
+// names the server, so a failover (another server, whatever it replicated) discards the file.
+func TestMySQLRemainderBoundToServer(t *testing.T) {
+	m := testenv.StartMariaDB(t, "--server-id=7")
+	m.Exec("CREATE DATABASE leafd")
+	ctx := context.Background()
+	before, err := openTestMySQL(t, m.DSN("leafd"), nil).StoreID(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Exec("SET GLOBAL server_id = 8") // as a promoted replica is another server
+	after, err := openTestMySQL(t, m.DSN("leafd"), nil).StoreID(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if before == after {
+		t.Fatalf("StoreID %q on server 7 and on server 8: want them different", before)
+	}
+}
+
 func TestMySQLRemainder(t *testing.T) {
 	dsn := testenv.FreshDatabase(t, testenv.MySQLDSN(t))
 	ctx := context.Background()
