@@ -382,7 +382,7 @@ func (h *Handler) errorCode(err error) (code, msg string) {
 		}
 		return "NOTAG", fmt.Sprintf("tag '%s' does not exist; create it with IDS.CREATE %s [STEP n] [START n], or INSERT INTO leaf_alloc(biz_tag, max_id, step) VALUES('%s', 1, 1000) and then leafd adopt --mysql-dsn DSN", tag, tag, tag)
 	case errors.Is(err, segment.ErrNotAdopted):
-		return "NOTADOPTED", fmt.Sprintf("tag '%s' has a leaf_alloc row but no leafd_fence row (written by Leaf or by hand, or its adoption was lost in a failover); run leafd adopt --mysql-dsn DSN --instances ... on the primary (docs/MYSQL.md, Adopting a Leaf table)", tag)
+		return "NOTADOPTED", fmt.Sprintf("tag '%s' has a leaf_alloc row but no leafd_fence row (written by Leaf or by hand, or its adoption was lost in a failover); run leafd adopt --mysql-dsn DSN --instances <every instance that served it> on the primary; after a failover whose instances are gone, raise max_id first (docs/MYSQL.md, Adopting a Leaf table)", tag)
 	case errors.Is(err, segment.ErrTagExists):
 		return "TAGEXISTS", fmt.Sprintf("tag '%s' already exists", tag)
 	case errors.Is(err, segment.ErrUnavailable):
