@@ -64,7 +64,13 @@ func TestMySQLFailover(t *testing.T) {
 	}
 	db := e2e.OpenSQL(t, r.Primary.DSN("leafd"))
 	e2e.CreateTag(t, ls[0], db, tags[0], 10)
-	e2e.CreateTag(t, ls[0], db, tags[1], 100)
+	// A stored step above these instances' --max-step (IDS.CREATE refuses one there): the tag
+	// comes from an instance that loads larger segments, as in a fleet with mixed flags.
+	creator := e2e.StartMySQL(t, dsn, "--max-step", "100", "--mysql-failover-allocs", allocs)
+	e2e.CreateTag(t, creator, db, tags[1], 100)
+	if err := creator.Stop(10 * time.Second); err != nil {
+		t.Fatal(err)
+	}
 	_ = db.Close()
 
 	var stop atomic.Bool
