@@ -41,13 +41,13 @@ const MaxTemplateLen = 100
 type field uint8
 
 const (
-	fYear4 field = iota + 1 // yyyy
-	fYear2                  // yy: 2000-2099
-	fMonth                  // MM
-	fDay                    // dd
-	fHour                   // HH
-	fMinute                 // mm
-	fSecond                 // ss
+	fYear4  field = iota + 1 // yyyy
+	fYear2                   // yy: 2000-2099
+	fMonth                   // MM
+	fDay                     // dd
+	fHour                    // HH
+	fMinute                  // mm
+	fSecond                  // ss
 )
 
 var fieldWidth = [...]int{fYear4: 4, fYear2: 2, fMonth: 2, fDay: 2, fHour: 2, fMinute: 2, fSecond: 2}
@@ -259,4 +259,3 @@ func (t *Template) parseCounter(s string) (uint64, bool) {
 	}
 	return v, true
 }
-
