@@ -412,6 +412,15 @@ func (h *Handler) MayBlock(args [][]byte) bool {
 			n, err := parseInt(args[2])
 			return err == nil && n >= 1 && !h.seg.Serves(str(args[1]), n)
 		}
+	case 8:
+		// IDS.NEXT: the first request of a period creates the period's row (a store call),
+		// a plain tag may wait for a load like IDS.SEGMENT.
+		if asciiEqualFold(name, "ids.next") {
+			return h.nextMayBlock(args)
+		}
+	case 9:
+		return len(args) == 3 && (asciiEqualFold(name, "ids.prune") ||
+			asciiEqualFold(name, "ids.parse") && h.shapeOf(str(args[1])) == nil)
 	case 10:
 		return asciiEqualFold(name, "ids.create")
 	case 11:

@@ -11,6 +11,7 @@ import (
 
 	"github.com/leafd/leafd/resp"
 	"github.com/leafd/leafd/segment"
+	"github.com/leafd/leafd/shape"
 )
 
 // idsPool holds the scratch slices of batch replies so batches do not allocate.
@@ -18,8 +19,16 @@ var idsPool = sync.Pool{New: func() any { s := make([]int64, 0, 256); return &s 
 
 // cmdIncr: INCR tag — the next segment ID of tag.
 func cmdIncr(h *Handler, c *resp.Conn, args [][]byte) error {
-	id, err := h.seg.Next(str(args[1]))
+	tag := str(args[1])
+	if e := h.shapeOf(tag); e != nil {
+		return h.incrShaped(c, e)
+	}
+	id, err := h.seg.Next(tag)
 	if err != nil {
+		e, err := h.shapeOnMiss(tag, err)
+		if e != nil {
+			return h.incrShaped(c, e)
+		}
 		return err
 	}
 	c.WriteInt(id)
@@ -161,7 +170,25 @@ func cmdIDsDecode(h *Handler, c *resp.Conn, args [][]byte) error {
 
 // cmdIDsInfo: IDS.INFO tag — the tag's double buffer (Leaf's /cache page).
 func cmdIDsInfo(h *Handler, c *resp.Conn, args [][]byte) error {
-	in, err := h.seg.Info(str(args[1]))
+	tag := str(args[1])
+	e, err := h.learnShape(tag)
+	if err != nil {
+		return err
+	}
+	extra := 0
+	var per *shape.Period
+	if e != nil { // a shaped tag: its shape, and the buffer of its current period's row
+		per = e.s.PeriodAt(h.now())
+		tag, extra = per.Row, shapeInfoFields
+	}
+	in, err := h.seg.Info(tag)
+	if err != nil && e != nil {
+		c.WriteMap(shapeInfoFields + 1)
+		c.WriteBulkString("tag")
+		c.WriteBulkString(e.s.Tag())
+		h.writeShapeInfo(c, e, per)
+		return nil
+	}
 	if err != nil {
 		return err
 	}
@@ -181,7 +208,7 @@ func cmdIDsInfo(h *Handler, c *resp.Conn, args [][]byte) error {
 		c.WriteBulkString("remaining")
 		c.WriteInt(s.Remaining)
 	}
-	c.WriteMap(12)
+	c.WriteMap(12 + extra)
 	c.WriteBulkString("tag")
 	c.WriteBulkString(in.Tag)
 	c.WriteBulkString("init_ok")
@@ -208,6 +235,9 @@ func cmdIDsInfo(h *Handler, c *resp.Conn, args [][]byte) error {
 	c.WriteBulkString(publicLoadError(in.LastError))
 	c.WriteBulkString("max_incrby")
 	c.WriteInt(in.MaxCount)
+	if e != nil {
+		h.writeShapeInfo(c, e, per)
+	}
 	return nil
 }
 
@@ -286,11 +316,24 @@ func cmdIDsCreate(h *Handler, c *resp.Conn, args [][]byte) error {
 		return replyError("NOPERM IDS.CREATE is disabled on this server (--allow-create=false); ask the operator to create the tag")
 	}
 	t := segment.Tag{Name: string(args[1])}
+	var sp shape.Spec // FORMAT, RESET, TZ, OPAQUE: a shaped tag (shape.go)
 	for i := 2; i < len(args); i += 2 {
+		opt := strings.ToLower(string(args[i]))
+		if opt == "opaque" { // a flag: no value
+			sp.Opaque = true
+			i--
+			continue
+		}
 		if i+1 >= len(args) {
 			return errSyntax
 		}
-		switch strings.ToLower(string(args[i])) {
+		switch opt {
+		case "format":
+			sp.Format = string(args[i+1])
+		case "reset":
+			sp.Reset = strings.ToLower(string(args[i+1]))
+		case "tz":
+			sp.TZ = string(args[i+1])
 		case "step":
 			n, err := parseInt(args[i+1])
 			if err != nil {
@@ -317,6 +360,14 @@ func cmdIDsCreate(h *Handler, c *resp.Conn, args [][]byte) error {
 		default:
 			return errSyntax
 		}
+	}
+	if sp.Format != "" || sp.Reset != "" || sp.TZ != "" || sp.Opaque {
+		sp.Start, sp.Step, sp.Desc = t.MaxID, t.Step, t.Description
+		if err := h.createShaped(t.Name, sp); err != nil {
+			return err
+		}
+		c.WriteSimple("OK")
+		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), h.cfg.CreateTimeout)
 	defer cancel()

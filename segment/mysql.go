@@ -219,6 +219,7 @@ type MySQLStore struct {
 
 	createTable bool
 	tableReady  atomic.Bool   // CREATE TABLE done, or refused by the server: stop trying
+	shapeReady  atomic.Bool   // CREATE TABLE leafd_tag_shape done or refused (shapestore.go)
 	tableSem    chan struct{} // one CREATE TABLE attempt at a time, abandoned on ctx expiry
 
 	failoverAllocs  int64 // 0: no fence
@@ -522,6 +523,13 @@ func (s *MySQLStore) Create(ctx context.Context, t Tag) error {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return s.wrap("create", t.Name, err)
+	}
+	if shaped, err := s.shapedLocked(ctx, tx, t.Name); err != nil || shaped {
+		_ = tx.Rollback()
+		if err != nil {
+			return s.wrap("create: check shape", t.Name, err)
+		}
+		return tagError(t.Name, ErrShaped, "its counters are the rows "+t.Name+"@<period>")
 	}
 	if s.failoverAllocs > 0 {
 		s.ensureGap(ctx)

@@ -59,8 +59,10 @@ type Spec struct {
 	// KeyCheck identifies the key of an opaque tag (hex of 8 bytes of AES_K(0^16), the
 	// customary key check value); an instance with another key refuses the tag.
 	KeyCheck string `json:"key_check,omitempty"`
-	// Start is the first counter of every period (default 1).
-	Start int64 `json:"start,omitempty"`
+	// Start is the first counter of every period (default 1); Step the step of its rows.
+	Start int64  `json:"start,omitempty"`
+	Step  int64  `json:"step,omitempty"`
+	Desc  string `json:"desc,omitempty"`
 }
 
 // Encode returns the stored form.

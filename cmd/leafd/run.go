@@ -84,6 +84,11 @@ func run(ctx context.Context, cfg Config, log *zap.Logger, ready func(net.Addr))
 	}
 	closers = append(closers, snowClose...)
 
+	idKey, err := readIDKey(cfg.IDKeyFile)
+	if err != nil {
+		return err
+	}
+	shapes, _ := store.(segment.Shapes)
 	h := handlers.New(handlers.Config{
 		MaxBatch:       cfg.MaxBatch,
 		DisableCreate:  !cfg.AllowCreate,
@@ -92,6 +97,8 @@ func run(ctx context.Context, cfg Config, log *zap.Logger, ready func(net.Addr))
 		ConfigValues:   cfg.configValues(),
 		HTTPAuth:       cfg.httpToken(),
 		HTTPOpenProbes: cfg.HTTPOpenProbes,
+		Shapes:         shapes,
+		IDKey:          idKey,
 	}, seg, snow, log.Named("handlers"))
 
 	rcfg := resp.DefaultConfig()
