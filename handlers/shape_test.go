@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
+	_ "github.com/go-sql-driver/mysql"
 	"github.com/leafd/leafd/internal/testenv"
 	"github.com/leafd/leafd/segment"
-	_ "github.com/go-sql-driver/mysql"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -21,8 +21,8 @@ import (
 type testClock struct{ ns atomic.Int64 }
 
 func newTestClock(t time.Time) *testClock { c := &testClock{}; c.set(t); return c }
-func (c *testClock) now() time.Time      { return time.Unix(0, c.ns.Load()) }
-func (c *testClock) set(t time.Time)     { c.ns.Store(t.UnixNano()) }
+func (c *testClock) now() time.Time       { return time.Unix(0, c.ns.Load()) }
+func (c *testClock) set(t time.Time)      { c.ns.Store(t.UnixNano()) }
 
 var shanghai = func() *time.Location {
 	l, err := time.LoadLocation("Asia/Shanghai")

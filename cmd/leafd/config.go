@@ -42,8 +42,10 @@ type Config struct {
 	// Secrets by file (secrets.go); the file's content replaces the value.
 	RequirePassFile string
 	MySQLDSNFile    string
+
 	// IDKeyFile holds the AES key of opaque tags as hex (issue 19); never logged or shown.
 	IDKeyFile string
+
 	HTTPAuth        string
 	HTTPAuthFile    string
 	HTTPOpenProbes  bool
