@@ -42,10 +42,6 @@ type Config struct {
 	// Secrets by file (secrets.go); the file's content replaces the value.
 	RequirePassFile string
 	MySQLDSNFile    string
-
-	// IDKeyFile holds the AES key of opaque tags as hex (issue 19); never logged or shown.
-	IDKeyFile string
-
 	HTTPAuth        string
 	HTTPAuthFile    string
 	HTTPOpenProbes  bool
@@ -90,6 +86,9 @@ type Config struct {
 	LeaseWindow     time.Duration
 	StartWaitMax    time.Duration
 	ShutdownTimeout time.Duration
+
+	// IDKeyFile holds the AES key of opaque tags as hex (issue 19); never logged or shown.
+	IDKeyFile string
 }
 
 // flagSet declares every option with its default and help. The names are the contract of
