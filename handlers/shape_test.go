@@ -124,7 +124,8 @@ func flatMap(t *testing.T, v any) map[string]string {
 // across midnight continues the old period's counter (its own row), never restarts it.
 func TestPeriodBoundaryMidSegment(t *testing.T) {
 	clk := newTestClock(time.Date(2026, 12, 1, 23, 59, 59, 0, shanghai))
-	s := shapedServer(t, clk, nil, serverOpts{autoCreate: true})
+	// Auto-create off (MySQL's default): each period's row comes from the shaped path itself.
+	s := shapedServer(t, clk, nil, serverOpts{})
 	c := s.client(t, 3, "")
 	ctx := context.Background()
 	if err := c.Do(ctx, "IDS.CREATE", "order", "FORMAT", "ORD{yyyyMMdd}{seq:6}", "RESET", "day", "TZ", "Asia/Shanghai", "STEP", "1000").Err(); err != nil {
