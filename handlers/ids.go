@@ -94,8 +94,12 @@ func cmdIDsSegment(h *Handler, c *resp.Conn, args [][]byte) error {
 // above 2^53 (README "Client notes").
 func cmdIDsSnowflake(h *Handler, c *resp.Conn, args [][]byte) error {
 	asString := len(args) > 1 && bytes.EqualFold(args[len(args)-1], []byte("string"))
-	if asString {
+	friendly := !asString && len(args) > 1 && bytes.EqualFold(args[len(args)-1], []byte("friendly"))
+	if asString || friendly {
 		args = args[:len(args)-1]
+	}
+	if friendly {
+		return h.snowflakeFriendly(c, args)
 	}
 	if len(args) > 2 {
 		return errSyntax
@@ -148,7 +152,7 @@ func cmdIDsDecode(h *Handler, c *resp.Conn, args [][]byte) error {
 	if h.snow == nil {
 		return replyError("NOWORKER snowflake mode is not enabled on this server")
 	}
-	id, err := parseInt(args[1])
+	id, err := h.snowflakeArg(args[1])
 	if err != nil {
 		return err
 	}
@@ -156,7 +160,12 @@ func cmdIDsDecode(h *Handler, c *resp.Conn, args [][]byte) error {
 		return replyError("ERR snowflake IDs are not negative")
 	}
 	p := h.snow.Decode(id)
-	c.WriteMap(4)
+	c.WriteMap(6)
+	c.WriteBulkString("id")
+	c.WriteInt(id)
+	c.WriteBulkString("friendly")
+	var fb [48]byte
+	c.WriteBulk(h.snowLayout().AppendFriendly(fb[:0], id))
 	c.WriteBulkString("timestamp_ms")
 	c.WriteInt(p.TimestampMs)
 	c.WriteBulkString("time")

@@ -151,7 +151,7 @@ func flagSet(c *Config) *flag.FlagSet {
 	fs.Int64Var(&c.MySQLFailover, "mysql-failover-allocs", mc.FailoverAllocs, "most allocations per tag a database failover may lose: after a failover max_id first moves by this many × max(--max-step, stored step); 0 turns the fence off")
 	fs.BoolVar(&c.MySQLSemiSync, "mysql-require-semisync", false, "refuse to lease (UNAVAILABLE) unless the primary replicates semi-synchronously")
 	fs.Int64Var(&c.SnowflakeEpoch, "snowflake-epoch", sf.Layout.EpochMs(), "snowflake epoch, Unix ms (Leaf's default)")
-	fs.StringVar(&c.SnowflakeBits, "snowflake-bits", fmt.Sprintf("%d/%d/%d", sf.Layout.TimeBits, sf.Layout.WorkerBits, sf.Layout.SeqBits), "snowflake layout: time/worker/sequence bits, summing to 63")
+	fs.StringVar(&c.SnowflakeBits, "snowflake-bits", fmt.Sprintf("%d/%d/%d", sf.Layout.TimeBits, sf.Layout.WorkerBits, sf.Layout.SeqBits), "snowflake layout: time/worker/sequence bits, summing to 63, or to at most 53 for IDs JavaScript reads exactly; \"js\" is 41/3/9 (8 workers, 512 IDs/ms each)")
 	fs.BoolVar(&c.SnowflakeSeq0, "snowflake-seq-zero", sf.SequenceStartZero, "start each millisecond's sequence at 0 instead of a random value in [0,100)")
 	fs.DurationVar(&c.ClockBackMax, "clock-back-max", sf.MaxBackward, "largest clock step back that is waited out; more is CLOCKBACK")
 	fs.DurationVar(&c.LeaseWindow, "lease-window", sf.LeaseWindow, "how far ahead the snowflake time bound is persisted")
@@ -376,6 +376,10 @@ func (c Config) Validate() error {
 // parseBits parses "41/10/12".
 func parseBits(s string) ([3]int, error) {
 	var out [3]int
+	if strings.EqualFold(s, "js") { // the JavaScript-safe layout: IDs below 2^53
+		l := snowflake.JSLayout()
+		return [3]int{l.TimeBits, l.WorkerBits, l.SeqBits}, nil
+	}
 	parts := strings.Split(s, "/")
 	if len(parts) != 3 {
 		return out, errors.New("want time/worker/sequence, e.g. 41/10/12")
@@ -387,8 +391,8 @@ func parseBits(s string) ([3]int, error) {
 		}
 		out[i] = n
 	}
-	if out[0]+out[1]+out[2] != 63 {
-		return out, errors.New("the three widths must sum to 63")
+	if sum := out[0] + out[1] + out[2]; sum != 63 && sum > snowflake.JSBits {
+		return out, fmt.Errorf("the three widths must sum to 63, or to at most %d for JavaScript-safe IDs (\"js\": 41/3/9)", snowflake.JSBits)
 	}
 	return out, nil
 }
