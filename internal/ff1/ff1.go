@@ -48,6 +48,7 @@ type Cipher struct {
 type scratch struct {
 	buf [16 + MaxTweak + 16 + 16]byte // P || Q
 	r   [16]byte
+	r0  [16]byte // CIPH(P)
 }
 
 // New returns FF1 under key (AES-128, -192 or -256 by its length) for numerals of radix.
@@ -153,7 +154,9 @@ func (c *Cipher) feistel(p params, tweak []byte, a, b uint64, dec bool) (uint64,
 	Q := s.buf[16 : 16+qlen]
 	copy(Q, tweak)
 	clear(Q[t : t+pad])
-	msg := s.buf[:16+qlen]
+	// PRF(P || Q) is CBC-MAC: P is the same in every round, so its block is enciphered once.
+	r0 := s.r0[:]
+	c.block.Encrypt(r0, P)
 
 	for k := range 10 {
 		i := k
@@ -177,9 +180,9 @@ func (c *Cipher) feistel(p params, tweak []byte, a, b uint64, dec bool) (uint64,
 		}
 		// R = PRF(P || Q): CBC-MAC with a zero IV.
 		R := s.r[:]
-		clear(R)
-		for off := 0; off < len(msg); off += 16 {
-			subtle16(R, msg[off:off+16])
+		copy(R, r0)
+		for off := 0; off < len(Q); off += 16 {
+			subtle16(R, Q[off:off+16])
 			c.block.Encrypt(R, R)
 		}
 		// S = the first d bytes of R || CIPH(R ⊕ [1]^16) || ...; d ≤ 16 whenever halves fit
