@@ -47,7 +47,7 @@ func cmdIncrBy(h *Handler, c *resp.Conn, args [][]byte) error {
 	}
 	id, err := h.seg.NextN(str(args[1]), n)
 	if err != nil {
-		return err
+		return h.notShaped(str(args[1]), err)
 	}
 	c.WriteInt(id)
 	return nil
@@ -82,7 +82,7 @@ func cmdIDsSegment(h *Handler, c *resp.Conn, args [][]byte) error {
 	ids, err := h.seg.AppendIDs((*p)[:0], str(args[1]), n)
 	*p = ids[:0]
 	if err != nil {
-		return err
+		return h.notShaped(str(args[1]), err)
 	}
 	c.WriteInts(ids)
 	return nil

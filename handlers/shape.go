@@ -414,3 +414,12 @@ func cmdIDsPrune(h *Handler, c *resp.Conn, args [][]byte) error {
 	c.WriteInt(int64(n))
 	return nil
 }
+
+// notShaped turns the error of INCRBY or IDS.SEGMENT on a shaped tag's name (no row of that
+// name exists) into SHAPED; other errors pass unchanged.
+func (h *Handler) notShaped(tag string, err error) error {
+	if e, _ := h.shapeOnMiss(tag, err); e != nil {
+		return &segment.TagError{Tag: strings.Clone(tag), Err: segment.ErrShaped, Detail: "use IDS.NEXT or INCR"}
+	}
+	return err
+}

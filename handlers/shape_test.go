@@ -247,6 +247,9 @@ func TestShapeRefusals(t *testing.T) {
 	}
 	wantErr(t, c.Do(ctx, "IDS.NEXT", "small").Err(), "LIMIT")
 	wantErr(t, c.Incr(ctx, "small").Err(), "LIMIT")
+	// INCRBY and IDS.SEGMENT have no meaning on a shaped name.
+	wantErr(t, c.IncrBy(ctx, "small", 2).Err(), "SHAPED")
+	wantErr(t, c.Do(ctx, "IDS.SEGMENT", "small", 2).Err(), "SHAPED")
 }
 
 // Opaque tags: INCR of an opaque integer tag gives positive values below 10^18 that are not
