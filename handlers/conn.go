@@ -402,6 +402,9 @@ func (h *Handler) MayBlock(args [][]byte) bool {
 	switch len(name) {
 	case 4:
 		if len(args) == 2 && asciiEqualFold(name, "incr") {
+			if e := h.shapeOf(str(args[1])); e != nil {
+				return h.shapedMayBlock(e, 1)
+			}
 			return !h.seg.Serves(str(args[1]), 1)
 		}
 		return asciiEqualFold(name, "auth")

@@ -361,6 +361,12 @@ func (h *Handler) nextMayBlock(args [][]byte) bool {
 	if e == nil {
 		return !h.seg.Serves(tag, n)
 	}
+	return h.shapedMayBlock(e, n)
+}
+
+// shapedMayBlock reports whether n counters of e's current period may wait: its row not
+// created by this instance yet, or the values not in memory.
+func (h *Handler) shapedMayBlock(e *shapeEntry, n int64) bool {
 	p := e.ready.Load()
 	if p == nil || p != e.s.PeriodAt(h.now()) {
 		return true

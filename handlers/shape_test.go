@@ -428,3 +428,34 @@ func sqlCount(t *testing.T, dsn, q string) int {
 	}
 	return n
 }
+
+// MayBlock: a shaped INCR or IDS.NEXT runs on the event loop once its period's row is
+// created and its values are in memory; the first request of a period (a store call) runs
+// off it.
+func TestShapedMayBlock(t *testing.T) {
+	clk := newTestClock(time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC))
+	s := shapedServer(t, clk, nil, serverOpts{autoCreate: true})
+	c := s.client(t, 2, "")
+	ctx := context.Background()
+	if err := c.Do(ctx, "IDS.CREATE", "d", "FORMAT", "D{yyyyMMdd}{seq:6}", "RESET", "day").Err(); err != nil {
+		t.Fatal(err)
+	}
+	args := func(a ...string) [][]byte {
+		out := make([][]byte, len(a))
+		for i, x := range a {
+			out[i] = []byte(x)
+		}
+		return out
+	}
+	if !s.h.MayBlock(args("IDS.NEXT", "d")) || !s.h.MayBlock(args("INCR", "d")) {
+		t.Fatal("before the period's row exists: want MayBlock")
+	}
+	c.Do(ctx, "IDS.NEXT", "d")
+	if s.h.MayBlock(args("IDS.NEXT", "d")) || s.h.MayBlock(args("INCR", "d")) || s.h.MayBlock(args("IDS.NEXT", "d", "5")) {
+		t.Fatal("row created, values in memory: want no MayBlock")
+	}
+	clk.set(time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC))
+	if !s.h.MayBlock(args("IDS.NEXT", "d")) || !s.h.MayBlock(args("INCR", "d")) {
+		t.Fatal("a new period: want MayBlock")
+	}
+}
