@@ -429,3 +429,12 @@ func (h *Handler) notShaped(tag string, err error) error {
 	}
 	return err
 }
+
+// nextFormatted takes one counter of e's current period and renders it (the HTTP API).
+func (h *Handler) nextFormatted(e *shapeEntry) ([]byte, error) {
+	p, c, err := h.shapedCounter(e)
+	if err != nil {
+		return nil, err
+	}
+	return e.s.Append(nil, p, c)
+}

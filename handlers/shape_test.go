@@ -459,3 +459,26 @@ func TestShapedMayBlock(t *testing.T) {
 		t.Fatal("a new period: want MayBlock")
 	}
 }
+
+// Leaf's HTTP API returns the formatted ID of a shaped tag, the integer of a plain one.
+func TestShapedHTTP(t *testing.T) {
+	clk := newTestClock(time.Date(2026, 12, 1, 10, 0, 0, 0, shanghai))
+	s := shapedServer(t, clk, nil, serverOpts{autoCreate: true})
+	c := s.client(t, 2, "")
+	ctx := context.Background()
+	if err := c.Do(ctx, "IDS.CREATE", "order", "FORMAT", "ORD{yyyyMMdd}{seq:6}", "RESET", "day", "TZ", "Asia/Shanghai").Err(); err != nil {
+		t.Fatal(err)
+	}
+	hs := httpServer(t, s.h)
+	for _, want := range []string{"ORD20261201000001", "ORD20261201000002"} {
+		if status, _, body := get(t, hs, "GET", "/api/segment/get/order"); status != 200 || body != want {
+			t.Fatalf("got %d %q, want 200 %q", status, body, want)
+		}
+	}
+	if v, _ := c.Do(ctx, "IDS.NEXT", "order").Text(); v != "ORD20261201000003" {
+		t.Fatalf("IDS.NEXT after the HTTP API: %s", v)
+	}
+	if status, _, body := get(t, hs, "GET", "/api/segment/get/plain"); status != 200 || body != "1" {
+		t.Fatalf("plain: got %d %q", status, body)
+	}
+}
