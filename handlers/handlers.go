@@ -85,6 +85,9 @@ type Config struct {
 	// never logged nor reported by CONFIG GET.
 	Shapes segment.Shapes
 	IDKey  []byte
+	// PeriodNow is the clock that picks a shaped tag's period (default Now); --period-clock-offset
+	// shifts it for drills across a simulated midnight. Uniqueness does not depend on it.
+	PeriodNow func() time.Time
 	// Now is the clock (default time.Now); Sleep waits (default time.Sleep).
 	Now   func() time.Time
 	Sleep func(time.Duration)
@@ -157,6 +160,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Sleep == nil {
 		c.Sleep = d.Sleep
+	}
+	if c.PeriodNow == nil {
+		c.PeriodNow = c.Now
 	}
 	if c.AuthMaxFailures <= 0 {
 		c.AuthMaxFailures = d.AuthMaxFailures

@@ -187,7 +187,7 @@ func cmdIDsInfo(h *Handler, c *resp.Conn, args [][]byte) error {
 	extra := 0
 	var per *shape.Period
 	if e != nil { // a shaped tag: its shape, and the buffer of its current period's row
-		per = e.s.PeriodAt(h.now())
+		per = e.s.PeriodAt(h.cfg.PeriodNow())
 		tag, extra = per.Row, shapeInfoFields
 	}
 	in, err := h.seg.Info(tag)

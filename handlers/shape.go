@@ -144,7 +144,7 @@ func (h *Handler) shapeOnMiss(tag string, err error) (*shapeEntry, error) {
 // instance issued from it: the marks and leafd_fence's high-water). The row of the period
 // before is retired from this instance: a segment never outlives its period.
 func (h *Handler) period(e *shapeEntry) (*shape.Period, error) {
-	p := e.s.PeriodAt(h.now())
+	p := e.s.PeriodAt(h.cfg.PeriodNow())
 	if e.ready.Load() == p {
 		return p, nil
 	}
@@ -156,14 +156,7 @@ func (h *Handler) period(e *shapeEntry) (*shape.Period, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), h.cfg.CreateTimeout)
 	defer cancel()
-	spec := e.s.Spec()
-	t := segment.Tag{Name: p.Row, Step: spec.Step, MaxID: e.s.Start(), Description: spec.Desc}
-	err := h.seg.Create(ctx, t)
-	if errors.Is(err, segment.ErrLimit) { // START below the mark (a pruned or known row): start at the mark
-		t.MaxID = 0
-		err = h.seg.Create(ctx, t)
-	}
-	if err != nil && !errors.Is(err, segment.ErrTagExists) {
+	if err := h.ensureRow(ctx, e, p); err != nil {
 		return nil, err
 	}
 	if prev != nil && prev.Row != p.Row {
@@ -171,6 +164,39 @@ func (h *Handler) period(e *shapeEntry) (*shape.Period, error) {
 	}
 	e.ready.Store(p)
 	return p, nil
+}
+
+// ensureRow creates p's row unless it exists. Most instances find the row another one created
+// (a read, no lock), so few creations of one row run at once; a creation that loses to a
+// concurrent one (TAGEXISTS, or a MySQL deadlock between the two) is retried, then accepted.
+func (h *Handler) ensureRow(ctx context.Context, e *shapeEntry, p *shape.Period) error {
+	if r, ok := h.cfg.Shapes.(interface {
+		MaxID(ctx context.Context, tag string) (int64, error)
+	}); ok {
+		if _, err := r.MaxID(ctx, p.Row); err == nil {
+			return nil
+		}
+	}
+	spec := e.s.Spec()
+	var err error
+	for try := 0; try < 3; try++ {
+		t := segment.Tag{Name: p.Row, Step: spec.Step, MaxID: e.s.Start(), Description: spec.Desc}
+		err = h.seg.Create(ctx, t)
+		if errors.Is(err, segment.ErrLimit) { // START below the mark (a pruned or known row): start at the mark
+			t.MaxID = 0
+			err = h.seg.Create(ctx, t)
+		}
+		if err == nil || errors.Is(err, segment.ErrTagExists) {
+			return nil
+		}
+		var te *segment.TagError
+		if errors.As(err, &te) || ctx.Err() != nil { // a refusal (LIMIT, BADTAG, SHAPED): final
+			return err
+		}
+		h.log.Info("shape: creating a period's row failed; retrying", zap.String("row", p.Row), zap.Error(err))
+		h.cfg.Sleep(time.Duration(10*(try+1)) * time.Millisecond)
+	}
+	return err
 }
 
 // shapedCounter takes one counter of e's current period.
@@ -368,7 +394,7 @@ func (h *Handler) nextMayBlock(args [][]byte) bool {
 // created by this instance yet, or the values not in memory.
 func (h *Handler) shapedMayBlock(e *shapeEntry, n int64) bool {
 	p := e.ready.Load()
-	if p == nil || p != e.s.PeriodAt(h.now()) {
+	if p == nil || p != e.s.PeriodAt(h.cfg.PeriodNow()) {
 		return true
 	}
 	return !h.seg.Serves(p.Row, n)
@@ -395,7 +421,7 @@ func cmdIDsPrune(h *Handler, c *resp.Conn, args [][]byte) error {
 		return replyError("ERR this store cannot prune")
 	}
 	before := string(args[2])
-	cur := e.s.PeriodAt(h.now())
+	cur := e.s.PeriodAt(h.cfg.PeriodNow())
 	if len(before) != len(cur.Key) || before > cur.Key {
 		return replyError(fmt.Sprintf("ERR period must be a key like %s, not after the current period", cur.Key))
 	}

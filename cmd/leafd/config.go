@@ -89,6 +89,8 @@ type Config struct {
 
 	// IDKeyFile holds the AES key of opaque tags as hex (issue 19); never logged or shown.
 	IDKeyFile string
+	// PeriodClockOffset shifts the clock that picks shaped tags' periods (drills, tests).
+	PeriodClockOffset time.Duration
 }
 
 // flagSet declares every option with its default and help. The names are the contract of
@@ -118,6 +120,7 @@ func flagSet(c *Config) *flag.FlagSet {
 	fs.DurationVar(&c.ZKSession, "zk-session-timeout", zc.SessionTimeout, "ZooKeeper session timeout: how long a dead instance's worker id stays live (worker reuse)")
 	fs.DurationVar(&c.ZKOutageTolerance, "zk-outage-tolerance", zc.OutageTolerance, "how long past the time bound ZooKeeper last confirmed an instance keeps issuing snowflake IDs without ZooKeeper (another instance taking the id waits as long); 0: not beyond the lease")
 	fs.StringVar(&c.RequirePass, "requirepass", "", "password for AUTH / HELLO ... AUTH; prefer --requirepass-file or LEAFD_REQUIREPASS")
+	fs.DurationVar(&c.PeriodClockOffset, "period-clock-offset", 0, "shift the clock that picks a periodic tag's period by this much (drills across a simulated midnight; IDs stay unique whatever the clocks)")
 	fs.StringVar(&c.IDKeyFile, "id-key-file", "", "file holding the AES key of OPAQUE tags as 32 or 64 hex digits (AES-128/256); surrounding whitespace ignored; never logged or shown by CONFIG GET")
 	fs.StringVar(&c.RequirePassFile, "requirepass-file", "", "file holding the --requirepass password (preferred over the flag)")
 	fs.StringVar(&c.AutoCreate, "auto-create", "auto", "create unknown tags on first use: on, off, or auto (on with the embedded store, off with MySQL)")

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/leafd/leafd/shape"
 )
@@ -21,4 +22,13 @@ func readIDKey(path string) ([]byte, error) {
 		return nil, fmt.Errorf("--id-key-file %s: %w", path, err)
 	}
 	return k, nil
+}
+
+// periodClock is the clock of shaped tags' periods: the wall clock shifted by off (nil: the
+// handlers' default).
+func periodClock(off time.Duration) func() time.Time {
+	if off == 0 {
+		return nil
+	}
+	return func() time.Time { return time.Now().Add(off) }
 }

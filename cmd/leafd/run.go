@@ -99,6 +99,7 @@ func run(ctx context.Context, cfg Config, log *zap.Logger, ready func(net.Addr))
 		HTTPOpenProbes: cfg.HTTPOpenProbes,
 		Shapes:         shapes,
 		IDKey:          idKey,
+		PeriodNow:      periodClock(cfg.PeriodClockOffset),
 	}, seg, snow, log.Named("handlers"))
 
 	rcfg := resp.DefaultConfig()
