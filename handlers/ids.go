@@ -180,9 +180,12 @@ func cmdIDsDecode(h *Handler, c *resp.Conn, args [][]byte) error {
 // cmdIDsInfo: IDS.INFO tag — the tag's double buffer (Leaf's /cache page).
 func cmdIDsInfo(h *Handler, c *resp.Conn, args [][]byte) error {
 	tag := str(args[1])
-	e, err := h.learnShape(tag)
-	if err != nil {
-		return err
+	e := h.shapeOf(tag)
+	if e == nil && !h.seg.Serves(tag, 1) { // not a held plain tag: perhaps a shape not seen yet
+		var err error
+		if e, err = h.learnShape(tag); err != nil {
+			return err
+		}
 	}
 	extra := 0
 	var per *shape.Period
