@@ -15,6 +15,7 @@ import (
 	"github.com/leafd/leafd/internal/limits"
 	"github.com/leafd/leafd/resp"
 	"github.com/leafd/leafd/segment"
+	"github.com/leafd/leafd/shape"
 	"github.com/leafd/leafd/snowflake"
 	"go.uber.org/zap"
 )
@@ -87,6 +88,14 @@ type Config struct {
 	// leaves /healthz and a tag-less /readyz open without it.
 	HTTPAuth       string
 	HTTPOpenProbes bool
+	// Shapes stores the ID shapes of shaped tags (nil: IDS.CREATE FORMAT/RESET/OPAQUE is
+	// refused); IDKey is the --id-key-file AES key of opaque tags (nil: none). The key is
+	// never logged nor reported by CONFIG GET.
+	Shapes segment.Shapes
+	IDKey  []byte
+	// PeriodNow is the clock that picks a shaped tag's period (default Now); --period-clock-offset
+	// shifts it for drills across a simulated midnight. Uniqueness does not depend on it.
+	PeriodNow func() time.Time
 	// Now is the clock (default time.Now); Sleep waits (default time.Sleep).
 	Now   func() time.Time
 	Sleep func(time.Duration)
@@ -109,6 +118,8 @@ type Handler struct {
 	rates   rateSampler // IDs/s of /status.json
 	guard   authGuard
 	lat     []latency // by command index (latency.go)
+	// shapes: the compiled ID shapes this instance has seen (shape.go).
+	shapes shapeRegistry
 }
 
 // DefaultConfig returns every default of the command layer: the one place they are written
@@ -161,6 +172,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Sleep == nil {
 		c.Sleep = d.Sleep
+	}
+	if c.PeriodNow == nil {
+		c.PeriodNow = c.Now
 	}
 	if c.AuthMaxFailures <= 0 {
 		c.AuthMaxFailures = d.AuthMaxFailures
@@ -393,6 +407,16 @@ func (h *Handler) errorCode(err error) (code, msg string) {
 		return "UNAVAILABLE", fmt.Sprintf("no segment ready for tag '%s' (%s); retry later", tag, waited)
 	case errors.Is(err, segment.ErrRegression):
 		return "REGRESSION", fmt.Sprintf("the store handed out a range of tag '%s' below one already used; refusing it (see the server log)", tag)
+	case errors.Is(err, segment.ErrShaped):
+		return "SHAPED", fmt.Sprintf("tag '%s' has an ID shape: use IDS.NEXT (or INCR) with it", tag)
+	case errors.Is(err, shape.ErrTemplate):
+		return "BADFORMAT", strings.TrimPrefix(err.Error(), "shape: invalid shape: ")
+	case errors.Is(err, shape.ErrLimit):
+		return "LIMIT", strings.TrimPrefix(err.Error(), "shape: ")
+	case errors.Is(err, shape.ErrParse):
+		return "BADID", strings.TrimPrefix(err.Error(), "shape: not an ID of this tag: ")
+	case errors.Is(err, shape.ErrKey):
+		return "NOKEY", strings.TrimPrefix(err.Error(), "shape: id key missing or not the tag's key: ")
 	case errors.Is(err, segment.ErrLimit):
 		if detail == "" {
 			detail = "limit exceeded"

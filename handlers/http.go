@@ -60,9 +60,9 @@ func httpStatus(code, msg string) int {
 	switch code {
 	case "NOTAG":
 		return http.StatusNotFound
-	case "BADTAG", "LIMIT":
+	case "BADTAG", "LIMIT", "BADFORMAT", "BADID", "NOSHAPE", "SHAPED":
 		return http.StatusBadRequest
-	case "UNAVAILABLE", "NOWORKER", "CLOCKBACK":
+	case "UNAVAILABLE", "NOWORKER", "CLOCKBACK", "NOKEY":
 		return http.StatusServiceUnavailable
 	case "REGRESSION", "TAGEXISTS", "NOTADOPTED":
 		return http.StatusConflict
@@ -118,12 +118,27 @@ func (h *Handler) serveSegmentGet(w http.ResponseWriter, r *http.Request) {
 		h.writeHTTPError(w, disabledMode("segment"))
 		return
 	}
-	id, err := h.seg.Next(r.PathValue("key"))
+	key := r.PathValue("key")
+	e := h.shapeOf(key)
+	var id int64
+	var err error
+	if e == nil {
+		if id, err = h.seg.Next(key); err == nil {
+			writeText(w, strconv.FormatInt(id, 10))
+			return
+		}
+		if e, err = h.shapeOnMiss(key, err); e == nil {
+			h.writeHTTPError(w, err)
+			return
+		}
+	}
+	// A shaped tag: the formatted ID, as Leaf's users of formatted serials expect (issue 19).
+	b, err := h.nextFormatted(e)
 	if err != nil {
 		h.writeHTTPError(w, err)
 		return
 	}
-	writeText(w, strconv.FormatInt(id, 10))
+	writeText(w, string(b))
 }
 
 // serveSnowflakeGet is Leaf's /api/snowflake/get/{key}; like Leaf it ignores the key.

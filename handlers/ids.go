@@ -13,6 +13,7 @@ import (
 
 	"github.com/leafd/leafd/resp"
 	"github.com/leafd/leafd/segment"
+	"github.com/leafd/leafd/shape"
 )
 
 // idsPool holds the scratch slices of batch replies so batches do not allocate.
@@ -20,8 +21,16 @@ var idsPool = sync.Pool{New: func() any { s := make([]int64, 0, 256); return &s 
 
 // cmdIncr: INCR tag — the next segment ID of tag.
 func cmdIncr(h *Handler, c *resp.Conn, args [][]byte) error {
-	id, err := h.seg.Next(str(args[1]))
+	tag := str(args[1])
+	if e := h.shapeOf(tag); e != nil {
+		return h.incrShaped(c, e)
+	}
+	id, err := h.seg.Next(tag)
 	if err != nil {
+		e, err := h.shapeOnMiss(tag, err)
+		if e != nil {
+			return h.incrShaped(c, e)
+		}
 		return err
 	}
 	c.WriteInt(id)
@@ -40,7 +49,7 @@ func cmdIncrBy(h *Handler, c *resp.Conn, args [][]byte) error {
 	}
 	id, err := h.seg.NextN(str(args[1]), n)
 	if err != nil {
-		return err
+		return h.notShaped(str(args[1]), err)
 	}
 	c.WriteInt(id)
 	return nil
@@ -75,7 +84,7 @@ func cmdIDsSegment(h *Handler, c *resp.Conn, args [][]byte) error {
 	ids, err := h.seg.AppendIDs((*p)[:0], str(args[1]), n)
 	*p = ids[:0]
 	if err != nil {
-		return err
+		return h.notShaped(str(args[1]), err)
 	}
 	c.WriteInts(ids)
 	return nil
@@ -87,8 +96,12 @@ func cmdIDsSegment(h *Handler, c *resp.Conn, args [][]byte) error {
 // above 2^53 (README "Client notes").
 func cmdIDsSnowflake(h *Handler, c *resp.Conn, args [][]byte) error {
 	asString := len(args) > 1 && bytes.EqualFold(args[len(args)-1], []byte("string"))
-	if asString {
+	friendly := !asString && len(args) > 1 && bytes.EqualFold(args[len(args)-1], []byte("friendly"))
+	if asString || friendly {
 		args = args[:len(args)-1]
+	}
+	if friendly {
+		return h.snowflakeFriendly(c, args)
 	}
 	if len(args) > 2 {
 		return errSyntax
@@ -141,7 +154,7 @@ func cmdIDsDecode(h *Handler, c *resp.Conn, args [][]byte) error {
 	if h.snow == nil {
 		return replyError("NOWORKER snowflake mode is not enabled on this server")
 	}
-	id, err := parseInt(args[1])
+	id, err := h.snowflakeArg(args[1])
 	if err != nil {
 		return err
 	}
@@ -156,7 +169,12 @@ func cmdIDsDecode(h *Handler, c *resp.Conn, args [][]byte) error {
 			"segment IDs (INCR, IDS.SEGMENT) are counters and have no time to decode", id, least, l.Epoch.UTC().Format("2006-01-02T15:04:05.000Z07:00")))
 	}
 	p := h.snow.Decode(id)
-	c.WriteMap(4)
+	c.WriteMap(6)
+	c.WriteBulkString("id")
+	c.WriteInt(id)
+	c.WriteBulkString("friendly")
+	var fb [48]byte
+	c.WriteBulk(h.snowLayout().AppendFriendly(fb[:0], id))
 	c.WriteBulkString("timestamp_ms")
 	c.WriteInt(p.TimestampMs)
 	c.WriteBulkString("time")
@@ -170,7 +188,28 @@ func cmdIDsDecode(h *Handler, c *resp.Conn, args [][]byte) error {
 
 // cmdIDsInfo: IDS.INFO tag — the tag's double buffer (Leaf's /cache page).
 func cmdIDsInfo(h *Handler, c *resp.Conn, args [][]byte) error {
-	in, err := h.seg.Info(str(args[1]))
+	tag := str(args[1])
+	e := h.shapeOf(tag)
+	if e == nil && !h.seg.Serves(tag, 1) { // not a held plain tag: perhaps a shape not seen yet
+		var err error
+		if e, err = h.learnShape(tag); err != nil {
+			return err
+		}
+	}
+	extra := 0
+	var per *shape.Period
+	if e != nil { // a shaped tag: its shape, and the buffer of its current period's row
+		per = e.s.PeriodAt(h.cfg.PeriodNow())
+		tag, extra = per.Row, shapeInfoFields
+	}
+	in, err := h.seg.Info(tag)
+	if err != nil && e != nil {
+		c.WriteMap(shapeInfoFields + 1)
+		c.WriteBulkString("tag")
+		c.WriteBulkString(e.s.Tag())
+		h.writeShapeInfo(c, e, per)
+		return nil
+	}
 	if err != nil {
 		return err
 	}
@@ -190,7 +229,7 @@ func cmdIDsInfo(h *Handler, c *resp.Conn, args [][]byte) error {
 		c.WriteBulkString("remaining")
 		c.WriteInt(s.Remaining)
 	}
-	c.WriteMap(12)
+	c.WriteMap(12 + extra)
 	c.WriteBulkString("tag")
 	c.WriteBulkString(in.Tag)
 	c.WriteBulkString("init_ok")
@@ -217,6 +256,9 @@ func cmdIDsInfo(h *Handler, c *resp.Conn, args [][]byte) error {
 	c.WriteBulkString(publicLoadError(in.LastError))
 	c.WriteBulkString("max_incrby")
 	c.WriteInt(in.MaxCount)
+	if e != nil {
+		h.writeShapeInfo(c, e, per)
+	}
 	return nil
 }
 
@@ -373,11 +415,24 @@ func cmdIDsCreate(h *Handler, c *resp.Conn, args [][]byte) error {
 		return replyError("NOPERM IDS.CREATE is disabled on this server (--allow-create=false); ask the operator to create the tag")
 	}
 	t := segment.Tag{Name: string(args[1])}
+	var sp shape.Spec // FORMAT, RESET, TZ, OPAQUE: a shaped tag (shape.go)
 	for i := 2; i < len(args); i += 2 {
+		opt := strings.ToLower(string(args[i]))
+		if opt == "opaque" { // a flag: no value
+			sp.Opaque = true
+			i--
+			continue
+		}
 		if i+1 >= len(args) {
 			return errSyntax
 		}
-		switch strings.ToLower(string(args[i])) {
+		switch opt {
+		case "format":
+			sp.Format = string(args[i+1])
+		case "reset":
+			sp.Reset = strings.ToLower(string(args[i+1]))
+		case "tz":
+			sp.TZ = string(args[i+1])
 		case "step":
 			n, err := parseInt(args[i+1])
 			if err != nil {
@@ -407,6 +462,14 @@ func cmdIDsCreate(h *Handler, c *resp.Conn, args [][]byte) error {
 		default:
 			return errSyntax
 		}
+	}
+	if sp.Format != "" || sp.Reset != "" || sp.TZ != "" || sp.Opaque {
+		sp.Start, sp.Step, sp.Desc = t.MaxID, t.Step, t.Description
+		if err := h.createShaped(t.Name, sp); err != nil {
+			return err
+		}
+		c.WriteSimple("OK")
+		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), h.cfg.CreateTimeout)
 	defer cancel()

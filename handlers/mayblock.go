@@ -64,8 +64,19 @@ func waitHelloAuth(h *Handler, c *resp.Conn, args [][]byte) bool {
 // values they need in memory (a tag's first load, or a switch the preload did not hide).
 // A malformed count is answered by the command itself, at once.
 func waitIncr(h *Handler, c *resp.Conn, args [][]byte) bool {
+	if e := h.shapeOf(str(args[1])); e != nil {
+		return h.shapedMayBlock(e, 1)
+	}
 	return !h.seg.Serves(str(args[1]), 1)
 }
+
+// waitIDsNext: IDS.NEXT waits when the period's row must be created (a store call) or its
+// tag, shaped or plain, would wait for a load like IDS.SEGMENT.
+func waitIDsNext(h *Handler, c *resp.Conn, args [][]byte) bool { return h.nextMayBlock(args) }
+
+// waitIDsParse: IDS.PARSE of a tag whose shape this instance has not seen reads it from the
+// store.
+func waitIDsParse(h *Handler, c *resp.Conn, args [][]byte) bool { return h.shapeOf(str(args[1])) == nil }
 
 func waitIncrBy(h *Handler, c *resp.Conn, args [][]byte) bool {
 	n, err := parseInt(args[2])

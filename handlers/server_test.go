@@ -46,6 +46,8 @@ type serverOpts struct {
 	loops         int           // resp event loops (default resp's)
 	// wrap, when set, makes the handler the server runs (a recorder around h).
 	wrap func(h *Handler) resp.Handler
+	shapes        bool          // the store keeps ID shapes (Config.Shapes)
+	mysqlDSN      string        // segments from this MariaDB database instead of bolt (marks in <dir>/marks.db)
 }
 
 func startServer(t testing.TB, o serverOpts) *testServer {
@@ -55,15 +57,30 @@ func startServer(t testing.TB, o serverOpts) *testServer {
 		dir = t.TempDir()
 	}
 	log := zap.NewNop()
-	store, err := segment.OpenBolt(filepath.Join(dir, "leafd.db"), segment.BoltOptions{})
-	if err != nil {
+	var store interface {
+		segment.Store
+		segment.Shapes
+		Close() error
+	}
+	var err error
+	if o.mysqlDSN != "" {
+		mcfg := segment.DefaultMySQLConfig()
+		mcfg.DSN = o.mysqlDSN
+		if store, err = segment.OpenMySQL(context.Background(), mcfg, log); err != nil {
+			t.Fatal(err)
+		}
+		o.markFile = true
+	} else if store, err = segment.OpenBolt(filepath.Join(dir, "leafd.db"), segment.BoltOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	scfg := segment.DefaultConfig()
 	scfg.AutoCreate = o.autoCreate
 	scfg.WaitTimeout = 2 * time.Second
 	scfg.NoWarmStart = o.noWarm
-	var marks segment.Marks = store
+	var marks segment.Marks
+	if b, ok := store.(*segment.BoltStore); ok {
+		marks = b
+	}
 	closeMarks := func() error { return nil }
 	if o.markFile {
 		mf, err := segment.OpenMarkFile(filepath.Join(dir, "marks.db"))
@@ -88,6 +105,9 @@ func startServer(t testing.TB, o serverOpts) *testServer {
 	hcfg := Config{
 		MaxBatch: 100, DisableCreate: o.disableCreate, Version: "test", StoreName: "embedded",
 		ConfigValues: map[string]string{"save": "", "appendonly": "no", "maxclients": "10"},
+	}
+	if o.shapes {
+		hcfg.Shapes = store
 	}
 	if o.config != nil {
 		o.config(&hcfg)

@@ -283,6 +283,9 @@ func (s *BoltStore) Create(ctx context.Context, t Tag) error {
 		if b.Get(key) != nil {
 			return fmt.Errorf("%w: %q", ErrTagExists, t.Name)
 		}
+		if boltShaped(tx, t.Name) {
+			return tagError(t.Name, ErrShaped, "its counters are the rows "+t.Name+"@<period>")
+		}
 		r := boltRow{maxID: t.MaxID, step: t.Step, updated: s.now(), desc: t.Description}
 		return b.Put(key, r.encode())
 	})
@@ -320,7 +323,7 @@ func (s *BoltStore) Close() error { return s.db.Close() }
 // boltWrap prefixes infrastructure errors; domain sentinels pass through unchanged so their
 // text stays short for the handlers.
 func boltWrap(op string, err error) error {
-	for _, s := range []error{ErrUnknownTag, ErrTagExists, ErrInvalidTag, ErrLimit} {
+	for _, s := range []error{ErrUnknownTag, ErrTagExists, ErrInvalidTag, ErrLimit, ErrShaped} {
 		if errors.Is(err, s) {
 			return err
 		}

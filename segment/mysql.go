@@ -220,6 +220,7 @@ type MySQLStore struct {
 
 	createTable bool
 	tableReady  atomic.Bool   // CREATE TABLE done, or refused by the server: stop trying
+	shapeReady  atomic.Bool   // CREATE TABLE leafd_tag_shape done or refused (shapestore.go)
 	tableSem    chan struct{} // one CREATE TABLE attempt at a time, abandoned on ctx expiry
 
 	failoverAllocs  int64 // 0: no fence
@@ -591,7 +592,7 @@ func (s *MySQLStore) Create(ctx context.Context, t Tag) error {
 		return err
 	})
 	if err != nil {
-		if errors.Is(err, ErrLimit) {
+		if errors.Is(err, ErrLimit) || errors.Is(err, ErrShaped) {
 			return err
 		}
 		return s.wrap("create", t.Name, err)
@@ -615,6 +616,13 @@ func (s *MySQLStore) createUncommitted(ctx context.Context, t Tag) (*sql.Tx, err
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return nil, err
+	}
+	if shaped, err := s.shapedLocked(ctx, tx, t.Name); err != nil || shaped {
+		_ = tx.Rollback()
+		if err != nil {
+			return nil, fmt.Errorf("check shape: %w", err)
+		}
+		return nil, tagError(t.Name, ErrShaped, "its counters are the rows "+t.Name+"@<period>")
 	}
 	if s.failoverAllocs > 0 {
 		jump, err := s.createFence(ctx, tx, t.Step)

@@ -116,6 +116,8 @@ func (g *Generator) requestError(tag string, err error, what string) error {
 		return te
 	case errors.Is(err, ErrNotAdopted) && errors.As(err, &te):
 		return te
+	case errors.Is(err, ErrShaped):
+		return &TagError{Tag: strings.Clone(tag), Err: ErrShaped, Detail: "the tag has an ID shape: use IDS.NEXT"}
 	}
 	g.stats.unavailable.Add(1)
 	waited := ""

@@ -165,6 +165,9 @@ func (g *Generator) Create(ctx context.Context, t Tag) error {
 		if errors.Is(err, ErrTagExists) {
 			return &TagError{Tag: t.Name, Err: ErrTagExists, Detail: "tag already exists"}
 		}
+		if errors.Is(err, ErrShaped) {
+			return &TagError{Tag: t.Name, Err: ErrShaped, Detail: "the tag has an ID shape"}
+		}
 		return fmt.Errorf("segment: create tag %q: %w", t.Name, err)
 	}
 	g.unforget(t.Name)

@@ -33,14 +33,15 @@ func (l Layout) withDefaults() Layout {
 	return l
 }
 
-// Validate checks the bit counts (each ≥ 1, sum 63) and that the epoch is not before 1970.
+// Validate checks the bit counts (each ≥ 1, sum 63 — or at most JSBits, 53, for a
+// JavaScript-safe layout whose IDs stay below 2^53) and that the epoch is not before 1970.
 func (l Layout) Validate() error {
 	l = l.withDefaults()
 	if l.TimeBits < 1 || l.WorkerBits < 1 || l.SeqBits < 1 {
 		return fmt.Errorf("snowflake: layout %d/%d/%d: each field needs at least 1 bit", l.TimeBits, l.WorkerBits, l.SeqBits)
 	}
-	if s := l.TimeBits + l.WorkerBits + l.SeqBits; s != 63 {
-		return fmt.Errorf("snowflake: layout %d/%d/%d: bits sum to %d, want 63", l.TimeBits, l.WorkerBits, l.SeqBits, s)
+	if s := l.TimeBits + l.WorkerBits + l.SeqBits; s != 63 && s > JSBits {
+		return fmt.Errorf("snowflake: layout %d/%d/%d: bits sum to %d, want 63 (or at most %d: JavaScript-safe)", l.TimeBits, l.WorkerBits, l.SeqBits, s, JSBits)
 	}
 	if l.Epoch.UnixMilli() < 0 {
 		return fmt.Errorf("snowflake: epoch %v is before 1970", l.Epoch)

@@ -95,6 +95,11 @@ type Config struct {
 	LeaseWindow     time.Duration
 	StartWaitMax    time.Duration
 	ShutdownTimeout time.Duration
+
+	// IDKeyFile holds the AES key of opaque tags as hex (issue 19); never logged or shown.
+	IDKeyFile string
+	// PeriodClockOffset shifts the clock that picks shaped tags' periods (drills, tests).
+	PeriodClockOffset time.Duration
 }
 
 // flagSet declares every option with its default and help. The names are the contract of
@@ -128,6 +133,8 @@ func flagSet(c *Config) *flag.FlagSet {
 	fs.Int64Var(&c.WorkerOffset, "worker-offset", 0, "statefulset worker ids: worker id = offset + pod ordinal (several StatefulSets in one domain)")
 	fs.Int64Var(&c.PodOrdinal, "pod-ordinal", -1, "statefulset worker ids: this pod's ordinal; -1: the number after the last '-' of the hostname")
 	fs.StringVar(&c.RequirePass, "requirepass", "", "password for AUTH / HELLO ... AUTH; prefer --requirepass-file or LEAFD_REQUIREPASS")
+	fs.DurationVar(&c.PeriodClockOffset, "period-clock-offset", 0, "shift the clock that picks a periodic tag's period by this much (drills across a simulated midnight; IDs stay unique whatever the clocks)")
+	fs.StringVar(&c.IDKeyFile, "id-key-file", "", "file holding the AES key of OPAQUE tags as 32 or 64 hex digits (AES-128/256); surrounding whitespace ignored; never logged or shown by CONFIG GET")
 	fs.StringVar(&c.RequirePassFile, "requirepass-file", "", "file holding the --requirepass password (preferred over the flag)")
 	fs.StringVar(&c.Modes, "modes", "segment,snowflake", "ID modes served: segment, snowflake, or segment,snowflake; a mode left out answers DISABLED, is left out of /readyz, and (snowflake) its worker-id source is not contacted")
 	fs.StringVar(&c.AutoCreate, "auto-create", "auto", "create unknown tags on first use: on, off, or auto (on with the embedded store, off with MySQL)")
@@ -161,7 +168,7 @@ func flagSet(c *Config) *flag.FlagSet {
 	fs.Int64Var(&c.MySQLFailover, "mysql-failover-allocs", mc.FailoverAllocs, "most allocations per tag a database failover may lose: after a failover max_id first moves by this many × max(--max-step, stored step); 0 turns the fence off")
 	fs.BoolVar(&c.MySQLSemiSync, "mysql-require-semisync", false, "refuse to lease (UNAVAILABLE) unless the primary replicates semi-synchronously")
 	fs.Int64Var(&c.SnowflakeEpoch, "snowflake-epoch", sf.Layout.EpochMs(), "snowflake epoch, Unix ms (Leaf's default)")
-	fs.StringVar(&c.SnowflakeBits, "snowflake-bits", fmt.Sprintf("%d/%d/%d", sf.Layout.TimeBits, sf.Layout.WorkerBits, sf.Layout.SeqBits), "snowflake layout: time/worker/sequence bits, summing to 63")
+	fs.StringVar(&c.SnowflakeBits, "snowflake-bits", fmt.Sprintf("%d/%d/%d", sf.Layout.TimeBits, sf.Layout.WorkerBits, sf.Layout.SeqBits), "snowflake layout: time/worker/sequence bits, summing to 63, or to at most 53 for IDs JavaScript reads exactly; \"js\" is 41/3/9 (8 workers, 512 IDs/ms each)")
 	fs.BoolVar(&c.SnowflakeSeq0, "snowflake-seq-zero", sf.SequenceStartZero, "start each millisecond's sequence at 0 instead of a random value in [0,100)")
 	fs.DurationVar(&c.ClockBackMax, "clock-back-max", sf.MaxBackward, "largest clock step back that is waited out; more is CLOCKBACK")
 	fs.DurationVar(&c.LeaseWindow, "lease-window", sf.LeaseWindow, "how far ahead the snowflake time bound is persisted")
@@ -449,6 +456,10 @@ func (c Config) snowflakeOn() bool { _, snow, _ := parseModes(c.Modes); return s
 // parseBits parses "41/10/12".
 func parseBits(s string) ([3]int, error) {
 	var out [3]int
+	if strings.EqualFold(s, "js") { // the JavaScript-safe layout: IDs below 2^53
+		l := snowflake.JSLayout()
+		return [3]int{l.TimeBits, l.WorkerBits, l.SeqBits}, nil
+	}
 	parts := strings.Split(s, "/")
 	if len(parts) != 3 {
 		return out, errors.New("want time/worker/sequence, e.g. 41/10/12")
@@ -460,8 +471,8 @@ func parseBits(s string) ([3]int, error) {
 		}
 		out[i] = n
 	}
-	if out[0]+out[1]+out[2] != 63 {
-		return out, errors.New("the three widths must sum to 63")
+	if sum := out[0] + out[1] + out[2]; sum != 63 && sum > snowflake.JSBits {
+		return out, fmt.Errorf("the three widths must sum to 63, or to at most %d for JavaScript-safe IDs (\"js\": 41/3/9)", snowflake.JSBits)
 	}
 	return out, nil
 }

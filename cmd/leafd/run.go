@@ -107,6 +107,11 @@ func run(ctx context.Context, cfg Config, log *zap.Logger, ready func(net.Addr))
 		snow = g
 	}
 
+	idKey, err := readIDKey(cfg.IDKeyFile)
+	if err != nil {
+		return err
+	}
+	shapes, _ := store.(segment.Shapes)
 	h := handlers.New(handlers.Config{
 		MaxBatch:       cfg.MaxBatch,
 		MaxStep:        cfg.MaxStep,
@@ -118,6 +123,9 @@ func run(ctx context.Context, cfg Config, log *zap.Logger, ready func(net.Addr))
 		ConfigValues:   cfg.configValues(),
 		HTTPAuth:       cfg.httpToken(),
 		HTTPOpenProbes: cfg.HTTPOpenProbes,
+		Shapes:         shapes,
+		IDKey:          idKey,
+		PeriodNow:      periodClock(cfg.PeriodClockOffset),
 	}, seg, snow, log.Named("handlers"))
 
 	rcfg := resp.DefaultConfig()

@@ -1,0 +1,466 @@
+package handlers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/leafd/leafd/resp"
+	"github.com/leafd/leafd/segment"
+	"github.com/leafd/leafd/shape"
+	"go.uber.org/zap"
+)
+
+// ID shapes (issue 19): a shaped tag's spec lives in the store (segment.Shapes) and is
+// compiled here; its counters are the segment rows tag@period, served by the segment core
+// like any tag. This file holds the registry of compiled shapes and the commands IDS.NEXT and
+// IDS.PARSE, and the shaped paths of INCR, IDS.CREATE and IDS.INFO.
+
+// shapeEntry is one compiled shape and what this instance did with its periods.
+type shapeEntry struct {
+	s     *shape.Shape
+	ready atomic.Pointer[shape.Period] // the latest period whose row this instance created or found
+	mu    sync.Mutex                   // serializes row creation and retirement of the tag
+}
+
+// shapeRegistry maps shaped tags to their compiled shapes. Readers look up without a lock
+// (a copy-on-write map); shapes are never changed once created, so an entry never goes stale.
+type shapeRegistry struct {
+	m     atomic.Pointer[map[string]*shapeEntry]
+	mu    sync.Mutex
+	neg   map[string]time.Time // tags the store has no shape for, until
+	count atomic.Int64
+}
+
+const (
+	shapeNegTTL = time.Second
+	shapeNegMax = 10000
+)
+
+func (r *shapeRegistry) get(tag string) *shapeEntry {
+	if r.count.Load() == 0 {
+		return nil
+	}
+	return (*r.m.Load())[tag]
+}
+
+func (r *shapeRegistry) add(s *shape.Shape) *shapeEntry {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	old := r.m.Load()
+	if old != nil {
+		if e := (*old)[s.Tag()]; e != nil {
+			return e
+		}
+	}
+	m := make(map[string]*shapeEntry, r.count.Load()+1)
+	if old != nil {
+		for k, v := range *old {
+			m[k] = v
+		}
+	}
+	e := &shapeEntry{s: s}
+	m[s.Tag()] = e
+	r.m.Store(&m)
+	r.count.Add(1)
+	delete(r.neg, s.Tag())
+	return e
+}
+
+// shapeOf returns tag's shape when this instance knows it.
+func (h *Handler) shapeOf(tag string) *shapeEntry { return h.shapes.get(tag) }
+
+// learnShape reads tag's shape from the store (nil, nil when it has none; remembered for a
+// second so unknown tags do not hit the store on every request).
+func (h *Handler) learnShape(tag string) (*shapeEntry, error) {
+	if e := h.shapes.get(tag); e != nil {
+		return e, nil
+	}
+	if h.cfg.Shapes == nil {
+		return nil, nil
+	}
+	now := h.now()
+	h.shapes.mu.Lock()
+	until, neg := h.shapes.neg[tag]
+	h.shapes.mu.Unlock()
+	if neg && now.Before(until) {
+		return nil, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), h.cfg.CreateTimeout)
+	defer cancel()
+	raw, err := h.cfg.Shapes.LoadShape(ctx, tag)
+	if errors.Is(err, segment.ErrUnknownTag) {
+		h.shapes.mu.Lock()
+		if h.shapes.neg == nil || len(h.shapes.neg) >= shapeNegMax {
+			h.shapes.neg = make(map[string]time.Time)
+		}
+		h.shapes.neg[strings.Clone(tag)] = now.Add(shapeNegTTL)
+		h.shapes.mu.Unlock()
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	spec, err := shape.DecodeSpec(raw)
+	if err != nil {
+		return nil, err
+	}
+	s, err := shape.Compile(strings.Clone(tag), spec, h.cfg.IDKey)
+	if err != nil {
+		return nil, err
+	}
+	return h.shapes.add(s), nil
+}
+
+// shapeOnMiss: a plain request of tag failed with err; if tag is shaped (this instance had
+// not seen it yet) its entry is returned so the request takes the shaped path. The error to
+// reply with otherwise: err, or why the shape cannot be used (NOKEY: not this server's key).
+func (h *Handler) shapeOnMiss(tag string, err error) (*shapeEntry, error) {
+	if !errors.Is(err, segment.ErrUnknownTag) && !errors.Is(err, segment.ErrShaped) {
+		return nil, err
+	}
+	e, lerr := h.learnShape(tag)
+	if lerr != nil {
+		if errors.Is(lerr, shape.ErrKey) || errors.Is(lerr, shape.ErrTemplate) {
+			return nil, lerr
+		}
+		h.log.Warn("shape: cannot read a tag's shape", zap.String("tag", tag), zap.Error(lerr))
+		return nil, err
+	}
+	if e == nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+// period returns the period of now and makes sure its row exists: the first request of a
+// period on this instance creates it (start and step from the shape; a row that exists is
+// fine; a row pruned and created again starts above every ID this instance or, on MySQL, any
+// instance issued from it: the marks and leafd_fence's high-water). The row of the period
+// before is retired from this instance: a segment never outlives its period.
+func (h *Handler) period(e *shapeEntry) (*shape.Period, error) {
+	p := e.s.PeriodAt(h.cfg.PeriodNow())
+	if e.ready.Load() == p {
+		return p, nil
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	prev := e.ready.Load()
+	if prev == p {
+		return p, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), h.cfg.CreateTimeout)
+	defer cancel()
+	if err := h.ensureRow(ctx, e, p); err != nil {
+		return nil, err
+	}
+	if prev != nil && prev.Row != p.Row {
+		h.seg.Retire(prev.Row)
+	}
+	e.ready.Store(p)
+	return p, nil
+}
+
+// ensureRow creates p's row unless it exists. Most instances find the row another one created
+// (a read, no lock), so few creations of one row run at once; a creation that loses to a
+// concurrent one (TAGEXISTS, or a MySQL deadlock between the two) is retried, then accepted.
+func (h *Handler) ensureRow(ctx context.Context, e *shapeEntry, p *shape.Period) error {
+	if r, ok := h.cfg.Shapes.(interface {
+		MaxID(ctx context.Context, tag string) (int64, error)
+	}); ok {
+		if _, err := r.MaxID(ctx, p.Row); err == nil {
+			return nil
+		}
+	}
+	spec := e.s.Spec()
+	var err error
+	for try := 0; try < 3; try++ {
+		t := segment.Tag{Name: p.Row, Step: spec.Step, MaxID: e.s.Start(), Description: spec.Desc}
+		err = h.seg.Create(ctx, t)
+		if errors.Is(err, segment.ErrLimit) { // START below the mark (a pruned or known row): start at the mark
+			t.MaxID = 0
+			err = h.seg.Create(ctx, t)
+		}
+		if err == nil || errors.Is(err, segment.ErrTagExists) {
+			return nil
+		}
+		var te *segment.TagError
+		if errors.As(err, &te) || ctx.Err() != nil { // a refusal (LIMIT, BADTAG, SHAPED): final
+			return err
+		}
+		h.log.Info("shape: creating a period's row failed; retrying", zap.String("row", p.Row), zap.Error(err))
+		h.cfg.Sleep(time.Duration(10*(try+1)) * time.Millisecond)
+	}
+	return err
+}
+
+// shapedCounter takes one counter of e's current period.
+func (h *Handler) shapedCounter(e *shapeEntry) (*shape.Period, int64, error) {
+	p, err := h.period(e)
+	if err != nil {
+		return nil, 0, err
+	}
+	c, err := h.seg.Next(p.Row)
+	return p, c, err
+}
+
+// incrShaped: INCR of a shaped tag returns the integer: the counter of the current period,
+// or for an opaque tag its FF1 image (never the raw counter).
+func (h *Handler) incrShaped(c *resp.Conn, e *shapeEntry) error {
+	p, ctr, err := h.shapedCounter(e)
+	if err != nil {
+		return err
+	}
+	v, err := e.s.Int(p, ctr)
+	if err != nil {
+		return err
+	}
+	c.WriteInt(v)
+	return nil
+}
+
+// cmdIDsNext: IDS.NEXT tag [count] — the tag's next ID(s) as bulk strings: formatted for a
+// shaped tag, the decimal integer for a plain one (for clients that read integers as
+// floating point). Without count one bulk string, with count an array (IDS.SEGMENT's bound).
+func cmdIDsNext(h *Handler, c *resp.Conn, args [][]byte) error {
+	if len(args) > 3 {
+		return errSyntax
+	}
+	n := 1
+	if len(args) == 3 {
+		var err error
+		if n, err = h.batchCount(args[2]); err != nil {
+			return err
+		}
+	}
+	tag := str(args[1])
+	e := h.shapeOf(tag)
+	p := idsPool.Get().(*[]int64)
+	defer idsPool.Put(p)
+	var per *shape.Period
+	var ids []int64
+	var err error
+	for try := 0; try < 2; try++ {
+		if e != nil {
+			if per, err = h.period(e); err != nil {
+				return err
+			}
+			ids, err = h.seg.AppendIDs((*p)[:0], per.Row, n)
+		} else {
+			ids, err = h.seg.AppendIDs((*p)[:0], tag, n)
+		}
+		*p = ids[:0]
+		if err == nil || e != nil {
+			break
+		}
+		if e, err = h.shapeOnMiss(tag, err); e == nil {
+			break
+		}
+	}
+	if err != nil {
+		return err
+	}
+	var buf [shape.MaxTemplateLen + 8]byte
+	if len(args) == 3 {
+		c.WriteArray(len(ids))
+	}
+	for _, id := range ids {
+		b := buf[:0]
+		if e != nil {
+			if b, err = e.s.Append(b, per, id); err != nil {
+				if len(args) == 3 { // the array header is out: end it with error entries
+					c.WriteError(h.errorReply(err))
+					continue
+				}
+				return err
+			}
+		} else {
+			b = strconv.AppendInt(b, id, 10)
+		}
+		c.WriteBulk(b)
+	}
+	return nil
+}
+
+// cmdIDsParse: IDS.PARSE tag id — the counter and period an ID of a shaped tag came from
+// (map in RESP3, flat array in RESP2); BADID for a string the tag could not have issued.
+func cmdIDsParse(h *Handler, c *resp.Conn, args [][]byte) error {
+	tag := str(args[1])
+	e, err := h.learnShape(tag)
+	if err != nil {
+		return err
+	}
+	if e == nil {
+		return replyError(fmt.Sprintf("NOSHAPE tag '%s' has no ID shape (create it with IDS.CREATE %s FORMAT template)", tag, tag))
+	}
+	got, err := e.s.Parse(string(args[2]))
+	if err != nil {
+		return err
+	}
+	c.WriteMap(4)
+	c.WriteBulkString("counter")
+	c.WriteInt(got.Counter)
+	c.WriteBulkString("period")
+	c.WriteBulkString(got.Period.Key)
+	c.WriteBulkString("period_start")
+	if got.Period.Start.IsZero() {
+		c.WriteBulkString("")
+	} else {
+		c.WriteBulkString(got.Period.Start.Format(time.RFC3339))
+	}
+	c.WriteBulkString("row")
+	c.WriteBulkString(got.Period.Row)
+	return nil
+}
+
+// createShaped runs IDS.CREATE of a tag with FORMAT, RESET, TZ or OPAQUE: the spec is
+// checked (a template that cannot hold START, a period the template does not print, OPAQUE
+// without --id-key-file: refused) and stored; the rows come with the first use of each period.
+func (h *Handler) createShaped(tag string, spec shape.Spec) error {
+	if h.cfg.Shapes == nil {
+		return replyError("ERR this store keeps no ID shapes")
+	}
+	if err := segment.ValidateTag(tag); err != nil {
+		return err
+	}
+	if strings.Contains(tag, shape.RowSep) {
+		return replyError("BADTAG a shaped tag's name may not contain '@' (its rows are tag@period)")
+	}
+	if len(tag)+1+10 > segment.MaxTagLen {
+		return replyError(fmt.Sprintf("BADTAG a shaped tag's name is at most %d bytes (its rows add @period)", segment.MaxTagLen-11))
+	}
+	s, err := shape.Compile(strings.Clone(tag), spec, h.cfg.IDKey)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), h.cfg.CreateTimeout)
+	defer cancel()
+	if err := h.cfg.Shapes.CreateShape(ctx, tag, s.Spec().Encode()); err != nil {
+		return err
+	}
+	h.shapes.add(s)
+	h.log.Info("shape: tag created", zap.String("tag", tag), zap.String("format", spec.Format), zap.String("reset", spec.Reset), zap.String("tz", spec.TZ))
+	return nil
+}
+
+// shapeInfo writes the shape fields of IDS.INFO (n fields).
+const shapeInfoFields = 7
+
+func (h *Handler) writeShapeInfo(c *resp.Conn, e *shapeEntry, p *shape.Period) {
+	sp := e.s.Spec()
+	c.WriteBulkString("format")
+	c.WriteBulkString(sp.Format)
+	c.WriteBulkString("reset")
+	c.WriteBulkString(sp.Reset)
+	c.WriteBulkString("tz")
+	c.WriteBulkString(sp.TZ)
+	c.WriteBulkString("opaque")
+	c.WriteInt(b2i(sp.Opaque))
+	c.WriteBulkString("capacity")
+	c.WriteInt(e.s.Capacity())
+	c.WriteBulkString("period")
+	c.WriteBulkString(p.Key)
+	c.WriteBulkString("row")
+	c.WriteBulkString(p.Row)
+}
+
+// nextMayBlock reports whether IDS.NEXT may wait: its row for this period is not created or
+// its values are not in memory (MayBlock).
+func (h *Handler) nextMayBlock(args [][]byte) bool {
+	if len(args) < 2 || len(args) > 3 {
+		return false
+	}
+	n := int64(1)
+	if len(args) == 3 {
+		var err error
+		if n, err = parseInt(args[2]); err != nil || n < 1 {
+			return false
+		}
+	}
+	tag := str(args[1])
+	e := h.shapeOf(tag)
+	if e == nil {
+		return !h.seg.Serves(tag, n)
+	}
+	return h.shapedMayBlock(e, n)
+}
+
+// shapedMayBlock reports whether n counters of e's current period may wait: its row not
+// created by this instance yet, or the values not in memory.
+func (h *Handler) shapedMayBlock(e *shapeEntry, n int64) bool {
+	p := e.ready.Load()
+	if p == nil || p != e.s.PeriodAt(h.cfg.PeriodNow()) {
+		return true
+	}
+	return !h.seg.Serves(p.Row, n)
+}
+
+// cmdIDsPrune: IDS.PRUNE tag period — delete the rows of the shaped tag's periods before
+// period (its key: 20261201, 202612, 2026 or 2026120115), the retention step for periodic
+// tags; the current period is never pruned. Returns the number of rows deleted. A pruned
+// period never starts again at 1: if a request (a clock stepped back) uses it again, its row
+// is created above every ID this instance issued from it (the marks) and, on MySQL, above
+// leafd_fence's high-water.
+func cmdIDsPrune(h *Handler, c *resp.Conn, args [][]byte) error {
+	tag := str(args[1])
+	e, err := h.learnShape(tag)
+	if err != nil {
+		return err
+	}
+	if e == nil || e.s.Reset() == shape.ResetNone {
+		return replyError(fmt.Sprintf("NOSHAPE tag '%s' is not a periodic tag", tag))
+	}
+	pr, ok := h.cfg.Shapes.(segment.Pruner)
+	st, ok2 := h.cfg.Shapes.(segment.Store)
+	if !ok || !ok2 {
+		return replyError("ERR this store cannot prune")
+	}
+	before := string(args[2])
+	cur := e.s.PeriodAt(h.cfg.PeriodNow())
+	if len(before) != len(cur.Key) || before > cur.Key {
+		return replyError(fmt.Sprintf("ERR period must be a key like %s, not after the current period", cur.Key))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), h.cfg.CreateTimeout)
+	defer cancel()
+	rows, err := segment.PeriodRows(ctx, st, tag)
+	if err != nil {
+		return err
+	}
+	n := 0
+	for _, r := range rows {
+		key := strings.TrimPrefix(r, tag+shape.RowSep)
+		if len(key) != len(before) || key >= before {
+			continue
+		}
+		h.seg.Retire(r)
+		if err := pr.DeleteTag(ctx, r); err != nil {
+			return err
+		}
+		n++
+	}
+	c.WriteInt(int64(n))
+	return nil
+}
+
+// notShaped turns the error of INCRBY or IDS.SEGMENT on a shaped tag's name (no row of that
+// name exists) into SHAPED; other errors pass unchanged.
+func (h *Handler) notShaped(tag string, err error) error {
+	if e, _ := h.shapeOnMiss(tag, err); e != nil {
+		return &segment.TagError{Tag: strings.Clone(tag), Err: segment.ErrShaped, Detail: "use IDS.NEXT or INCR"}
+	}
+	return err
+}
+
+// nextFormatted takes one counter of e's current period and renders it (the HTTP API).
+func (h *Handler) nextFormatted(e *shapeEntry) ([]byte, error) {
+	p, c, err := h.shapedCounter(e)
+	if err != nil {
+		return nil, err
+	}
+	return e.s.Append(nil, p, c)
+}
