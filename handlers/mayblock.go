@@ -76,7 +76,9 @@ func waitIDsNext(h *Handler, c *resp.Conn, args [][]byte) bool { return h.nextMa
 
 // waitIDsParse: IDS.PARSE of a tag whose shape this instance has not seen reads it from the
 // store.
-func waitIDsParse(h *Handler, c *resp.Conn, args [][]byte) bool { return h.shapeOf(str(args[1])) == nil }
+func waitIDsParse(h *Handler, c *resp.Conn, args [][]byte) bool {
+	return h.shapeOf(str(args[1])) == nil
+}
 
 func waitIncrBy(h *Handler, c *resp.Conn, args [][]byte) bool {
 	n, err := parseInt(args[2])

@@ -45,9 +45,9 @@ type serverOpts struct {
 	model         string        // resp server model (default resp's)
 	loops         int           // resp event loops (default resp's)
 	// wrap, when set, makes the handler the server runs (a recorder around h).
-	wrap func(h *Handler) resp.Handler
-	shapes        bool          // the store keeps ID shapes (Config.Shapes)
-	mysqlDSN      string        // segments from this MariaDB database instead of bolt (marks in <dir>/marks.db)
+	wrap     func(h *Handler) resp.Handler
+	shapes   bool   // the store keeps ID shapes (Config.Shapes)
+	mysqlDSN string // segments from this MariaDB database instead of bolt (marks in <dir>/marks.db)
 }
 
 func startServer(t testing.TB, o serverOpts) *testServer {
