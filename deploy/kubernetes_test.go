@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -445,12 +444,6 @@ func TestKubernetesOverlaysApart(t *testing.T) {
 	}
 }
 
-// pendingFlags are options the manifests use that other branches add (issue 18: worker-id
-// sources; issue 22: modes), with the names agreed in the shared notes. Until they are
-// merged, this branch's binary lacks them; LEAFD_TEST_MANIFEST_FLAGS=strict makes their
-// absence fail (run it after the merge).
-var pendingFlags = []string{"modes", "worker-source", "worker-offset", "pod-ordinal"}
-
 var (
 	helpOnce sync.Once
 	helpText string
@@ -484,10 +477,9 @@ func leafdFlags(t *testing.T) map[string]bool {
 }
 
 // TestKubernetesFlags: every LEAFD_* variable the overlays set is a flag of leafd (its
-// variable is LEAFD_ + the name upper-cased, '-' as '_'), or one of pendingFlags.
+// variable is LEAFD_ + the name upper-cased, '-' as '_').
 func TestKubernetesFlags(t *testing.T) {
 	flags := leafdFlags(t)
-	strict := os.Getenv("LEAFD_TEST_MANIFEST_FLAGS") == "strict"
 	for _, overlay := range overlays {
 		for _, o := range render(t, overlay) {
 			cs, _ := o.get("spec.template.spec.containers").([]any)
@@ -497,11 +489,7 @@ func TestKubernetesFlags(t *testing.T) {
 						continue
 					}
 					flag := strings.ReplaceAll(strings.ToLower(strings.TrimPrefix(name, "LEAFD_")), "_", "-")
-					switch {
-					case flags[flag]:
-					case slices.Contains(pendingFlags, flag) && !strict:
-						t.Logf("%s: %s is --%s, not in this build yet (agreed name, another branch)", overlay, name, flag)
-					default:
+					if !flags[flag] {
 						t.Errorf("%s: %s: leafd has no flag --%s", overlay, name, flag)
 					}
 				}
