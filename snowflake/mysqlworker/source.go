@@ -77,6 +77,12 @@ type Source struct {
 	gateMs   int64     // the same, as wall-clock ms (both must be passed)
 	unsure   bool      // a write's outcome is unknown (or raced): read the row before writing
 	fenced   bool      // the self-fence was counted for the current lapse
+	// rebound: the id was re-taken after a lapse (retakeLocked) and the generator has not
+	// been told yet: the next Extend answers ErrWorkerLost, so that the generator acquires
+	// again (the same id, Bound = the gate) and raises its floor to the gate. Without it a
+	// clock step back after the gate passed would let it issue below the bound of whoever
+	// held the id meanwhile (adversarial review of issue 18).
+	rebound bool
 	pending  *pendingAcq
 	until    int64 // the highest reserved_until accepted (Extend) or carried (Acquire, re-take)
 	accepted int64 // the highest until Extend accepted for this acquisition
@@ -320,6 +326,8 @@ func (s *Source) Extend(ctx context.Context, until time.Time) error {
 		return errors.New("snowflake: Extend before Acquire")
 	case lost != nil:
 		return lost
+	case s.rebound:
+		return s.reboundErr(s.waitingErr())
 	}
 	u := until.UnixMilli()
 	if u <= s.accepted && s.gate.IsZero() {
@@ -329,7 +337,7 @@ func (s *Source) Extend(ctx context.Context, until time.Time) error {
 	}
 	now := s.cfg.Clock.Now()
 	if s.unsure || !now.Before(s.deadline) {
-		return s.retakeLocked(ctx, now)
+		return s.reboundErr(s.retakeLocked(ctx, now))
 	}
 	if !s.gate.IsZero() {
 		if now.Before(s.gate) || now.UnixMilli() <= s.gateMs {
@@ -342,7 +350,7 @@ func (s *Source) Extend(ctx context.Context, until time.Time) error {
 	ok, err := s.st.Renew(ctx, s.id, s.epoch, s.token, u, s.cfg.Lease)
 	switch {
 	case err == nil && !ok:
-		return s.retakeLocked(ctx, now) // taken over, released or lost by a failover
+		return s.reboundErr(s.retakeLocked(ctx, now)) // taken over, released or lost by a failover
 	case err == nil:
 		s.renewedLocked(now)
 		if u > now.UnixMilli()+s.cfg.Lease.Milliseconds() {
@@ -384,6 +392,17 @@ func (s *Source) renewedLocked(sent time.Time) {
 	s.stats.Renewals++
 	s.lastErr = ""
 	s.mu.Unlock()
+}
+
+// reboundErr turns err into ErrWorkerLost (still an ErrWorkerHeld) once after a re-take: the
+// generator then acquires again and gets the re-taken id with the gate as its Bound.
+func (s *Source) reboundErr(err error) error {
+	if !s.rebound || err == nil {
+		return err
+	}
+	s.rebound = false
+	return fmt.Errorf("%w (%w): acquiring it again so that IDs start above %v",
+		snowflake.ErrWorkerLost, err, time.UnixMilli(s.gateMs).UTC())
 }
 
 func (s *Source) waitingErr() error {
@@ -444,6 +463,10 @@ func (s *Source) retakeLocked(ctx context.Context, now time.Time) error {
 	s.gate = ack.Add(s.cfg.TakerWait())
 	s.gateMs = max(ack.UnixMilli()+s.cfg.TakerWait().Milliseconds(), r.ReservedUntil+1)
 	s.until = max(s.until, r.ReservedUntil)
+	if gb := time.UnixMilli(s.gateMs).UTC(); gb.After(s.bound) {
+		s.bound = gb
+	}
+	s.rebound = true
 	s.stats.Acquisitions++
 	s.mu.Unlock()
 	s.log.Warn("snowflake: mysql worker id re-acquired; issuing again after the taker's wait",

@@ -196,6 +196,15 @@ func TestPausedHolder(t *testing.T) {
 	if !errors.Is(err, snowflake.ErrWorkerHeld) {
 		t.Fatalf("first Extend after the pause: want a refusal while waiting out the lease, got %v", err)
 	}
+	// ... and ErrWorkerLost once, so that the generator acquires again: the same id, whose
+	// Bound is the gate (its floor then covers whoever held the id meanwhile, even if the
+	// clock steps back after the gate).
+	if !errors.Is(err, snowflake.ErrWorkerLost) {
+		t.Fatalf("first Extend after the re-take: want ErrWorkerLost (acquire again), got %v", err)
+	}
+	if w := acquire(t, a); w.ID != 0 || w.Bound.Before(fx.db.Now().Add(lease+margin)) {
+		t.Fatalf("Acquire after the re-take: got id %d bound %v, want id 0 with a bound at least now+lease+margin %v", w.ID, w.Bound, fx.db.Now().Add(lease+margin))
+	}
 	for range 2 { // the renewal goroutine keeps the lease meanwhile
 		fx.db.Add(lease / 2)
 		a.renewOnce(context.Background())

@@ -34,6 +34,10 @@ import (
 // it back.
 var testHookFence func(id int64)
 
+// testHookLowering, when set by a test, runs in Extend just before a write that announces
+// tolerance 0 (a lowering write) is sent.
+var testHookLowering func()
+
 // claim is a worker id whose live node this process has claimed (claimLive), and, once fence
 // has run, the state node it wrote.
 type claim struct {

@@ -126,27 +126,32 @@ func TestZKOutageStartRule(t *testing.T) {
 		px.SetMode(e2e.ProxyDelay, 700*time.Millisecond)
 		low := time.Now().Add(time.Millisecond).Truncate(time.Millisecond)
 		// The data dir records the write as applied before it is sent: a crash while it is in
-		// flight (its reply takes 1.4 s here) must leave tolerance 0 too.
-		done := make(chan error, 1)
-		start := time.Now()
-		go func() { done <- a.Extend(ctx, low) }()
-		seenAt := time.Duration(-1)
-		for seenAt < 0 {
+		// flight (its reply takes 1.4 s here) must leave tolerance 0 too. The hook runs just
+		// before the write is sent and reads the data dir then.
+		var atSend statefile.State
+		var atSendErr error
+		sent := false
+		testHookLowering = func() {
+			sent = true
 			b, err := os.ReadFile(filepath.Join(cfg.DataDir, snowflake.LocalStateFile))
-			var st statefile.State
-			if err == nil && json.Unmarshal(b, &st) == nil && st.ZKConfirmedMs == low.UnixMilli() && st.ToleranceMs == 0 {
-				seenAt = time.Since(start)
-				break
+			if err == nil {
+				err = json.Unmarshal(b, &atSend)
 			}
-			select {
-			case err := <-done:
-				t.Fatalf("lowering Extend returned (%v) before the data dir recorded it", err)
-			case <-time.After(time.Millisecond):
-			}
+			atSendErr = err
 		}
-		if seenAt > 900*time.Millisecond {
-			t.Fatalf("the data dir recorded the lowering write %v after it was sent, once its outcome was known; want before sending it", seenAt)
+		defer func() { testHookLowering = nil }()
+		done := make(chan error, 1)
+		go func() { done <- a.Extend(ctx, low) }()
+		err = <-done
+		testHookLowering = nil
+		if !sent || atSendErr != nil {
+			t.Fatalf("the lowering write was not sent (%v, %v)", sent, atSendErr)
 		}
+		if atSend.ZKConfirmedMs != low.UnixMilli() || atSend.ToleranceMs != 0 {
+			t.Fatalf("when the lowering write was sent the data dir said confirmed %v tolerance %dms; want %v and 0 (recorded before sending it)",
+				time.UnixMilli(atSend.ZKConfirmedMs), atSend.ToleranceMs, low)
+		}
+		done <- err
 		if err := <-done; err != nil {
 			t.Fatalf("lowering Extend: %v", err)
 		}

@@ -60,6 +60,9 @@ func (s *Source) Extend(ctx context.Context, until time.Time) error {
 				return err
 			}
 		}
+		if testHookLowering != nil && tol == 0 {
+			testHookLowering()
+		}
 		zkErr = s.writeStateLocked(zctx, u, tol)
 		if zkErr == nil {
 			if err := s.cache.Write(s.localState(u)); err != nil {
