@@ -104,10 +104,9 @@ func (c *Cipher) Domain(n int) (uint64, error) {
 
 // params holds what depends on n only.
 type params struct {
-	n, u, v  int
-	pu, pv   uint64 // radix^u, radix^v
-	b, d     int
-	nonFinal bool
+	n, u, v int
+	pu, pv  uint64 // radix^u, radix^v
+	b, d    int
 }
 
 func (c *Cipher) params(n int) (params, error) {
