@@ -132,6 +132,10 @@ func openSQL(dsn string, timeout time.Duration) (*sqlStore, error) {
 	db.SetMaxOpenConns(2)
 	db.SetMaxIdleConns(2)
 	db.SetConnMaxIdleTime(time.Minute)
+	// Renewals every third of the lease keep connections busy, so the idle limit never ends
+	// them: a lifetime bounds how long one stays on a server that a virtual IP or DNS name no
+	// longer points at (a failover that did not cut the old primary's sessions).
+	db.SetConnMaxLifetime(time.Minute)
 	return &sqlStore{db: db, timeout: timeout}, nil
 }
 
