@@ -3,7 +3,6 @@ package handlers
 import (
 	"bytes"
 
-	"github.com/leafd/leafd/resp"
 	"github.com/leafd/leafd/snowflake"
 )
 
@@ -26,41 +25,4 @@ func (h *Handler) snowflakeArg(b []byte) (int64, error) {
 		return id, nil
 	}
 	return parseInt(b)
-}
-
-// snowflakeFriendly: IDS.SNOWFLAKE [count] FRIENDLY — the IDs in their friendly form, bulk
-// strings (yyyyMMddHHmmssSSS-worker-sequence, UTC); IDS.DECODE reads them back.
-func (h *Handler) snowflakeFriendly(c *resp.Conn, args [][]byte) error {
-	if len(args) > 2 {
-		return errSyntax
-	}
-	if h.snow == nil {
-		return replyError("NOWORKER snowflake mode is not enabled on this server")
-	}
-	l := h.snowLayout()
-	var buf [48]byte
-	if len(args) == 1 {
-		id, err := h.snow.Next()
-		if err != nil {
-			return err
-		}
-		c.WriteBulk(l.AppendFriendly(buf[:0], id))
-		return nil
-	}
-	n, err := h.batchCount(args[1])
-	if err != nil {
-		return err
-	}
-	p := idsPool.Get().(*[]int64)
-	defer idsPool.Put(p)
-	ids, err := h.snow.AppendIDs((*p)[:0], n)
-	*p = ids[:0]
-	if err != nil {
-		return err
-	}
-	c.WriteArray(len(ids))
-	for _, id := range ids {
-		c.WriteBulk(l.AppendFriendly(buf[:0], id))
-	}
-	return nil
 }

@@ -90,18 +90,22 @@ func cmdIDsSegment(h *Handler, c *resp.Conn, args [][]byte) error {
 	return nil
 }
 
-// cmdIDsSnowflake: IDS.SNOWFLAKE [count] [STRING] — one ID as an integer, or an array of
+// cmdIDsSnowflake: IDS.SNOWFLAKE [count] [STRING|FRIENDLY] — one ID as an integer, or an array of
 // count. With STRING the IDs are bulk strings of their decimal digits: for clients that turn
 // integer replies into floating-point numbers (JavaScript, Lua 5.1) and would round an ID
 // above 2^53 (README "Client notes").
 func cmdIDsSnowflake(h *Handler, c *resp.Conn, args [][]byte) error {
-	asString := len(args) > 1 && bytes.EqualFold(args[len(args)-1], []byte("string"))
-	friendly := !asString && len(args) > 1 && bytes.EqualFold(args[len(args)-1], []byte("friendly"))
-	if asString || friendly {
-		args = args[:len(args)-1]
-	}
-	if friendly {
-		return h.snowflakeFriendly(c, args)
+	form := snowInt
+	if len(args) > 1 {
+		switch last := args[len(args)-1]; {
+		case bytes.EqualFold(last, []byte("string")):
+			form = snowString
+		case bytes.EqualFold(last, []byte("friendly")):
+			form = snowFriendly
+		}
+		if form != snowInt {
+			args = args[:len(args)-1]
+		}
 	}
 	if len(args) > 2 {
 		return errSyntax
@@ -114,7 +118,7 @@ func cmdIDsSnowflake(h *Handler, c *resp.Conn, args [][]byte) error {
 		if err != nil {
 			return err
 		}
-		writeID(c, id, asString)
+		h.writeSnowflake(c, id, form)
 		return nil
 	}
 	n, err := h.batchCount(args[1])
@@ -128,15 +132,32 @@ func cmdIDsSnowflake(h *Handler, c *resp.Conn, args [][]byte) error {
 	if err != nil {
 		return err
 	}
-	if !asString {
+	if form == snowInt {
 		c.WriteInts(ids)
 		return nil
 	}
 	c.WriteArray(len(ids))
 	for _, id := range ids {
-		writeID(c, id, true)
+		h.writeSnowflake(c, id, form)
 	}
 	return nil
+}
+
+// The reply forms of IDS.SNOWFLAKE: integers, their digits as bulk strings (STRING), or the
+// friendly form yyyyMMddHHmmssSSS-worker-sequence (FRIENDLY, UTC; IDS.DECODE reads it back).
+const (
+	snowInt = iota
+	snowString
+	snowFriendly
+)
+
+func (h *Handler) writeSnowflake(c *resp.Conn, id int64, form int) {
+	if form == snowFriendly {
+		var buf [48]byte
+		c.WriteBulk(h.snowLayout().AppendFriendly(buf[:0], id))
+		return
+	}
+	writeID(c, id, form == snowString)
 }
 
 // writeID writes an ID as an integer reply, or as a bulk string of its digits.
