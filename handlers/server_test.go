@@ -45,9 +45,10 @@ type serverOpts struct {
 	model         string        // resp server model (default resp's)
 	loops         int           // resp event loops (default resp's)
 	// wrap, when set, makes the handler the server runs (a recorder around h).
-	wrap     func(h *Handler) resp.Handler
-	shapes   bool   // the store keeps ID shapes (Config.Shapes)
-	mysqlDSN string // segments from this MariaDB database instead of bolt (marks in <dir>/marks.db)
+	wrap         func(h *Handler) resp.Handler
+	shapes       bool   // the store keeps ID shapes (Config.Shapes)
+	mysqlDSN     string // segments from this MariaDB database instead of bolt (marks in <dir>/marks.db)
+	mysqlNoFence bool   // with mysqlDSN: --mysql-failover-allocs 0
 }
 
 func startServer(t testing.TB, o serverOpts) *testServer {
@@ -66,6 +67,9 @@ func startServer(t testing.TB, o serverOpts) *testServer {
 	if o.mysqlDSN != "" {
 		mcfg := segment.DefaultMySQLConfig()
 		mcfg.DSN = o.mysqlDSN
+		if o.mysqlNoFence {
+			mcfg.FailoverAllocs = 0
+		}
 		if store, err = segment.OpenMySQL(context.Background(), mcfg, log); err != nil {
 			t.Fatal(err)
 		}

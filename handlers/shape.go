@@ -126,8 +126,8 @@ func (h *Handler) shapeOnMiss(tag string, err error) (*shapeEntry, error) {
 	}
 	e, lerr := h.learnShape(tag)
 	if lerr != nil {
-		if errors.Is(lerr, shape.ErrKey) || errors.Is(lerr, shape.ErrTemplate) {
-			return nil, lerr
+		if errors.Is(lerr, shape.ErrKey) || errors.Is(lerr, shape.ErrTemplate) || errors.Is(lerr, segment.ErrInvalidTag) {
+			return nil, lerr // the shape's own refusal (another spelling of a shaped tag: BADTAG)
 		}
 		h.log.Warn("shape: cannot read a tag's shape", zap.String("tag", tag), zap.Error(lerr))
 		return nil, err

@@ -613,7 +613,9 @@ func (s *MySQLStore) createUncommitted(ctx context.Context, t Tag) (*sql.Tx, err
 	if err := s.beforeTx(ctx); err != nil {
 		return nil, err
 	}
-	tx, err := s.db.BeginTx(ctx, nil)
+	// REPEATABLE READ whatever the server's default: shapedLocked's exclusion of a shaped tag
+	// of this name rests on a gap lock (see CreateShape).
+	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead})
 	if err != nil {
 		return nil, err
 	}

@@ -85,7 +85,10 @@ func (s *MySQLStore) CreateShape(ctx context.Context, tag string, spec []byte) e
 	if err := s.ensureShapeTable(ctx); err != nil {
 		return err
 	}
-	tx, err := s.db.BeginTx(ctx, nil)
+	// REPEATABLE READ whatever the server's default: the exclusion of a plain and a shaped
+	// tag of one name rests on gap locks (SELECT ... FOR UPDATE of a missing key), which READ
+	// COMMITTED does not take (adversarial review of issue 19).
+	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead})
 	if err != nil {
 		return s.wrap("create shape", tag, err)
 	}
@@ -131,13 +134,21 @@ func (s *MySQLStore) LoadShape(ctx context.Context, tag string) ([]byte, error) 
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	var spec []byte
-	err := s.db.QueryRowContext(ctx, "SELECT spec FROM leafd_tag_shape WHERE biz_tag = ?", tag).Scan(&spec)
+	var name string
+	err := s.db.QueryRowContext(ctx, "SELECT biz_tag, spec FROM leafd_tag_shape WHERE biz_tag = ?", tag).Scan(&name, &spec)
 	var me *mysql.MySQLError
 	switch {
 	case errors.Is(err, sql.ErrNoRows), errors.As(err, &me) && me.Number == mysqlErrNoSuchTable:
 		return nil, fmt.Errorf("%w %q", ErrUnknownTag, tag)
 	case err != nil:
 		return nil, s.wrap("load shape", tag, err)
+	}
+	if name != tag {
+		// A case-insensitive collation matched another spelling. Its counter rows are shared
+		// (tag@period matches as well), but the opaque permutation is keyed by the name as
+		// written: two spellings would map one counter through two permutations and collide
+		// (adversarial review of issue 19: 13,974 duplicates). One spelling only.
+		return nil, tagError(tag, ErrInvalidTag, fmt.Sprintf("the shaped tag is stored as '%s': ID shapes are case-sensitive, use that spelling", name))
 	}
 	return spec, nil
 }
@@ -265,6 +276,12 @@ var (
 
 // DeleteTag deletes tag's leaf_alloc row (its leafd_fence row stays: the high-water).
 func (s *MySQLStore) DeleteTag(ctx context.Context, tag string) error {
+	if s.failoverAllocs <= 0 {
+		// Without the fence there is no high-water: another instance (one without this one's
+		// marks) would re-create the row at 1 and issue the period's IDs again (adversarial
+		// review of issue 19).
+		return tagError(tag, ErrLimit, "pruning needs the failover fence's high-water (--mysql-failover-allocs > 0): without it a pruned period could start again at 1 on another instance")
+	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	if _, err := s.db.ExecContext(ctx, "DELETE FROM leaf_alloc WHERE biz_tag = ?", tag); err != nil {
