@@ -67,17 +67,23 @@ func (h *Handler) batchCount(b []byte) (int, error) {
 	return int(n), nil
 }
 
+// tagCount is the optional count of IDS.SEGMENT and IDS.NEXT (args: name, tag [, count]):
+// 1 without it, else bounded by batchCount; more arguments are a syntax error.
+func (h *Handler) tagCount(args [][]byte) (int, error) {
+	switch len(args) {
+	case 2:
+		return 1, nil
+	case 3:
+		return h.batchCount(args[2])
+	}
+	return 0, errSyntax
+}
+
 // cmdIDsSegment: IDS.SEGMENT tag [count] — an array of count IDs, strictly increasing.
 func cmdIDsSegment(h *Handler, c *resp.Conn, args [][]byte) error {
-	if len(args) > 3 {
-		return errSyntax
-	}
-	n := 1
-	if len(args) == 3 {
-		var err error
-		if n, err = h.batchCount(args[2]); err != nil {
-			return err
-		}
+	n, err := h.tagCount(args)
+	if err != nil {
+		return err
 	}
 	p := idsPool.Get().(*[]int64)
 	defer idsPool.Put(p)

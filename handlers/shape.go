@@ -228,15 +228,9 @@ func (h *Handler) incrShaped(c *resp.Conn, e *shapeEntry) error {
 // shaped tag, the decimal integer for a plain one (for clients that read integers as
 // floating point). Without count one bulk string, with count an array (IDS.SEGMENT's bound).
 func cmdIDsNext(h *Handler, c *resp.Conn, args [][]byte) error {
-	if len(args) > 3 {
-		return errSyntax
-	}
-	n := 1
-	if len(args) == 3 {
-		var err error
-		if n, err = h.batchCount(args[2]); err != nil {
-			return err
-		}
+	n, err := h.tagCount(args)
+	if err != nil {
+		return err
 	}
 	tag := str(args[1])
 	e := h.shapeOf(tag)
@@ -244,7 +238,6 @@ func cmdIDsNext(h *Handler, c *resp.Conn, args [][]byte) error {
 	defer idsPool.Put(p)
 	var per *shape.Period
 	var ids []int64
-	var err error
 	for try := 0; try < 2; try++ {
 		if e != nil {
 			if per, err = h.period(e); err != nil {
