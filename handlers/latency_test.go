@@ -1,12 +1,15 @@
 package handlers
 
 import (
+	"bufio"
 	"context"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/leafd/leafd/internal/clock"
 	"github.com/leafd/leafd/resp"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
@@ -114,4 +117,116 @@ func scrapeLatency(t *testing.T, url string) (string, map[string]uint64) {
 		}
 	}
 	return f.GetHelp(), counts
+}
+
+// holdWrap serves through h, but a command named in gates (lower case) first waits for its
+// gate to close, telling started: the test decides how long it takes. MayBlock and BatchDone
+// are h's, so the command goes off the loop, or not, as h's table says.
+type holdWrap struct {
+	*Handler
+	gates   map[string]chan struct{}
+	started chan string
+}
+
+func (w *holdWrap) ServeRESP(c *resp.Conn, args [][]byte) {
+	name := strings.ToLower(string(args[0]))
+	if g, ok := w.gates[name]; ok {
+		w.started <- name
+		<-g
+	}
+	w.Handler.ServeRESP(c, args)
+}
+
+// TestOffLoopLatencyAndLoopCounters: an IDS.CREATE (its table flag sends it off the loop) that
+// waits 300 ms on resp's fake clock is counted in leafd_command_duration_seconds's 0.5 s
+// bucket, not below 0.1 s: the histogram covers a command's time off the loop (the re-attack's
+// finding 4 saw it counted from the hand-back). An ECHO held on the loop is taken over by the
+// watchdog. /metrics then shows leafd_loop_offloads_total 1 and leafd_loop_takeovers_total 1.
+func TestOffLoopLatencyAndLoopCounters(t *testing.T) {
+	clk := clock.NewFake(time.Unix(1_700_000_000, 0))
+	w := &holdWrap{gates: map[string]chan struct{}{"ids.create": make(chan struct{}), "echo": make(chan struct{})},
+		started: make(chan string, 4)}
+	s := startServer(t, serverOpts{model: resp.ModelEventLoop, loops: 1, respNow: clk.Now,
+		wrap: func(h *Handler) resp.Handler { w.Handler = h; return w }})
+	hs := httpServer(t, s.h)
+	released := map[string]bool{}
+	defer func() {
+		for name, g := range w.gates {
+			if !released[name] {
+				close(g)
+			}
+		}
+	}()
+	release := func(name string) { released[name] = true; close(w.gates[name]) }
+
+	a := s.raw(t)
+	fmt.Fprint(a, "IDS.CREATE lat\r\n")
+	if got := <-w.started; got != "ids.create" {
+		t.Fatalf("started %q", got)
+	}
+	clk.Add(300 * time.Millisecond)
+	release("ids.create")
+	if line, err := bufio.NewReader(a).ReadString('\n'); err != nil || line[0] == '-' {
+		t.Fatalf("IDS.CREATE: %q, %v", line, err)
+	}
+
+	b := s.raw(t)
+	fmt.Fprint(b, "ECHO hi\r\n")
+	<-w.started
+	for deadline := time.Now().Add(5 * time.Second); s.srv.Stats().LoopTakeovers == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the watchdog did not take over the loop ECHO held")
+		}
+	}
+	release("echo")
+	br := bufio.NewReader(b)
+	if line, err := br.ReadString('\n'); line != "$2\r\n" {
+		t.Fatalf("ECHO: %q, %v", line, err)
+	}
+
+	// A batch is counted just after its replies are written: poll until the scrape has it.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		r, err := http.Get(hs.URL + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		parser := expfmt.NewTextParser(model.LegacyValidation)
+		fams, err := parser.TextToMetricFamilies(r.Body)
+		_ = r.Body.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var found bool
+		for _, m := range fams["leafd_command_duration_seconds"].GetMetric() {
+			if m.GetLabel()[0].GetValue() != "ids.create" {
+				continue
+			}
+			found = true
+			hg := m.GetHistogram()
+			for _, bk := range hg.GetBucket() {
+				ub, n := bk.GetUpperBound(), bk.GetCumulativeCount()
+				if ub <= 0.1 && n != 0 || ub >= 0.5 && n != 1 {
+					t.Errorf("ids.create, 300 ms off the loop: bucket le=%v holds %d (buckets %v)", ub, n, hg.GetBucket())
+					break
+				}
+			}
+		}
+		if !found && time.Now().Before(deadline) {
+			continue
+		}
+		if !found {
+			t.Fatal("no leafd_command_duration_seconds for ids.create")
+		}
+		for name, want := range map[string]float64{"leafd_loop_offloads_total": 1, "leafd_loop_takeovers_total": 1} {
+			f := fams[name]
+			if f == nil || len(f.GetMetric()) != 1 {
+				t.Errorf("/metrics: no %s", name)
+				continue
+			}
+			if got := f.GetMetric()[0].GetCounter().GetValue(); got != want {
+				t.Errorf("%s = %v, want %v", name, got, want)
+			}
+		}
+		return
+	}
 }

@@ -73,6 +73,8 @@ var (
 	descOutputLimit = desc("output_limit_disconnections_total", "RESP connections closed for a reply over --max-output-buffer.")
 	descQueryLimit  = desc("query_limit_disconnections_total", "RESP connections closed for input over --max-query-buffer.")
 	descAuthFails   = desc("auth_failures_total", "Failed authentications, by port (resp: AUTH and HELLO AUTH; http: a missing or wrong token).", "port")
+	descOffloads    = desc("loop_offloads_total", "RESP commands an event loop ran off the loop because the command table says they may wait.")
+	descTakeovers   = desc("loop_takeovers_total", "Event loops the watchdog handed to a new goroutine because a command waited on the loop without its table flag saying so (each stalled the loop's other clients 10-20 ms).")
 )
 
 // Describe sends every descriptor.
@@ -87,7 +89,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 		descSnowCBEvents, descSnowCBErrors, descSnowSeqWaits, descSnowExtensions, descSnowExtFails,
 		descWLDeadline, descWLRenewal, descWLLease, descWLAcquire, descWLRenewals, descWLRenewFail, descWLFences,
 		descConnected, descConnections, descRejected, descCommands, descProtoErrors,
-		descOutputLimit, descQueryLimit, descAuthFails,
+		descOutputLimit, descQueryLimit, descAuthFails, descOffloads, descTakeovers,
 	} {
 		ch <- d
 	}
@@ -184,6 +186,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		counter(descProtoErrors, float64(rs.ProtocolErrors))
 		counter(descOutputLimit, float64(rs.OutputLimitClosed))
 		counter(descQueryLimit, float64(rs.QueryLimitClosed))
+		counter(descOffloads, float64(rs.LoopOffloads))
+		counter(descTakeovers, float64(rs.LoopTakeovers))
 	}
 	counter(descAuthFails, float64(h.guard.failures.Load()), "resp")
 	counter(descAuthFails, float64(h.guard.httpFail.Load()), "http")

@@ -49,6 +49,8 @@ type serverOpts struct {
 	shapes       bool   // the store keeps ID shapes (Config.Shapes)
 	mysqlDSN     string // segments from this MariaDB database instead of bolt (marks in <dir>/marks.db)
 	mysqlNoFence bool   // with mysqlDSN: --mysql-failover-allocs 0
+
+	respNow func() time.Time // resp's clock (default resp's): the batches' times
 }
 
 func startServer(t testing.TB, o serverOpts) *testServer {
@@ -133,6 +135,9 @@ func startServer(t testing.TB, o serverOpts) *testServer {
 	}
 	if o.loops > 0 {
 		rcfg.Loops = o.loops
+	}
+	if o.respNow != nil {
+		rcfg.Now = o.respNow
 	}
 	var rh resp.Handler = h
 	if o.wrap != nil {

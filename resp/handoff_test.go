@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leafd/leafd/internal/clock"
 	"golang.org/x/sys/unix"
 )
 
@@ -324,5 +325,303 @@ func TestLoopRepliesBeforeOffload(t *testing.T) {
 	_ = a.SetReadDeadline(time.Now().Add(5 * time.Second))
 	if line, err := ar.ReadString('\n'); line != "+DONE\r\n" {
 		t.Fatalf("offloaded command: %q, %v", line, err)
+	}
+}
+
+// gate is one command's start signal and release of gateHandler.
+type gate struct{ started, release chan struct{} }
+
+// gateHandler: "OFF name" (declared: MayBlock, it runs off the loop) and "BLOCK name" (not
+// declared: it runs on the loop until the watchdog takes the loop over) signal their gate's
+// start, wait for its release and answer DONE; anything else answers PONG.
+type gateHandler struct {
+	mu    sync.Mutex
+	gates map[string]*gate
+}
+
+func (h *gateHandler) gate(name string) *gate {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.gates == nil {
+		h.gates = map[string]*gate{}
+	}
+	g := h.gates[name]
+	if g == nil {
+		g = &gate{started: make(chan struct{}), release: make(chan struct{})}
+		h.gates[name] = g
+	}
+	return g
+}
+
+func (h *gateHandler) ServeRESP(c *Conn, args [][]byte) {
+	if cmd := string(args[0]); (cmd == "OFF" || cmd == "BLOCK") && len(args) == 2 {
+		g := h.gate(string(args[1]))
+		close(g.started)
+		<-g.release
+		c.WriteSimple("DONE")
+		return
+	}
+	c.WriteSimple("PONG")
+}
+
+func (h *gateHandler) MayBlock(c *Conn, args [][]byte) bool { return string(args[0]) == "OFF" }
+
+// connOf finds, on the loop goroutine, the server side of the client connection nc.
+func connOf(lp *loop, nc net.Conn) *Conn {
+	for _, c := range lp.conns {
+		if c.remote == nc.LocalAddr().String() {
+			return c
+		}
+	}
+	return nil
+}
+
+// waitFor polls cond (on the calling goroutine) until it holds, for at most 5 s.
+func waitFor(cond func() bool) bool {
+	for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(100 * time.Microsecond) {
+		if time.Now().After(deadline) {
+			return false
+		}
+	}
+	return true
+}
+
+// TestTakeoverAdoptsAcknowledgedWork: when the watchdog takes a loop over, the goroutine that
+// takes it resumes the handed-back connections its predecessor already had the wake for,
+// before it parks: at its first poll the handed-back connection A is no longer busy (its
+// reply written), while the deposed command still blocks. Two ways to get there:
+//   - run: one epoll batch holds the eventfd (A's hand-back) and then B's socket; the loop
+//     acknowledges the wake, then B's command blocks and is deposed before the batch's
+//     housekeep. Fails without the housekeep at the start of run (the re-attack saw a 2 ms
+//     hand-back answered after the 1 s sweep timeout).
+//   - housekeep: A1 and A2 are handed back together; A1's next pipelined command blocks while
+//     housekeep resumes it and is deposed. Fails when housekeep takes all of returned at once
+//     (A2 then waits in the deposed goroutine's slice until A1's command ends).
+//
+// The loop is held at its poll seam (idle: no command runs, the watchdog has nothing to
+// depose) while the test makes the hand-backs and B's bytes ready, so the batch is the one
+// wanted; the run case checks that the wake was acknowledged before B's command began.
+func TestTakeoverAdoptsAcknowledgedWork(t *testing.T) {
+	for _, path := range []string{"run", "housekeep"} {
+		t.Run(path, func(t *testing.T) { testTakeoverAdopts(t, path) })
+	}
+}
+
+func testTakeoverAdopts(t *testing.T, path string) {
+	h := &gateHandler{}
+	var (
+		hold     atomic.Pointer[func(lp *loop)] // run once, at the next poll seam
+		held     atomic.Bool                    // the hold has run
+		watched  atomic.Pointer[net.Conn]       // the handed-back client to check
+		acked    = make(chan bool, 1)           // run: B's command had not begun at the wake's ack
+		firstNew = make(chan bool, 1)           // at the new goroutine's first poll: watched still busy
+	)
+	blockGate := h.gate("b")
+	var releaseOnce sync.Once
+	release := func() { releaseOnce.Do(func() { close(blockGate.release) }) }
+	defer release()
+	hooks := &loopHooks{
+		poll: func(lp *loop) {
+			if f := hold.Swap(nil); f != nil {
+				(*f)(lp)
+				held.Store(true)
+			}
+			if lp.deposed.Load() > 0 {
+				if nc := watched.Load(); nc != nil {
+					c := connOf(lp, *nc)
+					select {
+					case firstNew <- c == nil || c.busy:
+					default:
+					}
+				}
+			}
+		},
+		ackWake: func(lp *loop) {
+			if held.Load() {
+				began := false
+				select {
+				case <-blockGate.started:
+					began = true
+				default:
+				}
+				select {
+				case acked <- !began:
+				default:
+				}
+			}
+		},
+	}
+	srv, addr := startHookedServer(t, Config{}, h, hooks)
+	lp := loopsOf(t, srv)[0]
+	a, ar := dial(t, addr)
+	b, br := dial(t, addr)
+	for _, c := range []struct {
+		nc net.Conn
+		r  *bufio.Reader
+	}{{a, ar}, {b, br}} {
+		fmt.Fprint(c.nc, "PING\r\n")
+		if line, err := c.r.ReadString('\n'); line != "+PONG\r\n" {
+			t.Fatalf("PING: %q, %v", line, err)
+		}
+	}
+	// inReturned reports, on the loop goroutine, whether nc's connection is handed back.
+	inReturned := func(lp *loop, nc net.Conn) bool {
+		c := connOf(lp, nc)
+		lp.mu.Lock()
+		defer lp.mu.Unlock()
+		for _, r := range lp.returned {
+			if r == c && c != nil {
+				return true
+			}
+		}
+		return false
+	}
+	var hf func(lp *loop)
+	var check net.Conn // the handed-back connection that must be resumed by the new goroutine
+	var checkR *bufio.Reader
+	switch path {
+	case "run":
+		fmt.Fprint(a, "OFF a\r\n")
+		<-h.gate("a").started
+		check, checkR = a, ar
+		hf = func(lp *loop) {
+			close(h.gate("a").release)
+			wakeReady := func() bool {
+				fds := []unix.PollFd{{Fd: int32(lp.wakefd), Events: unix.POLLIN}}
+				n, _ := unix.Poll(fds, 0)
+				return n == 1
+			}
+			if !waitFor(func() bool { return inReturned(lp, a) && wakeReady() }) {
+				t.Error("A's hand-back did not reach returned and the eventfd")
+				return
+			}
+			fmt.Fprint(b, "BLOCK b\r\n")
+			cb := connOf(lp, b)
+			if !waitFor(func() bool { n, err := unix.IoctlGetInt(cb.fd, unix.SIOCINQ); return err == nil && n > 0 }) {
+				t.Error("B's command did not reach its socket")
+			}
+		}
+	case "housekeep":
+		// A's OFF goes off the loop; its BLOCK waits in its buffer for the hand-back.
+		fmt.Fprint(a, "OFF a\r\nBLOCK b\r\n")
+		fmt.Fprint(b, "OFF c\r\n")
+		<-h.gate("a").started
+		<-h.gate("c").started
+		check, checkR = b, br
+		hf = func(lp *loop) {
+			close(h.gate("a").release)
+			if !waitFor(func() bool { return inReturned(lp, a) }) {
+				t.Error("A's hand-back did not reach returned")
+				return
+			}
+			close(h.gate("c").release)
+			if !waitFor(func() bool { return inReturned(lp, b) }) {
+				t.Error("B's hand-back did not reach returned")
+			}
+		}
+	}
+	watched.Store(&check)
+	hold.Store(&hf)
+	lp.wake() // the loop's next iteration runs the hold at its poll seam
+	select {
+	case busy := <-firstNew:
+		if path == "run" {
+			select {
+			case ok := <-acked:
+				if !ok {
+					t.Fatal("setup: epoll returned B's socket before the eventfd; the batch was not the one wanted")
+				}
+			default:
+				t.Fatal("setup: no wake was acknowledged in the held batch")
+			}
+		}
+		if busy {
+			t.Errorf("%s: the goroutine that took the loop over reached its poll with the hand-back its predecessor had the wake for not resumed (it would park until the sweep timeout)", path)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the watchdog did not take the loop over within 5 s")
+	}
+	// The handed-back client's reply is there while the deposed command still blocks (on a
+	// failure above, the command is released first: the reply then comes after it).
+	if t.Failed() {
+		release()
+	}
+	_ = check.SetReadDeadline(time.Now().Add(5 * time.Second))
+	line, err := checkR.ReadString('\n')
+	release()
+	if line != "+DONE\r\n" {
+		t.Fatalf("handed-back client while the deposed command blocks: %q, %v", line, err)
+	}
+	// The deposed command's client gets its reply, and both go on.
+	blocked, blockedR := b, br
+	if path == "housekeep" {
+		blocked, blockedR = a, ar
+		if line, err := ar.ReadString('\n'); line != "+DONE\r\n" { // A's OFF
+			t.Fatalf("A's OFF: %q, %v", line, err)
+		}
+	}
+	_ = blocked.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if line, err := blockedR.ReadString('\n'); line != "+DONE\r\n" {
+		t.Fatalf("deposed command: %q, %v", line, err)
+	}
+	for _, c := range []struct {
+		nc net.Conn
+		r  *bufio.Reader
+	}{{a, ar}, {b, br}} {
+		fmt.Fprint(c.nc, "PING\r\n")
+		if line, err := c.r.ReadString('\n'); line != "+PONG\r\n" {
+			t.Fatalf("PING afterwards: %q, %v", line, err)
+		}
+	}
+}
+
+// batchTimer is gateHandler observing batches (BatchObserver): each batch's time is sent on
+// took.
+type batchTimer struct {
+	*gateHandler
+	took chan time.Duration
+}
+
+func (b batchTimer) BatchDone(c *Conn, took time.Duration) { b.took <- took }
+
+// TestBatchTimeCoversOffLoop: a batch whose command ran off the loop, offloaded or taken over
+// by the watchdog, is timed from its read to its replies written (the latency its client
+// sees, leafd_command_duration_seconds), its time off the loop included. The server's clock
+// is a fake that the test moves by 3 s while the command waits. Fails when the hand-back
+// restarts the batch's clock (the re-attack's finding 4: the time was counted from the
+// hand-back).
+func TestBatchTimeCoversOffLoop(t *testing.T) {
+	for _, cmd := range []string{"OFF", "BLOCK"} {
+		t.Run(cmd, func(t *testing.T) {
+			clk := clock.NewFake(time.Unix(1_700_000_000, 0))
+			h := batchTimer{&gateHandler{}, make(chan time.Duration, 16)}
+			srv, addr := startLoopServer(t, Config{Now: clk.Now}, h)
+			nc, r := dial(t, addr)
+			g := h.gate("x")
+			fmt.Fprintf(nc, "PING\r\n%s x\r\nPING\r\n", cmd) // one batch of three
+			<-g.started
+			if cmd == "BLOCK" && !waitFor(func() bool { return srv.Stats().LoopTakeovers == 1 }) {
+				t.Fatal("the watchdog did not take the loop over")
+			}
+			const off = 3 * time.Second
+			clk.Add(off)
+			close(g.release)
+			for _, want := range []string{"+PONG\r\n", "+DONE\r\n", "+PONG\r\n"} {
+				if line, err := r.ReadString('\n'); line != want {
+					t.Fatalf("got %q, %v; want %q", line, err, want)
+				}
+			}
+			select {
+			case took := <-h.took:
+				if took < off {
+					t.Errorf("the batch's time is %v, want at least the %v its command spent off the loop", took, off)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("no batch was observed")
+			}
+			if st := srv.Stats(); st.TotalCommands != 3 {
+				t.Errorf("commands counted %d, want 3", st.TotalCommands)
+			}
+		})
 	}
 }

@@ -141,6 +141,9 @@ type loopHooks struct {
 	// takeover, when set, is called instead of starting a new loop goroutine after a
 	// deposal (unit tests of watchCheck on a loop that has no epoll).
 	takeover func(c *Conn)
+	// poll: on the loop goroutine, before each poll of epoll (after the iteration's
+	// housekeep, and after the entry housekeep of a goroutine that took the loop over).
+	poll func(lp *loop)
 }
 
 func (s *Server) startLoops(n int) error {
@@ -325,8 +328,19 @@ func (lp *loop) run(busy *Conn) {
 		busy.busy = true
 		lp.detach(busy)
 	}
+	// Housekeep before the first poll: a goroutine that takes the loop over may inherit work
+	// whose wake its predecessor already acknowledged (ackWake drained the eventfd, then a
+	// later socket of the same epoll batch was deposed and returned before its housekeep),
+	// and nothing would wake it for that work until the sweep timeout (issue 21, re-attack
+	// finding 1; TestTakeoverAdoptsAcknowledgedWork).
+	if lp.housekeep(lp.srv.now()) {
+		return
+	}
 	events := make([]unix.EpollEvent, 128)
 	for {
+		if lp.hooks != nil && lp.hooks.poll != nil {
+			lp.hooks.poll(lp)
+		}
 		// Poll first without the runtime's system-call bookkeeping: under load there is
 		// almost always a ready socket, and a thread that never sits in a blocking system
 		// call is never handed off by sysmon (each hand-off is a context switch on the one
@@ -457,10 +471,16 @@ func (lp *loop) detach(c *Conn) {
 // housekeep registers new connections, takes back handed-back ones, follows Shutdown and runs
 // the timeout sweep. It reports true when the goroutine must return (deposed, or the server
 // is closed and the loop has no connection left).
+//
+// Handed-back connections are taken from returned one at a time (as many as were queued at
+// the start), not all at once: the resumed commands run on the loop, and when one is deposed
+// the ones behind it must stay where the goroutine taking the loop over finds them (its entry
+// housekeep), not in a slice of a goroutine stuck in a command (TestTakeoverAdoptsAcknowledgedWork).
 func (lp *loop) housekeep(now time.Time) bool {
 	lp.mu.Lock()
-	inc, ret := lp.incoming, lp.returned
-	lp.incoming, lp.returned = nil, nil
+	inc := lp.incoming
+	lp.incoming = nil
+	nret := len(lp.returned)
 	lp.mu.Unlock()
 	for _, c := range inc {
 		c.events = unix.EPOLLIN
@@ -471,20 +491,24 @@ func (lp *loop) housekeep(now time.Time) bool {
 			lp.closeConn(c)
 		}
 	}
-	for i, c := range ret {
+	for ; nret > 0; nret-- {
+		lp.mu.Lock()
+		c := lp.returned[0]
+		lp.returned[0] = nil
+		lp.returned = lp.returned[1:]
+		lp.mu.Unlock()
 		c.busy = false
 		c.cmdTok = 0
 		if c.closeNow || lp.srv.killed.Load() {
 			lp.closeConn(c)
 			continue
 		}
-		c.now = now
+		// c.now stays the start of the batch the command that went off the loop was read in:
+		// the batch's time (BatchObserver) covers its time off the loop (issue 21, re-attack
+		// finding 4; TestBatchTimeCoversOffLoop).
 		if lp.settle(c, lp.resume(c)) {
-			// Hand the ones not yet looked at to the new loop goroutine.
-			lp.mu.Lock()
-			lp.returned = append(lp.returned, ret[i+1:]...)
-			lp.mu.Unlock()
-			lp.wake()
+			// Deposed: the ones not yet looked at are still in returned, for the goroutine
+			// that took the loop over.
 			return true
 		}
 	}
