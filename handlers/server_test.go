@@ -49,6 +49,8 @@ type serverOpts struct {
 	shapes       bool   // the store keeps ID shapes (Config.Shapes)
 	mysqlDSN     string // segments from this MariaDB database instead of bolt (marks in <dir>/marks.db)
 	mysqlNoFence bool   // with mysqlDSN: --mysql-failover-allocs 0
+	// snowConfig, when set, adjusts the snowflake generator's configuration.
+	snowConfig func(*snowflake.Config)
 }
 
 func startServer(t testing.TB, o serverOpts) *testServer {
@@ -102,6 +104,9 @@ func startServer(t testing.TB, o serverOpts) *testServer {
 		t.Fatal(err)
 	}
 	fcfg := snowflake.DefaultConfig()
+	if o.snowConfig != nil {
+		o.snowConfig(&fcfg)
+	}
 	snow, err := snowflake.New(fcfg, src, log)
 	if err != nil {
 		t.Fatal(err)
