@@ -35,8 +35,8 @@ import (
 // every millisecond, which tells what a slow hot INCR waited for: each hot INCR slower than 20x
 // the baseline maximum is counted as "refill" when a probe reply inside it saw the hot tag
 // with no value in memory (current segment used up, next not ready), as "stall" when a probe
-// request overlapping it took at least half as long (the whole process, or the machine, did
-// not run: CPU, GC, scheduling), else "other". Each round logs the ratio, those counts, the
+// request, or a 1 ms sleep of the test process waking late, overlapping it took at least half
+// as long (leafd, or the whole machine, did not run: CPU, GC, scheduling), else "other"; the slowest one is classified too. Each round logs the ratio, those counts, the
 // probe's own maxima, the test process's own scheduling delay (a 1 ms sleep's overshoot)
 // and leafd's GC pauses; the last line gives the medians. It fails only on
 // an UNAVAILABLE (or any error) of the hot tag. HOT_INPROCESS=1 runs the server in the test
@@ -109,16 +109,19 @@ func TestE2EHotTagBurstRatio(t *testing.T) {
 	}
 	// jitter measures the test process's own scheduling delay (a 1 ms sleep's overshoot): when
 	// it is as large as the slowest hot INCR, the machine, not leafd, held the request.
-	jitter := func(stop *atomic.Bool) chan time.Duration {
-		ch := make(chan time.Duration, 1)
+	// It returns each overshoot over 1 ms as the span from the sleep's due time to its wake.
+	jitter := func(stop *atomic.Bool) chan []span {
+		ch := make(chan []span, 1)
 		go func() {
-			var worst time.Duration
+			var late []span
 			for !stop.Load() {
-				s := time.Now()
+				due := time.Now().Add(time.Millisecond)
 				time.Sleep(time.Millisecond)
-				worst = max(worst, time.Since(s)-time.Millisecond)
+				if now := time.Now(); now.Sub(due) > time.Millisecond {
+					late = append(late, span{due, now})
+				}
 			}
-			ch <- worst
+			ch <- late
 		}()
 		return ch
 	}
@@ -183,15 +186,33 @@ func TestE2EHotTagBurstRatio(t *testing.T) {
 		gc1 := gcPauses(t, l)
 		bmax, dmax := maxLat(base), maxLat(during)
 		thr := 20 * bmax
+		classify := func(s span) string {
+			switch {
+			case anyProbe(pduring, func(p probeSample) bool { return p.starved && inside(p.end, s) }):
+				return "refill"
+			case anyProbe(pduring, func(p probeSample) bool { return overlaps(p.span, s) && p.lat() >= s.lat()/2 }):
+				return "stall"
+			}
+			for _, j := range jduring {
+				if overlaps(j, s) && j.lat() >= s.lat()/2 {
+					return "stall"
+				}
+			}
+			return "other"
+		}
 		var refill, stall, other int
+		var slowest span
 		for _, s := range during {
+			if s.lat() > slowest.lat() {
+				slowest = s
+			}
 			if s.lat() <= thr {
 				continue
 			}
-			switch {
-			case anyProbe(pduring, func(p probeSample) bool { return p.starved && inside(p.end, s) }):
+			switch classify(s) {
+			case "refill":
 				refill++
-			case anyProbe(pduring, func(p probeSample) bool { return overlaps(p.span, s) && p.lat() >= s.lat()/2 }):
+			case "stall":
 				stall++
 			default:
 				other++
@@ -200,10 +221,10 @@ func TestE2EHotTagBurstRatio(t *testing.T) {
 		ratio := float64(dmax) / float64(bmax)
 		ratioFloor := float64(dmax) / float64(max(bmax, 5*time.Millisecond))
 		ratios, ratiosFloor = append(ratios, ratio), append(ratiosFloor, ratioFloor)
-		t.Logf("round %d: hot INCR baseline max %v (p99 %v, %d INCRs), during the burst max %v (p99 %v, %d INCRs): %.1fx (%.1fx over a 5 ms floor); "+
-			"over 20x: %d (refill %d, stall %d, other %d); probe IDS.INFO max %v before, %v during; the test's own 1 ms sleep overshoot max %v before, %v during; burst %v, %d of %d INCRs failed; GC during: %s",
-			r, bmax, quant(base, 0.99), len(base), dmax, quant(during, 0.99), len(during), ratio, ratioFloor,
-			refill+stall+other, refill, stall, other, maxLat(spansOf(pbase)), maxLat(spansOf(pduring)), jbase, jduring,
+		t.Logf("round %d: hot INCR baseline max %v (p99 %v, %d INCRs), during the burst max %v (%s; p99 %v, %d INCRs): %.1fx (%.1fx over a 5 ms floor); "+
+			"over 20x: %d (refill %d, stall %d, other %d); probe samples with the hot tag out of values %d of %d; probe IDS.INFO max %v before, %v during; the test's own 1 ms sleep overshoot max %v before, %v during; burst %v, %d of %d INCRs failed; GC during: %s",
+			r, bmax, quant(base, 0.99), len(base), dmax, classify(slowest), quant(during, 0.99), len(during), ratio, ratioFloor,
+			refill+stall+other, refill, stall, other, countStarved(pduring), len(pduring), maxLat(spansOf(pbase)), maxLat(spansOf(pduring)), maxLat(jbase), maxLat(jduring),
 			burstTook.Round(time.Millisecond), failed.Load(), conns*per, gc1.since(gc0))
 		settle(t, probe)
 	}
@@ -249,6 +270,15 @@ func spansOf(ps []probeSample) (out []span) {
 		out = append(out, p.span)
 	}
 	return out
+}
+
+func countStarved(ps []probeSample) (n int) {
+	for _, p := range ps {
+		if p.starved {
+			n++
+		}
+	}
+	return n
 }
 
 func anyProbe(ps []probeSample, f func(probeSample) bool) bool {
