@@ -44,6 +44,9 @@ type Snowflakes interface {
 	AppendIDs(dst []int64, n int) ([]int64, error)
 	Decode(id int64) snowflake.Parts
 	Info() snowflake.Info
+	// MayWait reports whether n IDs would wait now (for the next millisecond, a clock step
+	// back or a lease extension): IDS.SNOWFLAKE's mayWait flag.
+	MayWait(n int64) bool
 }
 
 // RedisVersion is the Redis version leafd claims in HELLO's "version" and INFO's

@@ -227,6 +227,15 @@ func TestOffLoopLatencyAndLoopCounters(t *testing.T) {
 				t.Errorf("%s = %v, want %v", name, got, want)
 			}
 		}
+		info, err := s.client(t, 2, "").Info(context.Background(), "stats").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range []string{"loop_offloads:1\r\n", "loop_takeovers:1\r\n"} {
+			if !strings.Contains(info, line) {
+				t.Errorf("INFO stats lacks %q:\n%s", line, info)
+			}
+		}
 		return
 	}
 }

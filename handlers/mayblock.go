@@ -1,6 +1,10 @@
 package handlers
 
-import "github.com/leafd/leafd/resp"
+import (
+	"math"
+
+	"github.com/leafd/leafd/resp"
+)
 
 // Which commands may wait, for the event-loop server (resp.Blocker): the command table's
 // mayWait flags (table.go) are the one place this is written. MayBlock finds the command as
@@ -65,14 +69,14 @@ func waitHelloAuth(h *Handler, c *resp.Conn, args [][]byte) bool {
 // A malformed count is answered by the command itself, at once.
 func waitIncr(h *Handler, c *resp.Conn, args [][]byte) bool {
 	if e := h.shapeOf(str(args[1])); e != nil {
-		return h.shapedMayBlock(e, 1)
+		return h.shapedMayBlock(c, e, 1)
 	}
-	return !h.seg.Serves(str(args[1]), 1)
+	return !h.serves(c, str(args[1]), 1)
 }
 
 // waitIDsNext: IDS.NEXT waits when the period's row must be created (a store call) or its
 // tag, shaped or plain, would wait for a load like IDS.SEGMENT.
-func waitIDsNext(h *Handler, c *resp.Conn, args [][]byte) bool { return h.nextMayBlock(args) }
+func waitIDsNext(h *Handler, c *resp.Conn, args [][]byte) bool { return h.nextMayBlock(c, args) }
 
 // waitIDsParse: IDS.PARSE of a tag whose shape this instance has not seen reads it from the
 // store.
@@ -82,7 +86,7 @@ func waitIDsParse(h *Handler, c *resp.Conn, args [][]byte) bool {
 
 func waitIncrBy(h *Handler, c *resp.Conn, args [][]byte) bool {
 	n, err := parseInt(args[2])
-	return err == nil && n >= 1 && !h.seg.Serves(str(args[1]), n)
+	return err == nil && n >= 1 && !h.serves(c, str(args[1]), n)
 }
 
 func waitIDsSegment(h *Handler, c *resp.Conn, args [][]byte) bool {
@@ -96,7 +100,35 @@ func waitIDsSegment(h *Handler, c *resp.Conn, args [][]byte) bool {
 			return false
 		}
 	}
-	return !h.seg.Serves(str(args[1]), n)
+	return !h.serves(c, str(args[1]), n)
+}
+
+// waitIDsSnowflake: IDS.SNOWFLAKE waits when the generator cannot issue its count now (the
+// millisecond's sequence used up: it waits for the next one; the clock stepped back; the
+// lease at its bound). A malformed call is answered at once.
+func waitIDsSnowflake(h *Handler, c *resp.Conn, args [][]byte) bool {
+	if h.snow == nil {
+		return false
+	}
+	if n := len(args); n > 1 && (asciiEqualFold(args[n-1], "string") || asciiEqualFold(args[n-1], "friendly")) {
+		args = args[:n-1]
+	}
+	n := int64(1)
+	switch len(args) {
+	case 1:
+	case 2:
+		m, err := h.batchCount(args[1])
+		if err != nil {
+			return false
+		}
+		n = int64(m)
+	default:
+		return false
+	}
+	if d := summing(c); d != nil {
+		n = d.addSnow(n)
+	}
+	return h.snow.MayWait(n)
 }
 
 // waitExec: a transaction waits when any command it queued may (EXEC runs them back to back
@@ -111,12 +143,85 @@ func waitExec(h *Handler, c *resp.Conn, args [][]byte) bool {
 	if len(st.queue) > maxExecOnLoop {
 		return true
 	}
+	st.sum.on = true // the ID commands' flags add their counts (serves, summing)
+	wait := false
 	for _, q := range st.queue {
 		if q.cmd.mayWait != nil && q.cmd.mayWait(h, c, q.args) {
-			return true
+			wait = true
+			break
 		}
 	}
-	return false
+	st.sum.reset()
+	return wait
+}
+
+// demand is what the ID commands a transaction queued take, summed while waitExec asks their
+// flags: per segment tag (a shaped tag's row of the current period) and of the snowflake
+// generator. Each command's flag asks whether the tag holds its count plus the counts of the
+// commands before it: sixteen INCRBY tx 400000 each served alone but together needing several
+// loads would otherwise run those loads on the loop (the re-attack's finding 2). It lives in
+// the connection's state and is reused, so EXEC allocates only when a connection's
+// transaction names more tags than any before it.
+type demand struct {
+	on   bool // waitExec is asking: serves and waitIDsSnowflake add to the sums
+	tags []tagDemand
+	snow int64
+}
+
+type tagDemand struct {
+	tag string // args of the queue (copied at MULTI) or a shape's row name: valid while asked
+	n   int64
+}
+
+// summing returns the transaction's demand while waitExec asks its queue, else nil (every
+// command outside EXEC, with no allocation).
+func summing(c *resp.Conn) *demand {
+	if c == nil {
+		return nil
+	}
+	if st, _ := c.State().(*connState); st != nil && st.sum.on {
+		return &st.sum
+	}
+	return nil
+}
+
+// add records n more values of tag and returns the sum asked of it so far (saturating).
+func (d *demand) add(tag string, n int64) int64 {
+	for i := range d.tags {
+		if e := &d.tags[i]; e.tag == tag {
+			e.n = satAdd(e.n, n)
+			return e.n
+		}
+	}
+	d.tags = append(d.tags, tagDemand{tag, n})
+	return n
+}
+
+func (d *demand) addSnow(n int64) int64 {
+	d.snow = satAdd(d.snow, n)
+	return d.snow
+}
+
+// reset ends a waitExec, keeping the slice but none of the strings it pointed to.
+func (d *demand) reset() {
+	clear(d.tags)
+	d.on, d.tags, d.snow = false, d.tags[:0], 0
+}
+
+func satAdd(a, b int64) int64 {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
+}
+
+// serves reports whether tag's segment holds n values now; while waitExec asks a
+// transaction's queue, n plus the values the commands queued before this one take of tag.
+func (h *Handler) serves(c *resp.Conn, tag string, n int64) bool {
+	if d := summing(c); d != nil {
+		n = d.add(tag, n)
+	}
+	return h.seg.Serves(tag, n)
 }
 
 var _ resp.Blocker = (*Handler)(nil)

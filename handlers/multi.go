@@ -29,6 +29,7 @@ type connState struct {
 	qbytes int
 	track  tracking
 	batch  batchCounts // the commands of the current batch, for their latency
+	sum    demand      // EXEC's demand per tag, while waitExec asks the queue (mayblock.go)
 }
 
 type queued struct {

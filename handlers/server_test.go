@@ -51,6 +51,8 @@ type serverOpts struct {
 	mysqlNoFence bool   // with mysqlDSN: --mysql-failover-allocs 0
 
 	respNow func() time.Time // resp's clock (default resp's): the batches' times
+	// snowConfig, when set, adjusts the snowflake generator's configuration.
+	snowConfig func(*snowflake.Config)
 }
 
 func startServer(t testing.TB, o serverOpts) *testServer {
@@ -104,6 +106,9 @@ func startServer(t testing.TB, o serverOpts) *testServer {
 		t.Fatal(err)
 	}
 	fcfg := snowflake.DefaultConfig()
+	if o.snowConfig != nil {
+		o.snowConfig(&fcfg)
+	}
 	snow, err := snowflake.New(fcfg, src, log)
 	if err != nil {
 		t.Fatal(err)

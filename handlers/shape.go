@@ -364,7 +364,7 @@ func (h *Handler) writeShapeInfo(c *resp.Conn, e *shapeEntry, p *shape.Period) {
 
 // nextMayBlock reports whether IDS.NEXT may wait: its row for this period is not created or
 // its values are not in memory (MayBlock).
-func (h *Handler) nextMayBlock(args [][]byte) bool {
+func (h *Handler) nextMayBlock(c *resp.Conn, args [][]byte) bool {
 	if len(args) < 2 || len(args) > 3 {
 		return false
 	}
@@ -378,19 +378,19 @@ func (h *Handler) nextMayBlock(args [][]byte) bool {
 	tag := str(args[1])
 	e := h.shapeOf(tag)
 	if e == nil {
-		return !h.seg.Serves(tag, n)
+		return !h.serves(c, tag, n)
 	}
-	return h.shapedMayBlock(e, n)
+	return h.shapedMayBlock(c, e, n)
 }
 
 // shapedMayBlock reports whether n counters of e's current period may wait: its row not
 // created by this instance yet, or the values not in memory.
-func (h *Handler) shapedMayBlock(e *shapeEntry, n int64) bool {
+func (h *Handler) shapedMayBlock(c *resp.Conn, e *shapeEntry, n int64) bool {
 	p := e.ready.Load()
 	if p == nil || p != e.s.PeriodAt(h.cfg.PeriodNow()) {
 		return true
 	}
-	return !h.seg.Serves(p.Row, n)
+	return !h.serves(c, p.Row, n)
 }
 
 // cmdIDsPrune: IDS.PRUNE tag period — delete the rows of the shaped tag's periods before

@@ -26,7 +26,7 @@ func commands() []*command {
 		{name: "ids.marks", arity: 1, readonly: true, group: "segment", summary: "List every durable mark of this server: tag, highest range end ever granted.", run: cmdIDsMarks, mayWait: waitAlways},
 		{name: "ids.create", arity: -2, write: true, group: "segment", summary: "Create a tag in the store.", run: cmdIDsCreate, mayWait: waitAlways},
 		{name: "ids.retire", arity: 2, write: true, group: "segment", summary: "Stop serving a tag from this server; its IDs are never reissued.", run: cmdIDsRetire},
-		{name: "ids.snowflake", arity: -1, write: true, group: "snowflake", summary: "Return one snowflake ID, or an array of count; STRING: as bulk strings.", run: cmdIDsSnowflake},
+		{name: "ids.snowflake", arity: -1, write: true, group: "snowflake", summary: "Return one snowflake ID, or an array of count; STRING: as bulk strings.", run: cmdIDsSnowflake, mayWait: waitIDsSnowflake},
 		{name: "ids.decode", arity: 2, readonly: true, group: "snowflake", summary: "Decode a snowflake ID with this server's layout.", run: cmdIDsDecode},
 		{name: "info", arity: -1, group: "server", summary: "Server information and statistics.", run: cmdInfo},
 		{name: "ping", arity: -1, group: "connection", summary: "Ping the server.", run: cmdPing},
@@ -99,6 +99,8 @@ func cmdInfo(h *Handler, c *resp.Conn, args [][]byte) error {
 			w("client_query_buffer_limit_disconnections", st.QueryLimitClosed)
 			w("client_output_buffer_limit_disconnections", st.OutputLimitClosed)
 			w("acl_access_denied_auth", h.guard.failures.Load())
+			w("loop_offloads", st.LoopOffloads)
+			w("loop_takeovers", st.LoopTakeovers)
 		})
 	}
 	section("segment", func(w func(string, any)) {

@@ -49,6 +49,7 @@ type Generator struct {
 	maxSeq      int64
 	maxT        int64
 	seqSpan     uint64 // random sequence starts are in [0, seqSpan)
+	freshSeqs   int64  // the sequence values a new millisecond holds at least (MayWait)
 	extendAhead int64  // ms: extend when the lease is at most this far ahead (2/3 of the window)
 	maxBackMs   int64
 
@@ -74,6 +75,7 @@ type Generator struct {
 	evals         atomic.Uint64 // lease checks of the background goroutine (lets tests wait for one)
 
 	lease     atomic.Int64          // reserved_until, Unix ms; 0 without a worker
+	pos       atomic.Int64          // lastMs and seq as published for MayWait (publishLocked)
 	status    atomic.Pointer[error] // the ErrNoWorker error to return at the bound; nil when fine
 	extending atomic.Bool           // a background Extend is in flight (cleared after its outcome is published)
 	kick      chan struct{}
@@ -112,10 +114,14 @@ func New(cfg Config, src WorkerSource, log *zap.Logger) (*Generator, error) {
 		maxSeq:      l.MaxSequence(),
 		maxT:        1<<l.TimeBits - 1,
 		seqSpan:     uint64(min(100, l.MaxSequence()+1)),
+		freshSeqs:   l.MaxSequence() + 1,
 		extendAhead: max(cfg.LeaseWindow.Milliseconds()*2/3, 1),
 		maxBackMs:   cfg.MaxBackward.Milliseconds(),
 		workerID:    -1,
 		kick:        make(chan struct{}, 1),
+	}
+	if !cfg.SequenceStartZero {
+		g.freshSeqs -= int64(g.seqSpan) - 1 // a random start is below seqSpan
 	}
 	g.setStatus(errors.New("acquiring worker id"))
 
@@ -242,6 +248,7 @@ func (g *Generator) begin(ctx context.Context, w Worker) error {
 	g.startBound = w.Bound
 	g.haveWorker = true
 	g.extensions++
+	g.publishLocked()
 	g.mu.Unlock()
 	g.status.Store(nil) // before the lease: a request served under it never sees the old status
 	g.lease.Store(until)
@@ -293,6 +300,7 @@ func (g *Generator) Next() (int64, error) {
 	var waited time.Duration
 	g.mu.Lock()
 	id, err := g.nextLocked(&waited)
+	g.publishLocked()
 	g.mu.Unlock()
 	for err == errAtBound {
 		if err = g.awaitLease(&waited); err != nil {
@@ -300,6 +308,7 @@ func (g *Generator) Next() (int64, error) {
 		}
 		g.mu.Lock()
 		id, err = g.nextLocked(&waited)
+		g.publishLocked()
 		g.mu.Unlock()
 	}
 	return id, err
@@ -318,6 +327,7 @@ func (g *Generator) AppendIDs(dst []int64, n int) ([]int64, error) {
 	for len(dst) < orig+n {
 		id, err := g.nextLocked(&waited)
 		if err == errAtBound {
+			g.publishLocked()
 			g.mu.Unlock()
 			if err = g.awaitLease(&waited); err != nil {
 				return dst[:orig], err
@@ -326,13 +336,56 @@ func (g *Generator) AppendIDs(dst []int64, n int) ([]int64, error) {
 			continue
 		}
 		if err != nil {
+			g.publishLocked()
 			g.mu.Unlock()
 			return dst[:orig], err
 		}
 		dst = append(dst, id)
 	}
+	g.publishLocked()
 	g.mu.Unlock()
 	return dst, nil
+}
+
+// publishLocked publishes lastMs and seq for MayWait, packed in one word (the ID's time and
+// sequence fields, the time counted from the millisecond before the epoch, where begin may
+// put lastMs): once per Next or AppendIDs call, not per ID, and before a wait for the next
+// millisecond, so a call under way leaves MayWait at most the IDs of one batch behind.
+func (g *Generator) publishLocked() {
+	g.pos.Store((g.lastMs-g.epochMs+1)<<g.workerShift | g.seq)
+}
+
+// MayWait reports whether AppendIDs(n) (Next: n = 1) may wait if called now: for the next
+// millisecond (fewer than n sequence values left in the current one, or in a new one), for a
+// clock step back to be waited out, or for a lease extension (the clock at the reserved
+// bound). Without a worker it is false: the call is refused at once. It reads two atomics and
+// the clock and takes no lock, so the event-loop server asks it before each IDS.SNOWFLAKE
+// (the command table's mayWait flag) and runs a call that would wait off its loop. It is a
+// forecast: another caller may take the values in between, or be drawing a batch it has not
+// published yet, and then the call waits anyway (for at most the next millisecond). n is not
+// bounded by MaxBatch: a transaction asks for the sum of the counts it queued.
+func (g *Generator) MayWait(n int64) bool {
+	if n < 1 {
+		return false
+	}
+	lease := g.lease.Load()
+	if lease == 0 {
+		return false // no worker, or closed: refused at once
+	}
+	now := g.nowMs()
+	if now >= lease {
+		return true // waits for an extension
+	}
+	pos := g.pos.Load()
+	lastMs := pos>>g.workerShift + g.epochMs - 1
+	switch {
+	case now < lastMs:
+		return true // a step back: waited out (or refused)
+	case now == lastMs:
+		return n > g.maxSeq-pos&g.maxSeq
+	default:
+		return n > g.freshSeqs
+	}
 }
 
 // nextLocked draws one ID. It may sleep with g.mu held for the next millisecond or a small clock
@@ -411,6 +464,7 @@ func (g *Generator) clockBackLocked(now int64, waited *time.Duration) (int64, er
 // nextMsLocked waits for the millisecond after lastMs, bounded by MaxWait.
 func (g *Generator) nextMsLocked(waited *time.Duration) (int64, error) {
 	g.seqWaits++
+	g.publishLocked() // this millisecond is used up: MayWait says so to the other callers
 	target := (g.lastMs + 1) * int64(time.Millisecond)
 	for {
 		ns := g.nowNs()
