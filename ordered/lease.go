@@ -63,7 +63,9 @@ type Lease struct {
 	until time.Time // local deadline (monotonic); zero when not leader
 	epoch int64     // term of the latest grant to us (0: none)
 	other string    // holder seen by the latest refused renewal
+	oend  time.Time // when other's lease runs out, estimated from the refusal (local clock)
 	from  time.Time // serving starts here (a settling grant), else zero
+	term  int64     // local count of the terms begun here: never reused, unlike epochs after a failover
 
 	// view is what Valid reads without the lock: one pointer, so that the epoch and the
 	// deadline of one grant are always seen together.
@@ -72,7 +74,7 @@ type Lease struct {
 
 // leaseView is one grant as Valid sees it.
 type leaseView struct {
-	epoch       int64
+	term        int64
 	from, until time.Time
 }
 
@@ -100,9 +102,13 @@ func New(cfg Config, st Store) (*Lease, error) {
 type State struct {
 	Leader  bool
 	Epoch   int64
+	Term    int64     // local term (Valid's), while Leader
 	Until   time.Time // local deadline while Leader
 	From    time.Time // a settling grant serves from here (zero: at once)
 	Holder  string    // the holder seen (this instance when Leader)
+	// HolderUntil: when another holder's lease runs out as last seen (a refused renewal: its
+	// send time + the remaining lease on the store's clock). Zero when Leader or unknown.
+	HolderUntil time.Time
 	NewTerm bool      // Renew: this grant began a term (the caller must start above every range of earlier terms)
 }
 
@@ -121,11 +127,15 @@ func (l *Lease) Renew(ctx context.Context) (State, error) {
 	}
 	if !g.Granted {
 		l.until, l.epoch, l.other, l.from = time.Time{}, 0, g.Holder, time.Time{}
+		l.oend = sent.Add(g.Remaining)
 		l.view.Store(nil)
 		return l.stateLocked(), nil
 	}
-	newTerm := g.Epoch != l.epoch
+	// A grant that must settle is a new term even at an epoch seen before (a failover to a
+	// replica that missed some renewals can repeat an epoch).
+	newTerm := g.Epoch != l.epoch || g.Settle
 	if newTerm {
+		l.term++
 		l.from = time.Time{}
 		if g.Settle {
 			// Counted from the reply: the old server may have renewed the old holder until
@@ -133,9 +143,9 @@ func (l *Lease) Renew(ctx context.Context) (State, error) {
 			l.from = l.cfg.Clock.Now().Add(l.cfg.Length)
 		}
 	}
-	l.epoch, l.other = g.Epoch, ""
+	l.epoch, l.other, l.oend = g.Epoch, "", time.Time{}
 	l.until = sent.Add(l.cfg.Length - l.cfg.Margin)
-	l.view.Store(&leaseView{epoch: l.epoch, from: l.from, until: l.until})
+	l.view.Store(&leaseView{term: l.term, from: l.from, until: l.until})
 	st := l.stateLocked()
 	st.NewTerm = newTerm
 	return st, nil
@@ -149,16 +159,17 @@ func (l *Lease) Drop() {
 	l.view.Store(nil)
 }
 
-// Valid reports whether this instance may serve the tag now, and the term it serves in. It
-// takes no lock and allocates nothing (one atomic load and the clock).
-func (l *Lease) Valid() (epoch int64, ok bool) {
+// Valid reports whether this instance may serve the tag now, and the local term it serves in
+// (State.Term: a count of the terms begun here, never reused). It takes no lock and
+// allocates nothing (one atomic load and the clock).
+func (l *Lease) Valid() (term int64, ok bool) {
 	v := l.view.Load()
 	if v == nil {
 		return 0, false
 	}
 	now := l.cfg.Clock.Now()
 	if now.Before(v.until) && !now.Before(v.from) {
-		return v.epoch, true
+		return v.term, true
 	}
 	return 0, false
 }
@@ -172,7 +183,7 @@ func (l *Lease) State() State {
 
 func (l *Lease) stateLocked() State {
 	if l.epoch != 0 && l.cfg.Clock.Now().Before(l.until) {
-		return State{Leader: true, Epoch: l.epoch, Until: l.until, From: l.from, Holder: l.cfg.Holder}
+		return State{Leader: true, Epoch: l.epoch, Term: l.term, Until: l.until, From: l.from, Holder: l.cfg.Holder}
 	}
-	return State{Holder: l.other}
+	return State{Holder: l.other, HolderUntil: l.oend}
 }

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 )
 
@@ -24,6 +25,7 @@ const mysqlCreateLeader = "CREATE TABLE IF NOT EXISTS `leafd_leader` (\n" +
 type MySQLLeases struct {
 	db      *sql.DB
 	timeout time.Duration
+	ensured atomic.Bool // leafd_leader exists
 }
 
 // NewMySQLLeases uses db (owned by the caller) with timeout per call.
@@ -36,6 +38,9 @@ func (m *MySQLLeases) EnsureTable(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, m.timeout)
 	defer cancel()
 	_, err := m.db.ExecContext(ctx, mysqlCreateLeader)
+	if err == nil {
+		m.ensured.Store(true)
+	}
 	return err
 }
 
@@ -61,6 +66,11 @@ func (m *MySQLLeases) IsOrdered(ctx context.Context, tag string) (bool, error) {
 
 // List returns every ordered tag.
 func (m *MySQLLeases) List(ctx context.Context) ([]string, error) {
+	if !m.ensured.Load() { // not created at the start (the database was down)
+		if err := m.EnsureTable(ctx); err != nil {
+			return nil, err
+		}
+	}
 	ctx, cancel := context.WithTimeout(ctx, m.timeout)
 	defer cancel()
 	rows, err := m.db.QueryContext(ctx, "SELECT biz_tag FROM leafd_leader")
