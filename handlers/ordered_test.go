@@ -472,13 +472,20 @@ func TestOrderedNewTermDropsSegments(t *testing.T) {
 }
 
 // TestOrderedFollowerUnreachable: a follower whose leader does not answer returns an error
-// (UNAVAILABLE), never an ID of its own, for every ID command. Mutant: serving locally on a
-// failed forward: caught.
+// (UNAVAILABLE), never an ID of its own, for every ID command, although it holds a segment
+// of the tag from its own earlier term. Mutant: serving locally on a failed forward: caught.
 func TestOrderedFollowerUnreachable(t *testing.T) {
-	_, a, b := twoOrdered(t)
+	cl, a, b := twoOrdered(t)
+	cb := b.client(t)
+	mustIncr(t, a.client(t), "seq")
+	cl.clk.Add(3100 * time.Millisecond)
+	b.round(t) // b leads a term and takes a segment
+	mustIncr(t, cb, "seq")
+	cl.clk.Add(3100 * time.Millisecond)
+	a.round(t) // a leads again; b sees it
+	b.round(t)
 	mustIncr(t, a.client(t), "seq")
 	a.stop()
-	cb := b.client(t)
 	ctx := context.Background()
 	id, err := incr(t, cb, "seq")
 	wantCode(t, "INCR", id, err, "UNAVAILABLE", "leader "+a.addr+" unreachable")
