@@ -2,8 +2,10 @@ package handlers
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
+	"net/http"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -371,6 +373,22 @@ func TestOrderedFollowerForwards(t *testing.T) {
 	}
 	if n := b.mgr.Forwarded.Load(); n < 60 {
 		t.Fatalf("forwarded %d requests, want at least 60", n)
+	}
+	// /status.json and the metrics show the forwarding and the leader.
+	hs := httpServer(t, b.h)
+	_, _, body := get(t, hs, http.MethodGet, "/status.json")
+	var rep statusReport
+	if err := json.Unmarshal([]byte(body), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if o := rep.Ordered; o == nil || o.Forwarded < 60 || len(o.Tags) != 1 || o.Tags[0].Leader != a.addr || o.Tags[0].LeaderHere || o.TryAgain < 1 {
+		t.Fatalf("status.json ordered: %+v", rep.Ordered)
+	}
+	_, _, metrics := get(t, hs, http.MethodGet, "/metrics")
+	for _, want := range []string{`leafd_ordered_forwarded_total{tag="seq"}`, `leafd_ordered_leader{leader="` + a.addr + `",tag="seq"} 1`, "leafd_ordered_tryagain_total 1"} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("metrics: no %s", want)
+		}
 	}
 }
 
