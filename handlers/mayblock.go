@@ -47,6 +47,9 @@ func (h *Handler) mayWait(c *resp.Conn, cmd *command, args [][]byte) bool {
 	if st, _ := c.State().(*connState); st != nil && st.multi && !cmd.immediate {
 		return false // only queued
 	}
+	if cmd.group == "segment" && h.forwards(args) {
+		return true // an ordered tag led elsewhere: forwarded (ordered.go)
+	}
 	return cmd.mayWait(h, c, args)
 }
 
@@ -146,7 +149,7 @@ func waitExec(h *Handler, c *resp.Conn, args [][]byte) bool {
 	st.sum.on = true // the ID commands' flags add their counts (serves, summing)
 	wait := false
 	for _, q := range st.queue {
-		if q.cmd.mayWait != nil && q.cmd.mayWait(h, c, q.args) {
+		if q.cmd.mayWait != nil && q.cmd.mayWait(h, c, q.args) || q.cmd.group == "segment" && h.forwards(q.args) {
 			wait = true
 			break
 		}
