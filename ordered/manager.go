@@ -293,6 +293,17 @@ func (m *Manager) Admit(ctx context.Context, tag string) error {
 	return fmt.Errorf("%w: %q", ErrNotLeader, tag)
 }
 
+// List lists the ordered tags of the store (within Timeout); nil when the tags are served
+// locally (the embedded store: no leases). segment.Config.Ordered.
+func (m *Manager) List(ctx context.Context) ([]string, error) {
+	if m.cfg.Local {
+		return nil, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, m.cfg.Timeout)
+	defer cancel()
+	return m.cat.List(ctx)
+}
+
 // IsOrdered reports whether tag is ordered: known here, or else asked of the store.
 func (m *Manager) IsOrdered(ctx context.Context, tag string) (bool, error) {
 	if m.Lookup(tag) != nil {

@@ -70,6 +70,10 @@ type Config struct {
 	// fails the load (the range is a gap) and reaches the requests wrapped in ErrNotAdmitted;
 	// the tag is not remembered as refused. The tag's guard is held: it may do I/O, briefly.
 	Admit func(ctx context.Context, tag string) error
+	// Ordered, when set, lists the ORDERED tags (a graceful-restart remainder of one is
+	// discarded: such a tag is served only by its leader's new term, from a fresh range). An
+	// error keeps the remainder file for the next start, none of it served.
+	Ordered func(ctx context.Context) ([]string, error)
 	// Clock gives the time (the dynamic step, the negative cache, retry backoff) and the waits
 	// (a request's WaitTimeout, the refresh period). Default clock.Real; tests use clock.Fake.
 	Clock clock.Clock

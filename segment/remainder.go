@@ -323,6 +323,19 @@ func (g *Generator) resume(ctx context.Context) {
 	for _, r := range rows {
 		maxID[r.Name] = r.MaxID
 	}
+	var ordered map[string]bool
+	if g.cfg.Ordered != nil {
+		names, err := g.cfg.Ordered(ctx)
+		if err != nil {
+			g.log.Warn("segment: remainder file kept for the next start: the ordered tags cannot be listed",
+				zap.String("file", path), zap.Int64("ids", f.ids()), zap.Error(err))
+			return
+		}
+		ordered = make(map[string]bool, len(names))
+		for _, n := range names {
+			ordered[n] = true
+		}
+	}
 	// The store and marks check: a range is still this instance's only when the store has
 	// granted past it (max_id: no failover to a replica behind it, no restored table) and this
 	// instance's durable mark ends exactly where the file does (its marks are not from before
@@ -343,6 +356,10 @@ func (g *Generator) resume(ctx context.Context) {
 			why = "its mark cannot be read: " + err.Error()
 		case !inStore:
 			why = "the tag is not in the store"
+		case ordered[t.Tag]:
+			// Served as ordinary before the leases are known, its IDs could come below IDs
+			// its leader issued meanwhile; a leader starts from a fresh range anyway.
+			why = "an ordered tag is served only by its leader's new term"
 		case end > mx:
 			why = fmt.Sprintf("the store's max_id %d is below its end %d (a failover to a replica behind, or a restored table)", mx, end)
 		case end > m:

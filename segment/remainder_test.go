@@ -457,3 +457,38 @@ func TestMySQLRemainder(t *testing.T) {
 		t.Fatalf("restored data dir: resumed %d, discarded %d", st.RemainderResumed, st.RemainderDiscarded)
 	}
 }
+
+// TestRemainderOfOrderedTagDiscarded (fence: an ordered tag's remainder is not resumed). A
+// tag the store lists as ORDERED is served only by its leader's new term from a fresh range:
+// resuming its remainder as an ordinary tag could issue IDs below IDs its leader issued
+// meanwhile. When the list cannot be read the file is kept, nothing of it served.
+func TestRemainderOfOrderedTagDiscarded(t *testing.T) {
+	d := openRemDir(t, firstLife(t).dir)
+	cfg := remConfig(d)
+	cfg.Ordered = func(context.Context) ([]string, error) { return nil, errors.New("db down") }
+	g, err := New(cfg, d.st, d.mk, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := g.Stats(); st.RemainderResumed != 0 {
+		t.Fatalf("resumed %d IDs while the ordered tags could not be listed", st.RemainderResumed)
+	}
+	if _, err := os.Stat(d.path()); err != nil {
+		t.Fatalf("the remainder file was not kept when the list failed: %v", err)
+	}
+	_ = g.Close()
+
+	cfg.Ordered = func(context.Context) ([]string, error) { return []string{"a"}, nil }
+	g, err = New(cfg, d.st, d.mk, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = g.Close() }()
+	if st := g.Stats(); st.RemainderResumed != 0 || st.RemainderDiscarded != 285 {
+		t.Fatalf("stats: resumed %d, discarded %d; want 0, 285 (an ordered tag's remainder)",
+			st.RemainderResumed, st.RemainderDiscarded)
+	}
+	if v := mustNext(t, g, "a"); v <= 300 {
+		t.Fatalf("ordered tag served %d from its old remainder, want a fresh range above 300", v)
+	}
+}

@@ -94,6 +94,7 @@ func run(ctx context.Context, cfg Config, log *zap.Logger, ready func(net.Addr))
 	}
 	if ord != nil {
 		scfg.Admit = ord.Admit
+		scfg.Ordered = ord.List
 	}
 	seg, err := segment.New(scfg, store, marks, log.Named("segment"))
 	if err != nil {
