@@ -13,6 +13,7 @@ import (
 	"unsafe"
 
 	"github.com/leafd/leafd/internal/limits"
+	"github.com/leafd/leafd/ordered"
 	"github.com/leafd/leafd/resp"
 	"github.com/leafd/leafd/segment"
 	"github.com/leafd/leafd/shape"
@@ -93,6 +94,10 @@ type Config struct {
 	// never logged nor reported by CONFIG GET.
 	Shapes segment.Shapes
 	IDKey  []byte
+	// Ordered serves the ORDERED tags (nil: IDS.CREATE ... ORDERED is refused) and Forward
+	// carries their requests to the leader (nil with a local Ordered: the embedded store).
+	Ordered *ordered.Manager
+	Forward *ordered.Forwarder
 	// PeriodNow is the clock that picks a shaped tag's period (default Now); --period-clock-offset
 	// shifts it for drills across a simulated midnight. Uniqueness does not depend on it.
 	PeriodNow func() time.Time
@@ -120,6 +125,8 @@ type Handler struct {
 	lat     []latency // by command index (latency.go)
 	// shapes: the compiled ID shapes this instance has seen (shape.go).
 	shapes shapeRegistry
+	ord    *ordered.Manager   // nil: no ordered tags (ordered.go)
+	fwd    *ordered.Forwarder // nil with a local ord
 }
 
 // DefaultConfig returns every default of the command layer: the one place they are written
@@ -192,7 +199,7 @@ func (c Config) withDefaults() Config {
 // fields of cfg take their defaults (DefaultConfig).
 func New(cfg Config, seg Segments, snow Snowflakes, log *zap.Logger) *Handler {
 	cfg = cfg.withDefaults()
-	h := &Handler{cfg: cfg, seg: seg, snow: snow, log: log, now: cfg.Now}
+	h := &Handler{cfg: cfg, seg: seg, snow: snow, log: log, now: cfg.Now, ord: cfg.Ordered, fwd: cfg.Forward}
 	h.table = make(map[string]*command)
 	cmds := commands()
 	for i, c := range cmds {
@@ -287,7 +294,7 @@ func (h *Handler) ServeRESP(c *resp.Conn, args [][]byte) {
 
 // run runs a command whose checks passed and turns its error into the reply.
 func (h *Handler) run(c *resp.Conn, cmd *command, args [][]byte) {
-	if err := cmd.run(h, c, args); err != nil {
+	if err := cmd.run(h, c, args); err != nil && !h.orderedRetry(c, cmd, args, err) {
 		c.WriteError(h.errorReply(err))
 	}
 }
@@ -407,6 +414,9 @@ func (h *Handler) errorCode(err error) (code, msg string) {
 		return "UNAVAILABLE", fmt.Sprintf("no segment ready for tag '%s' (%s); retry later", tag, waited)
 	case errors.Is(err, segment.ErrRegression):
 		return "REGRESSION", fmt.Sprintf("the store handed out a range of tag '%s' below one already used; refusing it (see the server log)", tag)
+	case errors.Is(err, segment.ErrNotAdmitted):
+		h.log.Debug("ordered tag refused", zap.String("tag", tag), zap.Error(err))
+		return "UNAVAILABLE", fmt.Sprintf("tag '%s' is ordered and cannot be served by this instance now (see the server log); retry later", tag)
 	case errors.Is(err, segment.ErrShaped):
 		return "SHAPED", fmt.Sprintf("tag '%s' has an ID shape: use IDS.NEXT (or INCR) with it", tag)
 	case errors.Is(err, shape.ErrTemplate):

@@ -21,6 +21,9 @@ var idsPool = sync.Pool{New: func() any { s := make([]int64, 0, 256); return &s 
 
 // cmdIncr: INCR tag — the next segment ID of tag.
 func cmdIncr(h *Handler, c *resp.Conn, args [][]byte) error {
+	if t := h.orderedTag(args); t != nil {
+		return h.orderedCmd(c, t, args, ordIncr)
+	}
 	tag := str(args[1])
 	if e := h.shapeOf(tag); e != nil {
 		return h.incrShaped(c, e)
@@ -46,6 +49,9 @@ func cmdIncrBy(h *Handler, c *resp.Conn, args [][]byte) error {
 	}
 	if n < 1 {
 		return replyError("LIMIT INCRBY count must be at least 1")
+	}
+	if t := h.orderedTag(args); t != nil {
+		return h.orderedCmd(c, t, args, ordIncrBy)
 	}
 	id, err := h.seg.NextN(str(args[1]), n)
 	if err != nil {
@@ -84,6 +90,9 @@ func cmdIDsSegment(h *Handler, c *resp.Conn, args [][]byte) error {
 	n, err := h.tagCount(args)
 	if err != nil {
 		return err
+	}
+	if t := h.orderedTag(args); t != nil {
+		return h.orderedCmd(c, t, args, ordSegment)
 	}
 	p := idsPool.Get().(*[]int64)
 	defer idsPool.Put(p)
@@ -230,6 +239,17 @@ func cmdIDsInfo(h *Handler, c *resp.Conn, args [][]byte) error {
 		tag, extra = per.Row, shapeInfoFields
 	}
 	in, err := h.seg.Info(tag)
+	ot, ordExtra := h.orderedTag(args), 0
+	if ot != nil {
+		ordExtra = orderedInfoFields
+		if err != nil { // not held here: the lease alone
+			c.WriteMap(1 + orderedInfoFields)
+			c.WriteBulkString("tag")
+			c.WriteBulkString(ot.Name)
+			h.writeOrderedInfo(c, ot)
+			return nil
+		}
+	}
 	if err != nil && e != nil {
 		c.WriteMap(shapeInfoFields + 1)
 		c.WriteBulkString("tag")
@@ -256,7 +276,7 @@ func cmdIDsInfo(h *Handler, c *resp.Conn, args [][]byte) error {
 		c.WriteBulkString("remaining")
 		c.WriteInt(s.Remaining)
 	}
-	c.WriteMap(12 + extra)
+	c.WriteMap(12 + extra + ordExtra)
 	c.WriteBulkString("tag")
 	c.WriteBulkString(in.Tag)
 	c.WriteBulkString("init_ok")
@@ -285,6 +305,9 @@ func cmdIDsInfo(h *Handler, c *resp.Conn, args [][]byte) error {
 	c.WriteInt(in.MaxCount)
 	if e != nil {
 		h.writeShapeInfo(c, e, per)
+	}
+	if ot != nil {
+		h.writeOrderedInfo(c, ot)
 	}
 	return nil
 }
@@ -436,7 +459,7 @@ func (h *Handler) maxStep() int64 {
 // maxStoredStep is the largest leaf_alloc.step (an int(11) column).
 const maxStoredStep = 1<<31 - 1
 
-// cmdIDsCreate: IDS.CREATE tag [STEP n] [START n] [DESC text].
+// cmdIDsCreate: IDS.CREATE tag [STEP n] [START n] [DESC text] [ORDERED].
 func cmdIDsCreate(h *Handler, c *resp.Conn, args [][]byte) error {
 	if h.cfg.DisableCreate {
 		return replyError("NOPERM IDS.CREATE is disabled on this server (--allow-create=false); ask the operator to create the tag")
@@ -447,6 +470,11 @@ func cmdIDsCreate(h *Handler, c *resp.Conn, args [][]byte) error {
 		opt := strings.ToLower(string(args[i]))
 		if opt == "opaque" { // a flag: no value
 			sp.Opaque = true
+			i--
+			continue
+		}
+		if opt == "ordered" { // a flag: strictly increasing across instances (ordered.go)
+			t.Ordered = true
 			i--
 			continue
 		}
@@ -489,6 +517,9 @@ func cmdIDsCreate(h *Handler, c *resp.Conn, args [][]byte) error {
 		default:
 			return errSyntax
 		}
+	}
+	if t.Ordered {
+		return h.createOrdered(c, t, sp)
 	}
 	if sp.Format != "" || sp.Reset != "" || sp.TZ != "" || sp.Opaque {
 		sp.Start, sp.Step, sp.Desc = t.MaxID, t.Step, t.Description

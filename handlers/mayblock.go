@@ -43,6 +43,9 @@ func (h *Handler) mayWait(c *resp.Conn, cmd *command, args [][]byte) bool {
 	if st, _ := c.State().(*connState); st != nil && st.multi && !cmd.immediate {
 		return false // only queued
 	}
+	if cmd.group == "segment" && h.forwards(args) {
+		return true // an ordered tag led elsewhere: forwarded (ordered.go)
+	}
 	return cmd.mayWait(h, c, args)
 }
 
@@ -112,7 +115,7 @@ func waitExec(h *Handler, c *resp.Conn, args [][]byte) bool {
 		return true
 	}
 	for _, q := range st.queue {
-		if q.cmd.mayWait != nil && q.cmd.mayWait(h, c, q.args) {
+		if q.cmd.mayWait != nil && q.cmd.mayWait(h, c, q.args) || q.cmd.group == "segment" && h.forwards(q.args) {
 			return true
 		}
 	}

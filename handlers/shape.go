@@ -232,6 +232,9 @@ func cmdIDsNext(h *Handler, c *resp.Conn, args [][]byte) error {
 	if err != nil {
 		return err
 	}
+	if t := h.orderedTag(args); t != nil { // an ordered tag has no shape
+		return h.orderedCmd(c, t, args, ordNext)
+	}
 	tag := str(args[1])
 	e := h.shapeOf(tag)
 	p := idsPool.Get().(*[]int64)

@@ -1,8 +1,8 @@
-// Package ordered holds the leader lease of an ORDERED tag (issue 20, part 2; docs/SEGMENT.md,
-// "Ordered tags"): one instance at a time serves such a tag, chosen by a fenced row of
-// leafd_leader on the database's clock. This package is the lease alone; the forwarding of
-// the tag's commands to the leader and the generator's use of the term are not built yet,
-// and nothing outside this package calls it, so no other tag is affected.
+// Package ordered serves ORDERED tags (issue 20, part 2; docs/SEGMENT.md, "Ordered tags"):
+// one instance at a time serves such a tag, its leader, chosen by a fenced row of leafd_leader
+// on the database's clock (Lease, MySQLLeases); one Manager goroutine keeps the lease of every
+// ordered tag an instance has seen, and the Forwarder carries the other instances' requests of
+// the tag to the leader over pooled, pipelined RESP connections.
 package ordered
 
 import (
@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/leafd/leafd/internal/clock"
@@ -20,6 +21,13 @@ type Grant struct {
 	Granted bool   // the caller holds the lease now
 	Epoch   int64  // the lease's term: grows by one at each change of holder (or lapse)
 	Holder  string // who holds it (the caller when Granted)
+	// Remaining is how long the holder's lease still runs on the store's clock (refused
+	// grants: when a campaign may succeed).
+	Remaining time.Duration
+	// Settle: the row was last granted on another database server (a failover since): the
+	// old holder's lease, judged by the old server, may still run for up to a lease length,
+	// so the new holder serves only after one lease length from its grant.
+	Settle bool
 }
 
 // Store runs the acquire-or-renew of a tag's lease on the database clock (*MySQLLeases).
@@ -55,6 +63,19 @@ type Lease struct {
 	until time.Time // local deadline (monotonic); zero when not leader
 	epoch int64     // term of the latest grant to us (0: none)
 	other string    // holder seen by the latest refused renewal
+	oend  time.Time // when other's lease runs out, estimated from the refusal (local clock)
+	from  time.Time // serving starts here (a settling grant), else zero
+	term  int64     // local count of the terms begun here: never reused, unlike epochs after a failover
+
+	// view is what Valid reads without the lock: one pointer, so that the epoch and the
+	// deadline of one grant are always seen together.
+	view atomic.Pointer[leaseView]
+}
+
+// leaseView is one grant as Valid sees it.
+type leaseView struct {
+	term        int64
+	from, until time.Time
 }
 
 // New returns a Lease that holds nothing until its first Renew.
@@ -81,8 +102,13 @@ func New(cfg Config, st Store) (*Lease, error) {
 type State struct {
 	Leader  bool
 	Epoch   int64
+	Term    int64     // local term (Valid's), while Leader
 	Until   time.Time // local deadline while Leader
+	From    time.Time // a settling grant serves from here (zero: at once)
 	Holder  string    // the holder seen (this instance when Leader)
+	// HolderUntil: when another holder's lease runs out as last seen (a refused renewal: its
+	// send time + the remaining lease on the store's clock). Zero when Leader or unknown.
+	HolderUntil time.Time
 	NewTerm bool      // Renew: this grant began a term (the caller must start above every range of earlier terms)
 }
 
@@ -100,24 +126,50 @@ func (l *Lease) Renew(ctx context.Context) (State, error) {
 		return l.stateLocked(), err
 	}
 	if !g.Granted {
-		l.until, l.epoch, l.other = time.Time{}, 0, g.Holder
+		l.until, l.epoch, l.other, l.from = time.Time{}, 0, g.Holder, time.Time{}
+		l.oend = sent.Add(g.Remaining)
+		l.view.Store(nil)
 		return l.stateLocked(), nil
 	}
-	newTerm := g.Epoch != l.epoch
-	l.epoch, l.other = g.Epoch, ""
+	// A grant that must settle is a new term even at an epoch seen before (a failover to a
+	// replica that missed some renewals can repeat an epoch).
+	newTerm := g.Epoch != l.epoch || g.Settle
+	if newTerm {
+		l.term++
+		l.from = time.Time{}
+		if g.Settle {
+			// Counted from the reply: the old server may have renewed the old holder until
+			// the moment the new one answered.
+			l.from = l.cfg.Clock.Now().Add(l.cfg.Length)
+		}
+	}
+	l.epoch, l.other, l.oend = g.Epoch, "", time.Time{}
 	l.until = sent.Add(l.cfg.Length - l.cfg.Margin)
+	l.view.Store(&leaseView{term: l.term, from: l.from, until: l.until})
 	st := l.stateLocked()
 	st.NewTerm = newTerm
 	return st, nil
 }
 
-// Valid reports whether this instance may serve the tag now, and the term it serves in.
-func (l *Lease) Valid() (epoch int64, ok bool) {
-	now := l.cfg.Clock.Now()
+// Drop ends leadership at once (a shutdown, or a renewal the caller gave up on).
+func (l *Lease) Drop() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.epoch != 0 && now.Before(l.until) {
-		return l.epoch, true
+	l.until, l.epoch, l.from = time.Time{}, 0, time.Time{}
+	l.view.Store(nil)
+}
+
+// Valid reports whether this instance may serve the tag now, and the local term it serves in
+// (State.Term: a count of the terms begun here, never reused). It takes no lock and
+// allocates nothing (one atomic load and the clock).
+func (l *Lease) Valid() (term int64, ok bool) {
+	v := l.view.Load()
+	if v == nil {
+		return 0, false
+	}
+	now := l.cfg.Clock.Now()
+	if now.Before(v.until) && !now.Before(v.from) {
+		return v.term, true
 	}
 	return 0, false
 }
@@ -131,7 +183,7 @@ func (l *Lease) State() State {
 
 func (l *Lease) stateLocked() State {
 	if l.epoch != 0 && l.cfg.Clock.Now().Before(l.until) {
-		return State{Leader: true, Epoch: l.epoch, Until: l.until, Holder: l.cfg.Holder}
+		return State{Leader: true, Epoch: l.epoch, Term: l.term, Until: l.until, From: l.from, Holder: l.cfg.Holder}
 	}
-	return State{Holder: l.other}
+	return State{Holder: l.other, HolderUntil: l.oend}
 }

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 )
 
@@ -16,6 +17,7 @@ const mysqlCreateLeader = "CREATE TABLE IF NOT EXISTS `leafd_leader` (\n" +
 	"  `holder` varchar(255) NOT NULL DEFAULT '' COMMENT 'the instance holding the lease',\n" +
 	"  `epoch` bigint NOT NULL DEFAULT 0 COMMENT 'term: grows by one at each change of holder or lapse',\n" +
 	"  `expires` datetime(3) NOT NULL DEFAULT '1970-01-02 00:00:00.000' COMMENT 'database clock',\n" +
+	"  `server_id` bigint NOT NULL DEFAULT 0 COMMENT '@@server_id of the server that granted the lease (a change: a failover)',\n" +
 	"  PRIMARY KEY (`biz_tag`)\n" +
 	") ENGINE=InnoDB"
 
@@ -23,6 +25,7 @@ const mysqlCreateLeader = "CREATE TABLE IF NOT EXISTS `leafd_leader` (\n" +
 type MySQLLeases struct {
 	db      *sql.DB
 	timeout time.Duration
+	ensured atomic.Bool // leafd_leader exists
 }
 
 // NewMySQLLeases uses db (owned by the caller) with timeout per call.
@@ -35,6 +38,9 @@ func (m *MySQLLeases) EnsureTable(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, m.timeout)
 	defer cancel()
 	_, err := m.db.ExecContext(ctx, mysqlCreateLeader)
+	if err == nil {
+		m.ensured.Store(true)
+	}
 	return err
 }
 
@@ -46,9 +52,57 @@ func (m *MySQLLeases) MarkOrdered(ctx context.Context, tag string) error {
 	return err
 }
 
+// IsOrdered reports whether tag has a row in leafd_leader.
+func (m *MySQLLeases) IsOrdered(ctx context.Context, tag string) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, m.timeout)
+	defer cancel()
+	var one int
+	err := m.db.QueryRowContext(ctx, "SELECT 1 FROM leafd_leader WHERE biz_tag = ?", tag).Scan(&one)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// List returns every ordered tag.
+func (m *MySQLLeases) List(ctx context.Context) ([]string, error) {
+	if !m.ensured.Load() { // not created at the start (the database was down)
+		if err := m.EnsureTable(ctx); err != nil {
+			return nil, err
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, m.timeout)
+	defer cancel()
+	rows, err := m.db.QueryContext(ctx, "SELECT biz_tag FROM leafd_leader")
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = rows.Close() }()
+	var tags []string
+	for rows.Next() {
+		var t string
+		if err := rows.Scan(&t); err != nil {
+			return nil, err
+		}
+		tags = append(tags, t)
+	}
+	return tags, rows.Err()
+}
+
+// Release ends holder's lease of tag on the database clock (a graceful shutdown, after the
+// holder stopped serving it): the others may take it at once instead of waiting it out.
+func (m *MySQLLeases) Release(ctx context.Context, tag, holder string) error {
+	ctx, cancel := context.WithTimeout(ctx, m.timeout)
+	defer cancel()
+	_, err := m.db.ExecContext(ctx,
+		"UPDATE leafd_leader SET expires = LEAST(expires, NOW(3)) WHERE biz_tag = ? AND holder = ?", tag, holder)
+	return err
+}
+
 // Acquire is one transaction: the row is locked, its liveness judged by NOW(3), and the lease
 // renewed (same holder, live: same epoch), taken (lapsed: next epoch) or refused (live, held
-// by another).
+// by another). A row last granted by another server (server_id: a failover since, perhaps to
+// a replica that missed the latest renewals) is a new term that must settle (Grant.Settle).
 func (m *MySQLLeases) Acquire(ctx context.Context, tag, holder string, length time.Duration) (Grant, error) {
 	ctx, cancel := context.WithTimeout(ctx, m.timeout)
 	defer cancel()
@@ -58,26 +112,29 @@ func (m *MySQLLeases) Acquire(ctx context.Context, tag, holder string, length ti
 	}
 	defer func() { _ = tx.Rollback() }()
 	var cur string
-	var epoch int64
+	var epoch, server, self, left int64
 	var live bool
 	err = tx.QueryRowContext(ctx,
-		"SELECT holder, epoch, expires >= NOW(3) FROM leafd_leader WHERE biz_tag = ? FOR UPDATE", tag).Scan(&cur, &epoch, &live)
+		"SELECT holder, epoch, expires >= NOW(3), server_id, @@server_id, GREATEST(0, TIMESTAMPDIFF(MICROSECOND, NOW(3), expires)) "+
+			"FROM leafd_leader WHERE biz_tag = ? FOR UPDATE", tag).Scan(&cur, &epoch, &live, &server, &self, &left)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Grant{}, fmt.Errorf("%w: %q", ErrNotOrdered, tag)
 	}
 	if err != nil {
 		return Grant{}, err
 	}
-	if live && cur != holder {
-		return Grant{Holder: cur, Epoch: epoch}, nil
+	moved := cur != "" && server != self
+	if live && cur != holder && !moved {
+		return Grant{Holder: cur, Epoch: epoch, Remaining: time.Duration(left) * time.Microsecond}, nil
 	}
-	if !live {
+	if !live || moved {
 		// A lapsed lease is a new term even for its last holder: it stopped serving at its
-		// deadline, and must start above every range of the earlier term again.
+		// deadline, and must start above every range of the earlier term again. So is a
+		// lease granted by another server: this one's row may be stale.
 		epoch++
 	}
 	_, err = tx.ExecContext(ctx,
-		"UPDATE leafd_leader SET holder = ?, epoch = ?, expires = NOW(3) + INTERVAL ? MICROSECOND WHERE biz_tag = ?",
+		"UPDATE leafd_leader SET holder = ?, epoch = ?, expires = NOW(3) + INTERVAL ? MICROSECOND, server_id = @@server_id WHERE biz_tag = ?",
 		holder, epoch, length.Microseconds(), tag)
 	if err != nil {
 		return Grant{}, err
@@ -85,5 +142,5 @@ func (m *MySQLLeases) Acquire(ctx context.Context, tag, holder string, length ti
 	if err := tx.Commit(); err != nil {
 		return Grant{}, err
 	}
-	return Grant{Granted: true, Epoch: epoch, Holder: holder}, nil
+	return Grant{Granted: true, Epoch: epoch, Holder: holder, Remaining: length, Settle: moved}, nil
 }

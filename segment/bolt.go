@@ -41,6 +41,8 @@ var (
 	// hints: tag -> the Hint of its latest load (step, demand, load time); created on first
 	// use, so files written by earlier versions open unchanged.
 	boltHintsBucket = []byte("hints")
+	// boltOrderedBucket holds the names of the ORDERED tags (created on the first one).
+	boltOrderedBucket = []byte("ordered")
 )
 
 // Limits shared by both stores so that a row accepted by one is accepted by the other; they
@@ -287,6 +289,15 @@ func (s *BoltStore) Create(ctx context.Context, t Tag) error {
 			return tagError(t.Name, ErrShaped, "its counters are the rows "+t.Name+"@<period>")
 		}
 		r := boltRow{maxID: t.MaxID, step: t.Step, updated: s.now(), desc: t.Description}
+		if t.Ordered {
+			ob, err := tx.CreateBucketIfNotExists(boltOrderedBucket)
+			if err != nil {
+				return err
+			}
+			if err := ob.Put(key, []byte{1}); err != nil {
+				return err
+			}
+		}
 		return b.Put(key, r.encode())
 	})
 	if err != nil {

@@ -1,6 +1,7 @@
 package segment
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -64,6 +65,11 @@ type Config struct {
 	// graceful shutdown and New resumes it from (typically <data-dir>/remainder.json). Empty:
 	// no remainder file (held ranges are a gap at each restart).
 	RemainderFile string
+	// Admit, when set, is asked after a tag's first range in this Generator was leased and
+	// before it is served (ORDERED tags: is this instance the tag's leader now?). An error
+	// fails the load (the range is a gap) and reaches the requests wrapped in ErrNotAdmitted;
+	// the tag is not remembered as refused. The tag's guard is held: it may do I/O, briefly.
+	Admit func(ctx context.Context, tag string) error
 	// Clock gives the time (the dynamic step, the negative cache, retry backoff) and the waits
 	// (a request's WaitTimeout, the refresh period). Default clock.Real; tests use clock.Fake.
 	Clock clock.Clock

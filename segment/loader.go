@@ -291,6 +291,11 @@ func (g *Generator) fetch(ctx context.Context, b *buffer) (*seg, error) {
 	if start >= end {
 		return nil, fmt.Errorf("store leased an empty range [%d, %d)", start, end)
 	}
+	if first && g.cfg.Admit != nil {
+		if err := g.cfg.Admit(ctx, b.tag); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrNotAdmitted, err)
+		}
+	}
 	b.mu.Lock()
 	b.mark = end
 	b.step = size
@@ -317,6 +322,8 @@ func (g *Generator) finish(b *buffer, s *seg, err error) {
 		never := b.cur.Load() == nil && b.next == nil
 		b.mu.Unlock()
 		switch {
+		case errors.Is(err, ErrNotAdmitted) && never:
+			g.drop(b) // not remembered: the tag may be served here as soon as Admit says so
 		case errors.Is(err, ErrUnknownTag):
 			// Before the waiters wake, so that what they do next (Create, retry) sees it.
 			g.remember(b.tag, err, g.cfg.NegativeTTL)
@@ -358,8 +365,8 @@ func (g *Generator) finish(b *buffer, s *seg, err error) {
 
 	switch {
 	case err == nil, err == errStale:
-	case errors.Is(err, ErrUnknownTag):
-		g.log.Debug("segment: unknown tag", zap.String("tag", b.tag))
+	case errors.Is(err, ErrUnknownTag), errors.Is(err, ErrNotAdmitted):
+		g.log.Debug("segment: tag refused", zap.String("tag", b.tag), zap.Error(err))
 	case errors.Is(err, ErrRegression):
 		// logged loudly by fetch
 	case errors.Is(err, errClosed):

@@ -677,6 +677,9 @@ func (s *MySQLStore) createUncommitted(ctx context.Context, t Tag) (*sql.Tx, err
 	if err == nil && s.failoverAllocs > 0 {
 		err = s.createFenceRow(ctx, tx, t.Name)
 	}
+	if err == nil && t.Ordered { // the row of package ordered's lease; leafd creates the table at start
+		_, err = tx.ExecContext(ctx, "INSERT IGNORE INTO leafd_leader (biz_tag) VALUES (?)", t.Name)
+	}
 	if err != nil {
 		_ = tx.Rollback()
 		s.dropPending(dbFenceKey)
@@ -713,6 +716,9 @@ func (s *MySQLStore) ensureGap(ctx context.Context) {
 
 // Close closes the connection pool. It is idempotent.
 func (s *MySQLStore) Close() error { return s.db.Close() }
+
+// DB is the store's connection pool (package ordered's leases share it; owned by the store).
+func (s *MySQLStore) DB() *sql.DB { return s.db }
 
 // mysqlDriverLog sends the driver's own messages (broken connections it discards) to the
 // store's logger instead of the standard logger on stderr.

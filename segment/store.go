@@ -13,6 +13,9 @@ type Tag struct {
 	Step        int64 // stored step: first segment size and the minimum of the dynamic step
 	Description string
 	UpdateTime  time.Time // read side only
+	// Ordered (for Create): the tag is ORDERED, recorded in the creating transaction
+	// (MySQL: its leafd_leader row; embedded: the "ordered" bucket). See package ordered.
+	Ordered bool
 }
 
 // Alloc is the row after one allocation. The leased range is [MaxID-step, MaxID) where step is
@@ -95,4 +98,7 @@ var (
 	// safe start for it, so it is refused until `leafd adopt` records its fence row
 	// (docs/MYSQL.md, "Adopting a Leaf table").
 	ErrNotAdopted = errors.New("segment: tag not adopted")
+	// ErrNotAdmitted: Config.Admit refused the tag's first range here (an ORDERED tag led
+	// by another instance); the error wraps Admit's.
+	ErrNotAdmitted = errors.New("segment: tag not served by this instance")
 )

@@ -118,6 +118,8 @@ func (g *Generator) requestError(tag string, err error, what string) error {
 		return te
 	case errors.Is(err, ErrShaped):
 		return &TagError{Tag: strings.Clone(tag), Err: ErrShaped, Detail: "the tag has an ID shape: use IDS.NEXT"}
+	case errors.Is(err, ErrNotAdmitted):
+		return &TagError{Tag: strings.Clone(tag), Err: err, Detail: "not served by this instance now"}
 	}
 	g.stats.unavailable.Add(1)
 	waited := ""

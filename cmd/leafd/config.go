@@ -95,6 +95,8 @@ type Config struct {
 	LeaseWindow     time.Duration
 	StartWaitMax    time.Duration
 	ShutdownTimeout time.Duration
+	// OrderedLease is the leader lease of ORDERED tags (package ordered).
+	OrderedLease time.Duration
 
 	// IDKeyFile holds the AES key of opaque tags as hex (issue 19); never logged or shown.
 	IDKeyFile string
@@ -124,7 +126,8 @@ func flagSet(c *Config) *flag.FlagSet {
 	fs.StringVar(&c.ZKAddrs, "zk-addrs", "", "ZooKeeper connection string host:port[,host:port...][/chroot]; when set, worker ids come from ZooKeeper")
 	fs.StringVar(&c.Name, "name", zc.Name, "cluster name (Leaf's leaf.name; ZooKeeper path /snowflake/<name>)")
 	fs.Int64Var(&c.WorkerID, "worker-id", -1, "static snowflake worker id (instead of ZooKeeper or the local default); -1: unset")
-	fs.StringVar(&c.AdvertiseAddr, "advertise-addr", "", "identity in ZooKeeper (ip:port); default: first non-loopback IPv4 + listen port")
+	fs.StringVar(&c.AdvertiseAddr, "advertise-addr", "", "identity in ZooKeeper (ip:port; default: first non-loopback IPv4 + listen port) and the RESP address other instances forward ORDERED tags' commands to (default: the listen address)")
+	fs.DurationVar(&c.OrderedLease, "ordered-lease", 3*time.Second, "leader lease of ORDERED tags: a dead leader's tag answers TRYAGAIN for up to this long")
 	fs.BoolVar(&c.WorkerReuse, "worker-reuse", false, "let a new instance take over the worker id of a dead one (ZooKeeper)")
 	fs.DurationVar(&c.ZKSession, "zk-session-timeout", zc.SessionTimeout, "ZooKeeper session timeout: how long a dead instance's worker id stays live (worker reuse)")
 	fs.DurationVar(&c.ZKOutageTolerance, "zk-outage-tolerance", zc.OutageTolerance, "how long past the time bound ZooKeeper last confirmed an instance keeps issuing snowflake IDs without ZooKeeper (another instance taking the id waits as long); 0: not beyond the lease")
@@ -354,6 +357,9 @@ func (c Config) Validate() error {
 	// Snowflake durations: zero never silently means a default.
 	if c.ClockBackMax <= 0 {
 		bad("--clock-back-max %v: must be positive (1ms waits out the least)", c.ClockBackMax)
+	}
+	if c.OrderedLease < 100*time.Millisecond {
+		bad("--ordered-lease %v: must be at least 100ms", c.OrderedLease)
 	}
 	if c.LeaseWindow < 10*time.Millisecond {
 		bad("--lease-window %v: must be at least 10ms", c.LeaseWindow)

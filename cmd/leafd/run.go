@@ -88,11 +88,25 @@ func run(ctx context.Context, cfg Config, log *zap.Logger, ready func(net.Addr))
 	scfg.WarmTags = cfg.WarmTags
 	scfg.NoWarmStart = cfg.WarmTags == 0
 	scfg.RemainderFile = filepath.Join(cfg.DataDir, "remainder.json")
+	ord, fwd, err := openOrdered(ctx, cfg, store, log)
+	if err != nil {
+		return err
+	}
+	if ord != nil {
+		scfg.Admit = ord.Admit
+	}
 	seg, err := segment.New(scfg, store, marks, log.Named("segment"))
 	if err != nil {
 		return fmt.Errorf("segment: %w", err)
 	}
 	closers = append(closers, seg)
+	if ord != nil { // closed before the store: it gives its leases back through it
+		ord.Start(ctx, func(tag string) { seg.Retire(tag) })
+		closers = append(closers, ord)
+	}
+	if fwd != nil {
+		closers = append(closers, fwd)
+	}
 
 	var snow handlers.Snowflakes // nil (no snowflake side) with --modes segment
 	if !cfg.snowflakeOn() && (cfg.ZKAddrs != "" || cfg.WorkerID >= 0) {
@@ -125,6 +139,8 @@ func run(ctx context.Context, cfg Config, log *zap.Logger, ready func(net.Addr))
 		HTTPOpenProbes: cfg.HTTPOpenProbes,
 		Shapes:         shapes,
 		IDKey:          idKey,
+		Ordered:        ord,
+		Forward:        fwd,
 		PeriodNow:      periodClock(cfg.PeriodClockOffset),
 	}, seg, snow, log.Named("handlers"))
 

@@ -1,0 +1,485 @@
+package ordered
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// ForwardClientName is the CLIENT SETNAME of the Forwarder's connections: an instance never
+// forwards again a request that came through one (a leader that lost its lease answers
+// TRYAGAIN instead), so a request cannot travel in a loop.
+const ForwardClientName = "leafd-forward"
+
+// ErrUnreachable: the leader did not answer (dial, write or reply failed or timed out). The
+// request may or may not have run there; its IDs, if any, are never issued by anyone else.
+var ErrUnreachable = errors.New("ordered: leader unreachable")
+
+// ForwarderConfig configures a Forwarder. Zero fields take the defaults given.
+type ForwarderConfig struct {
+	// Password is sent with AUTH on each new connection (the cluster's --requirepass).
+	Password string
+	// Conns is the number of connections per leader (default 2): each carries many clients'
+	// requests, pipelined.
+	Conns int
+	// Timeout bounds a dial, a write, and the wait for the oldest reply outstanding (default
+	// 1s): a leader that stops answering fails its connection's requests with ErrUnreachable.
+	Timeout time.Duration
+	// MaxPending bounds the requests queued or outstanding on one connection (default 4096).
+	MaxPending int
+	// Backoff: after a failed dial, requests to that leader fail at once for this long
+	// (default 100ms).
+	Backoff time.Duration
+	Log     *zap.Logger
+}
+
+// Forwarder carries requests to leaders over pooled RESP connections: per connection one
+// writer goroutine writes every request queued since its last write in one write (a batch of
+// many clients' requests) and one reader goroutine matches the replies to the requests in
+// order (FIFO). Do blocks its caller until the reply; no goroutine is started per request.
+// Safe for concurrent use.
+type Forwarder struct {
+	cfg    ForwarderConfig
+	mu     sync.Mutex
+	peers  map[string]*peer
+	closed bool
+	wg     sync.WaitGroup
+	calls  sync.Pool
+}
+
+// NewForwarder returns a Forwarder.
+func NewForwarder(cfg ForwarderConfig) *Forwarder {
+	if cfg.Conns <= 0 {
+		cfg.Conns = 2
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = time.Second
+	}
+	if cfg.MaxPending <= 0 {
+		cfg.MaxPending = 4096
+	}
+	if cfg.Backoff <= 0 {
+		cfg.Backoff = 100 * time.Millisecond
+	}
+	if cfg.Log == nil {
+		cfg.Log = zap.NewNop()
+	}
+	f := &Forwarder{cfg: cfg, peers: map[string]*peer{}}
+	f.calls.New = func() any { return &Call{done: make(chan struct{}, 1)} }
+	return f
+}
+
+// Reply is one RESP reply as read from the leader.
+type Reply struct {
+	Kind  byte // ':' integer, '-' error, '+' simple string, '$' bulk string, '*' array, '_' null
+	Int   int64
+	Str   []byte // text of '-', '+', '$'
+	Elems []Reply
+}
+
+// Call is one forwarded request; get one with Forwarder.Do's caller-owned reuse (Release).
+type Call struct {
+	buf   []byte
+	done  chan struct{}
+	Reply Reply
+	Err   error
+}
+
+// Do sends args to the leader at addr and waits for the reply. The returned Call holds the
+// reply (or Err); pass it to Release when done with the reply.
+func (f *Forwarder) Do(addr string, args [][]byte) *Call {
+	c := f.calls.Get().(*Call)
+	c.Err = nil
+	c.buf = appendCommand(c.buf[:0], args)
+	p, err := f.peer(addr)
+	if err != nil {
+		c.Err = err
+		return c
+	}
+	if err := p.pick().send(c); err != nil {
+		c.Err = err
+		return c
+	}
+	<-c.done
+	return c
+}
+
+// Release returns c for reuse; its Reply must not be used afterwards.
+func (f *Forwarder) Release(c *Call) {
+	if cap(c.buf) > 64<<10 {
+		c.buf = nil
+	}
+	f.calls.Put(c)
+}
+
+// Close closes every connection and waits for their goroutines. Requests outstanding fail
+// with ErrUnreachable. Idempotent.
+func (f *Forwarder) Close() error {
+	f.mu.Lock()
+	f.closed = true
+	peers := f.peers
+	f.peers = map[string]*peer{}
+	f.mu.Unlock()
+	for _, p := range peers {
+		for _, pc := range p.conns {
+			pc.fail(nil, errors.New("forwarder closed"), true)
+		}
+	}
+	f.wg.Wait()
+	return nil
+}
+
+func (f *Forwarder) peer(addr string) (*peer, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return nil, fmt.Errorf("%w: %s: the forwarder is closed", ErrUnreachable, addr)
+	}
+	p := f.peers[addr]
+	if p == nil {
+		p = &peer{addr: addr, conns: make([]*pconn, f.cfg.Conns)}
+		for i := range p.conns {
+			p.conns[i] = &pconn{f: f, addr: addr}
+		}
+		f.peers[addr] = p
+	}
+	return p, nil
+}
+
+// peer is one leader's connections.
+type peer struct {
+	addr  string
+	conns []*pconn
+	mu    sync.Mutex
+	rr    int
+}
+
+func (p *peer) pick() *pconn {
+	p.mu.Lock()
+	p.rr++
+	c := p.conns[p.rr%len(p.conns)]
+	p.mu.Unlock()
+	return c
+}
+
+// pconn is one pipelined connection slot to a leader: at most one live link at a time,
+// dialed again on demand after a failure.
+type pconn struct {
+	f    *Forwarder
+	addr string
+
+	mu        sync.Mutex
+	cur       *link // nil: not connected
+	dialing   bool
+	closed    bool      // the Forwarder closed
+	downUntil time.Time // after a failed dial
+	queue     []*Call   // to write, in order
+	inflight  []*Call   // written on cur, awaiting their replies, in order
+}
+
+// link is one TCP connection of a pconn and its two goroutines.
+type link struct {
+	nc   net.Conn
+	wake chan struct{} // a request was queued
+	dead chan struct{} // closed when the link failed
+}
+
+func (l *link) nudge() {
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+}
+
+// send queues c; the caller then waits on c.done. A connection is dialed on demand, by the
+// first sender that finds none.
+func (pc *pconn) send(c *Call) error {
+	pc.mu.Lock()
+	if pc.closed {
+		pc.mu.Unlock()
+		return fmt.Errorf("%w: %s: the forwarder is closed", ErrUnreachable, pc.addr)
+	}
+	if pc.cur == nil && !pc.dialing && time.Now().Before(pc.downUntil) {
+		pc.mu.Unlock()
+		return fmt.Errorf("%w: %s: the last connection attempt failed", ErrUnreachable, pc.addr)
+	}
+	if len(pc.queue)+len(pc.inflight) >= pc.f.cfg.MaxPending {
+		pc.mu.Unlock()
+		return fmt.Errorf("%w: %s: %d requests outstanding on the connection", ErrUnreachable, pc.addr, pc.f.cfg.MaxPending)
+	}
+	pc.queue = append(pc.queue, c)
+	l := pc.cur
+	dial := l == nil && !pc.dialing
+	if dial {
+		pc.dialing = true
+	}
+	pc.mu.Unlock()
+	switch {
+	case dial:
+		pc.connect()
+	case l != nil:
+		l.nudge()
+	}
+	return nil
+}
+
+// connect dials, authenticates and names the connection, then starts its writer and reader;
+// on failure every queued request fails.
+func (pc *pconn) connect() {
+	cfg := pc.f.cfg
+	nc, err := pc.handshake(cfg)
+	pc.mu.Lock()
+	pc.dialing = false
+	if err == nil && pc.closed {
+		err = errors.New("forwarder closed")
+	}
+	if err != nil {
+		if nc != nil {
+			_ = nc.Close()
+		}
+		pc.downUntil = time.Now().Add(cfg.Backoff)
+		q := pc.queue
+		pc.queue = nil
+		pc.mu.Unlock()
+		cfg.Log.Warn("ordered: cannot reach the leader", zap.String("leader", pc.addr), zap.Error(err))
+		for _, c := range q {
+			c.Err = fmt.Errorf("%w: %s: %v", ErrUnreachable, pc.addr, err)
+			c.done <- struct{}{}
+		}
+		return
+	}
+	l := &link{nc: nc, wake: make(chan struct{}, 1), dead: make(chan struct{})}
+	pc.cur = l
+	pc.mu.Unlock()
+	pc.f.wg.Add(2)
+	go pc.writer(l)
+	go pc.reader(l)
+	l.nudge()
+}
+
+func (pc *pconn) handshake(cfg ForwarderConfig) (net.Conn, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.Timeout)
+	defer cancel()
+	var d net.Dialer
+	nc, err := d.DialContext(ctx, "tcp", pc.addr)
+	if err != nil {
+		return nil, err
+	}
+	if tc, ok := nc.(*net.TCPConn); ok {
+		_ = tc.SetNoDelay(true)
+	}
+	_ = nc.SetDeadline(time.Now().Add(cfg.Timeout))
+	var b []byte
+	n := 1
+	if cfg.Password != "" {
+		b = appendCommand(b, [][]byte{[]byte("AUTH"), []byte(cfg.Password)})
+		n++
+	}
+	b = appendCommand(b, [][]byte{[]byte("CLIENT"), []byte("SETNAME"), []byte(ForwardClientName)})
+	if _, err := nc.Write(b); err != nil {
+		return nc, err
+	}
+	br := bufio.NewReader(nc)
+	for range n {
+		var r Reply
+		if err := readReply(br, &r, 0); err != nil {
+			return nc, err
+		}
+		if r.Kind == '-' {
+			return nc, fmt.Errorf("handshake refused: %s", r.Str)
+		}
+	}
+	if br.Buffered() > 0 {
+		return nc, errors.New("handshake: unexpected data")
+	}
+	_ = nc.SetDeadline(time.Time{})
+	return nc, nil
+}
+
+// writer writes every queued request in one write, moving them to inflight first (so the
+// reader finds them in the order they went out).
+func (pc *pconn) writer(l *link) {
+	defer pc.f.wg.Done()
+	var buf []byte
+	for {
+		select {
+		case <-l.dead:
+			return
+		case <-l.wake:
+		}
+		pc.mu.Lock()
+		if pc.cur != l {
+			pc.mu.Unlock()
+			return
+		}
+		if len(pc.queue) == 0 {
+			pc.mu.Unlock()
+			continue
+		}
+		now := time.Now()
+		if len(pc.inflight) == 0 { // the oldest reply outstanding is now one of these
+			_ = l.nc.SetReadDeadline(now.Add(pc.f.cfg.Timeout))
+		}
+		buf = buf[:0]
+		for _, c := range pc.queue {
+			buf = append(buf, c.buf...)
+			pc.inflight = append(pc.inflight, c)
+		}
+		clear(pc.queue)
+		pc.queue = pc.queue[:0]
+		pc.mu.Unlock()
+		_ = l.nc.SetWriteDeadline(now.Add(pc.f.cfg.Timeout))
+		if _, err := l.nc.Write(buf); err != nil {
+			pc.fail(l, err, false)
+			return
+		}
+		if cap(buf) > 1<<20 {
+			buf = nil
+		}
+	}
+}
+
+// reader matches each reply to the oldest request outstanding.
+func (pc *pconn) reader(l *link) {
+	defer pc.f.wg.Done()
+	br := bufio.NewReaderSize(l.nc, 32<<10)
+	var r Reply // read here, then swapped into the call (each keeps reusable buffers)
+	for {
+		if err := readReply(br, &r, 0); err != nil {
+			pc.fail(l, err, false)
+			return
+		}
+		pc.mu.Lock()
+		if pc.cur != l || len(pc.inflight) == 0 {
+			pc.mu.Unlock()
+			pc.fail(l, errors.New("a reply with no request outstanding"), false)
+			return
+		}
+		c := pc.inflight[0]
+		pc.inflight[0] = nil
+		pc.inflight = pc.inflight[1:]
+		if len(pc.inflight) > 0 {
+			_ = l.nc.SetReadDeadline(time.Now().Add(pc.f.cfg.Timeout))
+		} else {
+			_ = l.nc.SetReadDeadline(time.Time{})
+		}
+		pc.mu.Unlock()
+		c.Reply, r = r, c.Reply
+		c.done <- struct{}{}
+	}
+}
+
+// fail ends link l (nil: the current one, if any): closes it and fails every request queued
+// or outstanding; closed marks the slot closed for good (Forwarder.Close).
+func (pc *pconn) fail(l *link, err error, closed bool) {
+	pc.mu.Lock()
+	if closed {
+		pc.closed = true
+		l = pc.cur
+	}
+	if l == nil || pc.cur != l {
+		pc.mu.Unlock()
+		return
+	}
+	pc.cur = nil
+	reqs := append(pc.inflight, pc.queue...)
+	pc.inflight, pc.queue = nil, nil
+	pc.mu.Unlock()
+	close(l.dead)
+	_ = l.nc.Close()
+	if !closed && !errors.Is(err, io.EOF) {
+		pc.f.cfg.Log.Warn("ordered: connection to the leader failed", zap.String("leader", pc.addr), zap.Error(err))
+	}
+	for _, c := range reqs {
+		c.Err = fmt.Errorf("%w: %s: %v", ErrUnreachable, pc.addr, err)
+		c.done <- struct{}{}
+	}
+}
+
+// appendCommand appends args as a RESP array of bulk strings.
+func appendCommand(b []byte, args [][]byte) []byte {
+	b = append(b, '*')
+	b = strconv.AppendInt(b, int64(len(args)), 10)
+	b = append(b, '\r', '\n')
+	for _, a := range args {
+		b = append(b, '$')
+		b = strconv.AppendInt(b, int64(len(a)), 10)
+		b = append(b, '\r', '\n')
+		b = append(b, a...)
+		b = append(b, '\r', '\n')
+	}
+	return b
+}
+
+// maxReplyDepth bounds nested arrays; maxReplyLen bounds a bulk string or an array.
+const (
+	maxReplyDepth = 4
+	maxReplyLen   = 1 << 20
+)
+
+// readReply reads one RESP2 reply into r, reusing its buffers.
+func readReply(br *bufio.Reader, r *Reply, depth int) error {
+	line, err := br.ReadSlice('\n')
+	if err != nil {
+		return err
+	}
+	if len(line) < 3 || line[len(line)-2] != '\r' {
+		return errors.New("malformed reply line")
+	}
+	body := line[1 : len(line)-2]
+	r.Kind = line[0]
+	r.Str = r.Str[:0]
+	r.Elems = r.Elems[:0]
+	switch r.Kind {
+	case '+', '-':
+		r.Str = append(r.Str, body...)
+		return nil
+	case ':':
+		r.Int, err = strconv.ParseInt(string(body), 10, 64)
+		return err
+	case '_':
+		return nil
+	case '$', '*':
+		n, err := strconv.ParseInt(string(body), 10, 64)
+		if err != nil || n > maxReplyLen || n < -1 {
+			return fmt.Errorf("malformed length %q", body)
+		}
+		if n == -1 {
+			r.Kind = '_'
+			return nil
+		}
+		if r.Kind == '$' {
+			if cap(r.Str) < int(n)+2 {
+				r.Str = make([]byte, n+2)
+			}
+			r.Str = r.Str[:n+2]
+			if _, err := io.ReadFull(br, r.Str); err != nil {
+				return err
+			}
+			r.Str = r.Str[:n]
+			return nil
+		}
+		if depth >= maxReplyDepth {
+			return errors.New("reply nested too deep")
+		}
+		if cap(r.Elems) < int(n) {
+			r.Elems = make([]Reply, n)
+		}
+		r.Elems = r.Elems[:n]
+		for i := range r.Elems {
+			if err := readReply(br, &r.Elems[i], depth+1); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return fmt.Errorf("unexpected reply type %q", r.Kind)
+}

@@ -1,0 +1,496 @@
+package ordered
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/leafd/leafd/internal/clock"
+	"go.uber.org/zap"
+)
+
+// Catalog tells which tags are ORDERED (MySQL: leafd_leader; embedded: a bbolt bucket).
+type Catalog interface {
+	IsOrdered(ctx context.Context, tag string) (bool, error)
+	List(ctx context.Context) ([]string, error)
+}
+
+// Releaser gives a lease back early (a graceful shutdown): *MySQLLeases.
+type Releaser interface {
+	Release(ctx context.Context, tag, holder string) error
+}
+
+// Errors of the Manager, matched with errors.Is.
+var (
+	// ErrNotLeader: the tag is ordered and this instance is not serving it now.
+	ErrNotLeader = errors.New("ordered: not the leader of the tag")
+	// ErrUnknownOrder: the store could not tell whether the tag is ordered.
+	ErrUnknownOrder = errors.New("ordered: cannot tell whether the tag is ordered")
+)
+
+// ManagerConfig configures a Manager. Zero fields take the defaults given.
+type ManagerConfig struct {
+	// Holder is this instance in the leases: its advertised RESP address, the address the
+	// other instances forward the tag's commands to. Required unless Local.
+	Holder string
+	// Length of the lease on the store's clock (default 3s) and Margin taken off the local
+	// deadline (default Length/10): see Config.
+	Length, Margin time.Duration
+	// Local: the embedded store, single-instance by construction (its data dir is locked):
+	// every ordered tag is led here, no lease is kept.
+	Local bool
+	// MaxTags bounds the ordered tags tracked (default 10,000); beyond it a newly seen one is
+	// refused (ErrUnknownOrder), never served as an ordinary tag.
+	MaxTags int
+	// Timeout bounds one store call (default Length/3).
+	Timeout time.Duration
+	Clock   clock.Clock
+	Log     *zap.Logger
+}
+
+func (c ManagerConfig) withDefaults() ManagerConfig {
+	if c.Length == 0 {
+		c.Length = 3 * time.Second
+	}
+	if c.Margin == 0 {
+		c.Margin = c.Length / 10
+	}
+	if c.MaxTags == 0 {
+		c.MaxTags = 10000
+	}
+	if c.Timeout == 0 {
+		c.Timeout = c.Length / 3
+	}
+	if c.Clock == nil {
+		c.Clock = clock.Real{}
+	}
+	if c.Log == nil {
+		c.Log = zap.NewNop()
+	}
+	return c
+}
+
+// Manager keeps the lease of every ordered tag this instance has seen, on one goroutine: the
+// leader renews every Length/3, the others watch the holder and campaign once its lease can
+// have lapsed. On a new term it drops the tag's held segments (Start's drop) before serving,
+// so that the first range of the term is leased fresh from the store, above every range of
+// the earlier terms. Safe for concurrent use.
+type Manager struct {
+	cfg   ManagerConfig
+	cat   Catalog
+	store Store // nil when Local
+
+	tags atomic.Pointer[map[string]*Tag] // copy-on-write: Lookup reads without a lock
+	n    atomic.Int64                    // len(*tags): the ordinary tags' check is one load while 0
+	mu   sync.Mutex                      // writers of tags
+
+	drop   func(tag string)
+	kick   chan struct{}
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	once   sync.Once
+	listed atomic.Bool // a List succeeded
+
+	// Counters for /status.json and metrics (the handler adds the forwarding ones).
+	Forwarded, ForwardErrors, TryAgain atomic.Int64
+}
+
+// Tag is one ordered tag as this instance sees it.
+type Tag struct {
+	Name  string
+	lease *Lease // nil when Local
+	m     *Manager
+	// active is the local term whose held segments were dropped: the tag is served only in
+	// it (Serving), never in a term whose drop has not finished.
+	active atomic.Int64
+	// Counters of this tag.
+	Forwarded, ForwardErrors atomic.Int64
+
+	// the manager goroutine's
+	next    time.Time
+	lastErr atomic.Pointer[string]
+}
+
+// NewManager returns a Manager; st is the lease store (nil with Local).
+func NewManager(cfg ManagerConfig, cat Catalog, st Store) (*Manager, error) {
+	cfg = cfg.withDefaults()
+	if cat == nil || (!cfg.Local && (st == nil || cfg.Holder == "")) {
+		return nil, errors.New("ordered: a manager needs a catalog and, unless local, a lease store and a holder")
+	}
+	if cfg.Length < 0 || cfg.Margin < 0 || cfg.Margin >= cfg.Length || cfg.MaxTags < 0 || cfg.Timeout < 0 {
+		return nil, fmt.Errorf("ordered: lease length %v, margin %v: need 0 <= margin < length", cfg.Length, cfg.Margin)
+	}
+	m := &Manager{cfg: cfg, cat: cat, store: st, kick: make(chan struct{}, 1)}
+	empty := map[string]*Tag{}
+	m.tags.Store(&empty)
+	return m, nil
+}
+
+// Local reports whether the manager serves every ordered tag here (the embedded store).
+func (m *Manager) Local() bool { return m.cfg.Local }
+
+// Holder is this instance's name in the leases (its advertised address).
+func (m *Manager) Holder() string { return m.cfg.Holder }
+
+// Length is the lease length.
+func (m *Manager) Length() time.Duration { return m.cfg.Length }
+
+// Start lists the ordered tags (within Timeout; a failure is retried by the loop) and starts
+// the lease goroutine. drop removes a tag's held segments (segment.Generator.Retire). With
+// Local nothing runs. Close stops it.
+func (m *Manager) Start(ctx context.Context, drop func(tag string)) {
+	m.drop = drop
+	m.refreshList(ctx)
+	if m.cfg.Local {
+		return
+	}
+	ctx, m.cancel = context.WithCancel(context.Background())
+	m.wg.Add(1)
+	go m.run(ctx)
+}
+
+// Close stops the lease goroutine and waits for it; the leases held are given back when the
+// store can (Releaser) after this instance stopped serving them. Idempotent.
+func (m *Manager) Close() error {
+	m.once.Do(func() {
+		if m.cancel == nil {
+			return
+		}
+		m.cancel()
+		m.wg.Wait()
+		rel, _ := m.store.(Releaser)
+		for _, t := range *m.tags.Load() {
+			_, was := t.lease.Valid()
+			t.lease.Drop() // stop serving first
+			if was && rel != nil {
+				ctx, cancel := context.WithTimeout(context.Background(), m.cfg.Timeout)
+				if err := rel.Release(ctx, t.Name, m.cfg.Holder); err != nil {
+					m.cfg.Log.Warn("ordered: lease not released; the others wait it out", zap.String("tag", t.Name), zap.Error(err))
+				}
+				cancel()
+			}
+		}
+	})
+	return nil
+}
+
+// Lookup returns the ordered tag of that name this instance knows, nil for any other tag. It
+// takes no lock and allocates nothing; while no ordered tag is known it is one atomic load.
+func (m *Manager) Lookup(tag string) *Tag {
+	if m == nil || m.n.Load() == 0 {
+		return nil
+	}
+	return (*m.tags.Load())[tag]
+}
+
+// Add makes tag known as ordered (IDS.CREATE ... ORDERED here, or found in the store) and
+// wakes the lease goroutine to campaign for it. Any segment of it held here is dropped unless
+// this instance serves it: it may date from before the tag was known to be ordered.
+func (m *Manager) Add(tag string) (*Tag, error) { return m.add(tag, true) }
+
+func (m *Manager) add(tag string, drop bool) (*Tag, error) {
+	m.mu.Lock()
+	old := *m.tags.Load()
+	if t := old[tag]; t != nil {
+		m.mu.Unlock()
+		return t, nil
+	}
+	if len(old) >= m.cfg.MaxTags {
+		m.mu.Unlock()
+		return nil, fmt.Errorf("%w: %q: this instance tracks %d ordered tags already (the limit)", ErrUnknownOrder, tag, len(old))
+	}
+	tag = strings.Clone(tag)
+	t := &Tag{Name: tag, m: m}
+	if !m.cfg.Local {
+		l, err := New(Config{Tag: tag, Holder: m.cfg.Holder, Length: m.cfg.Length, Margin: m.cfg.Margin, Clock: m.cfg.Clock}, m.store)
+		if err != nil {
+			m.mu.Unlock()
+			return nil, err
+		}
+		t.lease = l
+	}
+	nm := make(map[string]*Tag, len(old)+1)
+	for k, v := range old {
+		nm[k] = v
+	}
+	nm[tag] = t
+	m.tags.Store(&nm)
+	m.n.Store(int64(len(nm)))
+	m.mu.Unlock()
+	if !m.cfg.Local {
+		if drop && m.drop != nil {
+			m.drop(tag)
+		}
+		select {
+		case m.kick <- struct{}{}:
+		default:
+		}
+	}
+	return t, nil
+}
+
+// Admit is segment.Config.Admit: asked after a tag's first range was leased here and before
+// it is served. nil for a tag that is not ordered, or that this instance serves now;
+// ErrNotLeader for an ordered tag led elsewhere (the tag is then known: Lookup finds it);
+// ErrUnknownOrder when the store cannot tell.
+func (m *Manager) Admit(ctx context.Context, tag string) error {
+	if m.cfg.Local {
+		return nil
+	}
+	t := m.Lookup(tag)
+	if t == nil {
+		ctx, cancel := context.WithTimeout(ctx, m.cfg.Timeout)
+		ok, err := m.cat.IsOrdered(ctx, tag)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("%w: %q: %v", ErrUnknownOrder, tag, err)
+		}
+		if !ok {
+			return nil
+		}
+		// Not dropped here: the buffer being loaded fails with this error and goes.
+		if t, err = m.add(tag, false); err != nil {
+			return err
+		}
+	}
+	if _, ok := t.Serving(); ok {
+		return nil
+	}
+	return fmt.Errorf("%w: %q", ErrNotLeader, tag)
+}
+
+// IsOrdered reports whether tag is ordered: known here, or else asked of the store.
+func (m *Manager) IsOrdered(ctx context.Context, tag string) (bool, error) {
+	if m.Lookup(tag) != nil {
+		return true, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, m.cfg.Timeout)
+	defer cancel()
+	return m.cat.IsOrdered(ctx, tag)
+}
+
+// Serving reports whether this instance may issue IDs of the tag now, and in which local
+// term: its lease is valid and the tag's held segments were dropped at the start of that
+// term. Callers check it before and after taking IDs, with the same term both times. No
+// lock, no allocation.
+func (t *Tag) Serving() (term int64, ok bool) {
+	if t.lease == nil {
+		return 0, true // Local
+	}
+	term, ok = t.lease.Valid()
+	return term, ok && term == t.active.Load()
+}
+
+// Route is where a request for the tag goes when this instance does not serve it.
+type Route struct {
+	// Leader is the holder's advertised address ("" when no lease is valid anywhere, as far
+	// as this instance knows: the old one is running out, or nobody has campaigned yet).
+	Leader string
+	// Wait: without Leader, how long until the lease seen can have run out (0: unknown,
+	// or now); with the lease ours but not yet serving (settling), until it serves.
+	Wait time.Duration
+	// Here: the lease is this instance's; it serves after Wait.
+	Here bool
+}
+
+// Route returns where to send a request this instance does not serve now.
+func (t *Tag) Route() Route {
+	if t.lease == nil {
+		return Route{Here: true}
+	}
+	now := t.m.cfg.Clock.Now()
+	s := t.lease.State()
+	if s.Leader {
+		r := Route{Here: true}
+		if s.From.After(now) {
+			r.Wait = s.From.Sub(now)
+		}
+		return r
+	}
+	if s.Holder != "" && s.Holder != t.m.cfg.Holder && now.Before(s.HolderUntil) {
+		return Route{Leader: s.Holder}
+	}
+	var r Route
+	if s.HolderUntil.After(now) {
+		r.Wait = s.HolderUntil.Sub(now)
+	}
+	return r
+}
+
+// Status is one ordered tag for IDS.INFO and /status.json.
+type Status struct {
+	Tag       string
+	Leader    string        // the holder seen ("" none)
+	Here      bool          // this instance serves it now
+	Epoch     int64         // the lease's term in the store (while held here)
+	Remaining time.Duration // of the lease (held here: to the local deadline; else the holder's, as seen)
+	Forwarded, ForwardErrors int64
+	LastError string
+}
+
+// Status of one tag.
+func (t *Tag) Status() Status {
+	st := Status{Tag: t.Name, Forwarded: t.Forwarded.Load(), ForwardErrors: t.ForwardErrors.Load()}
+	if p := t.lastErr.Load(); p != nil {
+		st.LastError = *p
+	}
+	if t.lease == nil {
+		st.Here = true
+		st.Leader = t.m.cfg.Holder
+		return st
+	}
+	now := t.m.cfg.Clock.Now()
+	s := t.lease.State()
+	_, st.Here = t.Serving()
+	st.Leader = s.Holder
+	if s.Leader {
+		st.Epoch = s.Epoch
+		st.Remaining = max(0, s.Until.Sub(now))
+	} else if s.HolderUntil.After(now) {
+		st.Remaining = s.HolderUntil.Sub(now)
+	}
+	return st
+}
+
+// Statuses of every known ordered tag, by name.
+func (m *Manager) Statuses() []Status {
+	tags := *m.tags.Load()
+	out := make([]Status, 0, len(tags))
+	for _, t := range tags {
+		out = append(out, t.Status())
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Tag < out[j].Tag })
+	return out
+}
+
+// run is the lease goroutine: each tag's next renewal or campaign when due, the list of
+// ordered tags every Length.
+func (m *Manager) run(ctx context.Context) {
+	defer m.wg.Done()
+	clk := m.cfg.Clock
+	nextList := clk.Now().Add(m.cfg.Length)
+	for {
+		now := clk.Now()
+		if !now.Before(nextList) {
+			m.refreshList(ctx)
+			nextList = clk.Now().Add(m.cfg.Length)
+		}
+		due := nextList
+		for _, t := range *m.tags.Load() {
+			if ctx.Err() != nil {
+				return
+			}
+			if !clk.Now().Before(t.next) {
+				m.step(ctx, t)
+			}
+			if t.next.Before(due) {
+				due = t.next
+			}
+		}
+		tm := clk.NewTimer(max(0, due.Sub(clk.Now())))
+		select {
+		case <-ctx.Done():
+			tm.Stop()
+			return
+		case <-m.kick:
+			tm.Stop()
+		case <-tm.C():
+		}
+	}
+}
+
+// step renews or campaigns for t once and schedules its next turn.
+func (m *Manager) step(ctx context.Context, t *Tag) {
+	clk := m.cfg.Clock
+	renewEvery := m.cfg.Length / 3
+	retry := max(m.cfg.Length/20, time.Millisecond)
+	cctx, cancel := context.WithTimeout(ctx, m.cfg.Timeout)
+	_, wasServing := t.Serving()
+	s, err := t.lease.Renew(cctx)
+	cancel()
+	now := clk.Now()
+	if err != nil {
+		if errors.Is(err, ErrNotOrdered) { // its row was deleted: no longer ordered
+			m.remove(t.Name)
+			return
+		}
+		msg := err.Error()
+		if p := t.lastErr.Load(); p == nil || *p != msg {
+			m.cfg.Log.Warn("ordered: lease call failed; the lease runs out by itself", zap.String("tag", t.Name), zap.Error(err))
+		}
+		t.lastErr.Store(&msg)
+		t.next = now.Add(retry)
+		return
+	}
+	t.lastErr.Store(nil)
+	if !s.Leader {
+		if wasServing {
+			m.cfg.Log.Warn("ordered: lease lost; stopped serving the tag", zap.String("tag", t.Name), zap.String("holder", s.Holder))
+		}
+		t.next = now.Add(renewEvery)
+		if s.HolderUntil.Before(t.next) { // campaign as soon as the holder's lease can have lapsed
+			t.next = s.HolderUntil.Add(time.Millisecond)
+		}
+		return
+	}
+	if s.NewTerm {
+		// Before the term serves: the held segments (of an earlier term of ours, a remainder,
+		// a warm start) go, so the first range is leased now, above every earlier term's.
+		if m.drop != nil {
+			m.drop(t.Name)
+		}
+		t.active.Store(s.Term)
+		m.cfg.Log.Info("ordered: leader of the tag", zap.String("tag", t.Name), zap.Int64("epoch", s.Epoch),
+			zap.Time("serves_from", s.From))
+	}
+	t.next = now.Add(renewEvery)
+}
+
+// refreshList adds the ordered tags the store lists that are not known here.
+func (m *Manager) refreshList(ctx context.Context) {
+	cctx, cancel := context.WithTimeout(ctx, m.cfg.Timeout)
+	tags, err := m.cat.List(cctx)
+	cancel()
+	if err != nil {
+		if m.listed.Load() {
+			m.cfg.Log.Debug("ordered: list failed", zap.Error(err))
+		} else {
+			m.cfg.Log.Warn("ordered: cannot list the ordered tags yet; retrying", zap.Error(err))
+		}
+		return
+	}
+	m.listed.Store(true)
+	for _, tag := range tags {
+		if m.Lookup(tag) == nil {
+			if _, err := m.Add(tag); err != nil {
+				m.cfg.Log.Warn("ordered: tag not tracked", zap.String("tag", tag), zap.Error(err))
+			}
+		}
+	}
+}
+
+// remove forgets an ordered tag whose row is gone (it becomes an ordinary tag).
+func (m *Manager) remove(tag string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	old := *m.tags.Load()
+	t := old[tag]
+	if t == nil {
+		return
+	}
+	t.lease.Drop()
+	nm := make(map[string]*Tag, len(old))
+	for k, v := range old {
+		if k != tag {
+			nm[k] = v
+		}
+	}
+	m.tags.Store(&nm)
+	m.n.Store(int64(len(nm)))
+	m.cfg.Log.Info("ordered: the tag's lease row is gone; it is an ordinary tag now", zap.String("tag", tag))
+}
