@@ -235,7 +235,7 @@ func leaderOf(t *testing.T, ls []*e2e.Leafd, skip []int, tag string, d time.Dura
 				continue
 			}
 			info := tagInfo(t, l, tag)
-			addr := info["ordered_leader"]
+			addr := info["leader"]
 			last += fmt.Sprintf("instance %d (%s): leader %q; ", i, l.Addr, addr)
 			j := -1
 			for k, o := range ls {
@@ -349,6 +349,8 @@ var orderedCodes = []string{"TRYAGAIN", "UNAVAILABLE"}
 // lapses, another instance takes it and serves. Woken, the old leader must not answer from
 // the segment it still holds (its deadline passed while it was frozen): the requests its
 // clients sent while it was frozen are answered above every ID served meanwhile, or refused.
+// Then the lead comes back to it (the third frozen, the new leader killed): it must not serve
+// the segment of its old term either.
 func TestOrderedLeaderPaused(t *testing.T) {
 	t.Parallel()
 	dsn, _ := e2e.SharedDB(t)
@@ -374,7 +376,28 @@ func TestOrderedLeaderPaused(t *testing.T) {
 	}
 	load.served(t, lead, 300, 20*time.Second, "the woken instance")
 	t.Logf("leader %d frozen for %v; instance %d leads", lead, woke.Round(time.Millisecond), newLead)
-	load.check(t, "ordered_leader_sigstop", fault, orderedLease+orderedMargin, 3000, nil, orderedCodes...)
+	// The lead goes back to the woken instance, which still holds the segment of its old
+	// term: the third is frozen and the new leader killed, so it alone can take the lease.
+	// Its first ID must be above every ID the new leader served (a new term drops the held
+	// segments).
+	third := others(len(ls), lead)[0]
+	if third == newLead {
+		third = others(len(ls), lead)[1]
+	}
+	ls[third].Pause()
+	ls[newLead].Kill()
+	back := time.Now()
+	load.served(t, lead, 300, 20*time.Second, "the old leader leading again")
+	ls[third].Resume()
+	ls[newLead].Restart()
+	for i := range ls {
+		load.served(t, i, 300, 20*time.Second, "all three again")
+	}
+	if got := leaderOf(t, ls, nil, "seq", 10*time.Second); got != lead {
+		t.Errorf("instance %d leads, want %d (the only one alive and awake when the lease lapsed)", got, lead)
+	}
+	res, _ := load.check(t, "ordered_leader_sigstop", fault, orderedLease+orderedMargin, 3000, []int{newLead}, orderedCodes...)
+	t.Logf("the lead back on instance %d: longest window without an ID %v", lead, lincheck.LongestGap(load.rec.Ops(), load.rec.At(back), res.Span.To).Len().Round(time.Millisecond))
 }
 
 // TestOrderedLeaderCutOff: each instance reaches the database through its own proxy; the
@@ -416,39 +439,62 @@ func TestOrderedLeaderCutOff(t *testing.T) {
 }
 
 // TestOrderedFailoverLaggingReplica: the database fails over to a replica that stopped
-// applying while the leader allocated and renewed: the new primary lacks the last
-// allocations of the tag and shows the leader's lease older than it is. Whoever leads on
-// the new primary must start above every ID served before (the failover fence's margin)
-// and must not serve while the old leader may still believe its lease valid.
+// applying for longer than the lease while the leader allocated and renewed: the new primary
+// lacks the tag's last allocations and shows the leader's lease lapsed long ago. At the same
+// moment the leader loses its own path to the database (its proxy swallows everything), so
+// it keeps serving from the segment it holds until its local deadline, while the two others
+// find a lapsed lease on the new primary. Whoever takes it must not serve before the old
+// leader's lease can have run out (the row was granted by another server: it settles), and
+// must start above every ID served before (the failover fence). Then the old leader's path
+// comes back and it serves again, through the new leader.
 func TestOrderedFailoverLaggingReplica(t *testing.T) {
 	t.Parallel()
-	r, px, dsn := e2e.Replicated(t)
-	// Steps of 1000 (no growth): the failover fence moves max_id by 20 × 1000 on the new
-	// primary, well above the 3 to 5 allocations the replica misses.
-	ls := startOrderedCluster(t, []string{dsn, dsn, dsn}, "seq", 1000, "--max-step", "1000")
+	r, vip, dsn := e2e.Replicated(t)
+	// Each instance reaches the virtual IP through a proxy of its own, to cut one of them.
+	pxs := make([]*e2e.Proxy, 3)
+	dsns := make([]string, 3)
+	for i := range pxs {
+		pxs[i] = e2e.StartProxy(t, vip.Addr())
+		dsns[i] = proxiedDSN(t, dsn, pxs[i])
+	}
+	// Steps of 10,000 (no growth): the replica misses a few allocations while it lags for
+	// longer than the lease, and the failover fence moves max_id by 20 × 10,000.
+	ls := startOrderedCluster(t, dsns, "seq", 10000, "--max-step", "10000")
 	load := startLinLoad(t, "seq", ls, 3)
 	for i := range ls {
 		load.served(t, i, 300, 20*time.Second, "before the failover")
 	}
+	lead := leaderOf(t, ls, nil, "seq", 10*time.Second)
 	r.WaitCaughtUp(30 * time.Second)
 	r.StopApplier()
-	maxID := func(db string) int64 {
+	maxID := func(m interface{ QueryString(string, ...any) string }) int64 {
 		var v int64
-		fmt.Sscan(db, &v)
+		fmt.Sscan(m.QueryString("SELECT max_id FROM leafd.leaf_alloc WHERE biz_tag = 'seq'"), &v)
 		return v
 	}
-	base := maxID(r.Replica.QueryString("SELECT max_id FROM leafd.leaf_alloc WHERE biz_tag = 'seq'"))
-	e2e.Eventually(t, 30*time.Second, "the primary 3 allocations ahead of the stopped replica", func() bool {
-		return maxID(r.Primary.QueryString("SELECT max_id FROM leafd.leaf_alloc WHERE biz_tag = 'seq'"))-base >= 3000
+	base := maxID(r.Replica)
+	lagFrom := time.Now()
+	// The replica misses the renewals of more than a lease and at least one allocation.
+	e2e.Eventually(t, 30*time.Second, "the primary an allocation ahead of the stopped replica", func() bool {
+		return maxID(r.Primary) > base && time.Since(lagFrom) > orderedLease+500*time.Millisecond
 	})
 	fault := time.Now()
-	px.SetMode(e2e.ProxyReset, 0)
+	pxs[lead].SetMode(e2e.ProxyBlackhole, 0)
+	vip.SetMode(e2e.ProxyReset, 0)
+	ahead := maxID(r.Primary) - base
 	lost := r.Promote()
-	px.SetTarget(r.Primary.Addr())
-	px.SetMode(e2e.ProxyPass, 0)
-	t.Logf("failover: the new primary lacks %d transactions", lost)
-	for i := range ls {
+	vip.SetTarget(r.Primary.Addr())
+	vip.SetMode(e2e.ProxyPass, 0)
+	t.Logf("failover: the new primary lacks %d transactions (%d IDs of the tag's max_id); leader %d cut off", lost, ahead, lead)
+	for _, i := range others(len(ls), lead) {
 		load.served(t, i, 300, 30*time.Second, "after the failover")
 	}
+	if d := 2*orderedLease - time.Since(fault); d > 0 {
+		time.Sleep(d) // the fault's length: the old leader cut off for twice the lease
+	}
+	pxs[lead].SetMode(e2e.ProxyPass, 0)
+	load.served(t, lead, 300, 30*time.Second, "the old leader, reconnected")
+	newLead := leaderOf(t, ls, nil, "seq", 10*time.Second)
+	t.Logf("instance %d leads after the failover", newLead)
 	load.check(t, "ordered_failover", fault, orderedLease+orderedMargin, 3000, nil, orderedCodes...)
 }
