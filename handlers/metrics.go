@@ -88,6 +88,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 		descWLDeadline, descWLRenewal, descWLLease, descWLAcquire, descWLRenewals, descWLRenewFail, descWLFences,
 		descConnected, descConnections, descRejected, descCommands, descProtoErrors,
 		descOutputLimit, descQueryLimit, descAuthFails,
+		descOrdForwarded, descOrdForwardErrs, descOrdTryAgain, descOrdLeaderHere,
 	} {
 		ch <- d
 	}
@@ -130,6 +131,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstHistogram(descSegLoadSeconds, st.LoadSeconds.Count, st.LoadSeconds.Sum, buckets)
 	gauge(descReady, float64(b2i(h.readyReport().Ready)))
 	h.errs.each(func(code string, n uint64) { counter(descCmdErrors, float64(n), code) })
+	h.collectOrdered(counter, gauge)
 	for _, tag := range h.seg.Tags() {
 		in, err := h.seg.Info(tag)
 		if err != nil {

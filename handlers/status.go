@@ -120,6 +120,7 @@ type statusReport struct {
 	Matched   int              `json:"matched"`
 	Tags      []statusTag      `json:"tags"`
 	Snowflake *statusSnowflake `json:"snowflake"` // null when snowflake mode is off
+	Ordered   *statusOrdered   `json:"ordered"`   // null without ordered tags (ordered.go)
 }
 
 // statusTotals sums every held tag.
@@ -279,5 +280,6 @@ func (h *Handler) serveStatusJSON(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	w.Header().Set("Cache-Control", "no-store")
+	rep.Ordered = h.orderedStatus()
 	h.writeJSON(w, http.StatusOK, rep)
 }

@@ -64,6 +64,7 @@ type Lease struct {
 	epoch int64     // term of the latest grant to us (0: none)
 	other string    // holder seen by the latest refused renewal
 	oend  time.Time // when other's lease runs out, estimated from the refusal (local clock)
+	oepo  int64     // other's epoch, seen by the refusal
 	from  time.Time // serving starts here (a settling grant), else zero
 	term  int64     // local count of the terms begun here: never reused, unlike epochs after a failover
 
@@ -100,16 +101,16 @@ func New(cfg Config, st Store) (*Lease, error) {
 
 // State is a Lease at one moment.
 type State struct {
-	Leader  bool
-	Epoch   int64
-	Term    int64     // local term (Valid's), while Leader
-	Until   time.Time // local deadline while Leader
-	From    time.Time // a settling grant serves from here (zero: at once)
-	Holder  string    // the holder seen (this instance when Leader)
+	Leader bool
+	Epoch  int64     // the lease's term in the store: ours while Leader, else the holder's as seen
+	Term   int64     // local term (Valid's), while Leader
+	Until  time.Time // local deadline while Leader
+	From   time.Time // a settling grant serves from here (zero: at once)
+	Holder string    // the holder seen (this instance when Leader)
 	// HolderUntil: when another holder's lease runs out as last seen (a refused renewal: its
 	// send time + the remaining lease on the store's clock). Zero when Leader or unknown.
 	HolderUntil time.Time
-	NewTerm bool      // Renew: this grant began a term (the caller must start above every range of earlier terms)
+	NewTerm     bool // Renew: this grant began a term (the caller must start above every range of earlier terms)
 }
 
 // Renew runs one acquire-or-renew. The deadline counts from the moment the statement was
@@ -127,7 +128,7 @@ func (l *Lease) Renew(ctx context.Context) (State, error) {
 	}
 	if !g.Granted {
 		l.until, l.epoch, l.other, l.from = time.Time{}, 0, g.Holder, time.Time{}
-		l.oend = sent.Add(g.Remaining)
+		l.oend, l.oepo = sent.Add(g.Remaining), g.Epoch
 		l.view.Store(nil)
 		return l.stateLocked(), nil
 	}
@@ -185,5 +186,5 @@ func (l *Lease) stateLocked() State {
 	if l.epoch != 0 && l.cfg.Clock.Now().Before(l.until) {
 		return State{Leader: true, Epoch: l.epoch, Term: l.term, Until: l.until, From: l.from, Holder: l.cfg.Holder}
 	}
-	return State{Holder: l.other, HolderUntil: l.oend}
+	return State{Holder: l.other, HolderUntil: l.oend, Epoch: l.oepo}
 }

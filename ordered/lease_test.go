@@ -207,3 +207,101 @@ func TestMySQLLeaseTakeover(t *testing.T) {
 		t.Fatalf("b after its own lapse: %+v, want a new term above %d", again, sb.Epoch)
 	}
 }
+
+// TestLeaseSettleAfterFailover (fence: the settle). A grant on a row last granted by another
+// database server serves only one lease length after its reply: the old holder may still
+// count itself leader, judged by the old server. Mutant: Settle ignored: caught.
+func TestLeaseSettleAfterFailover(t *testing.T) {
+	l, st, clk := newLease(t)
+	st.grant = Grant{Granted: true, Epoch: 4, Holder: "a", Settle: true}
+	st.took = 100 * time.Millisecond
+	s, err := l.Renew(context.Background())
+	if err != nil || !s.Leader || !s.NewTerm {
+		t.Fatalf("Renew: %+v, %v", s, err)
+	}
+	if _, ok := l.Valid(); ok {
+		t.Fatal("a settling grant serves at once")
+	}
+	clk.Add(3*time.Second - time.Millisecond)
+	st.took = 0
+	st.grant.Settle = false
+	if s, _ = l.Renew(context.Background()); s.NewTerm {
+		t.Fatal("the renewal in the settling term is a new term")
+	}
+	if _, ok := l.Valid(); ok {
+		t.Fatal("served before one lease length after the settling grant's reply")
+	}
+	clk.Add(time.Millisecond)
+	if _, ok := l.Valid(); !ok {
+		t.Fatal("not serving one lease length after the settling grant")
+	}
+}
+
+// TestLeaseTermsNeverRepeat: a settling grant at the epoch already held (a failover to a
+// replica that repeats epochs) is a new local term, so the caller drops its segments again.
+// Mutant: newTerm without "|| g.Settle": caught.
+func TestLeaseTermsNeverRepeat(t *testing.T) {
+	l, st, clk := newLease(t)
+	s1, _ := l.Renew(context.Background())
+	st.grant.Settle = true // same epoch 1
+	s2, _ := l.Renew(context.Background())
+	if !s2.NewTerm || s2.Term == s1.Term {
+		t.Fatalf("settling grant at the same epoch: %+v after %+v", s2, s1)
+	}
+	clk.Add(3 * time.Second)
+	st.grant.Settle = false
+	s3, _ := l.Renew(context.Background())
+	if term, ok := l.Valid(); !ok || term != s2.Term || s3.NewTerm {
+		t.Fatalf("Valid %d %v after %+v, want term %d", term, ok, s3, s2.Term)
+	}
+}
+
+// TestMySQLLeaseSettleOnServerChange: a row last granted by another database server (a
+// failover: this server's copy may have missed renewals) is taken as a new term that settles,
+// even while it looks live; the old holder is then refused. Mutant: the server_id check
+// removed: b is refused while the stale row looks live: caught.
+func TestMySQLLeaseSettleOnServerChange(t *testing.T) {
+	dsn := testenv.FreshDatabase(t, testenv.MySQLDSN(t))
+	db, err := sql.Open("mysql", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	ctx := context.Background()
+	m := NewMySQLLeases(db, 5*time.Second)
+	if err := m.EnsureTable(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.MarkOrdered(ctx, "o"); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := m.IsOrdered(ctx, "o"); err != nil || !ok {
+		t.Fatalf("IsOrdered: %v %v", ok, err)
+	}
+	if tags, err := m.List(ctx); err != nil || len(tags) != 1 || tags[0] != "o" {
+		t.Fatalf("List: %v %v", tags, err)
+	}
+	g, err := m.Acquire(ctx, "o", "a", time.Minute)
+	if err != nil || !g.Granted || g.Settle {
+		t.Fatalf("a: %+v %v", g, err)
+	}
+	if g2, err := m.Acquire(ctx, "o", "b", time.Minute); err != nil || g2.Granted || g2.Holder != "a" || g2.Remaining < 50*time.Second {
+		t.Fatalf("b while a holds: %+v %v", g2, err)
+	}
+	if _, err := db.ExecContext(ctx, "UPDATE leafd_leader SET server_id = server_id + 1000"); err != nil {
+		t.Fatal(err)
+	}
+	gb, err := m.Acquire(ctx, "o", "b", time.Minute)
+	if err != nil || !gb.Granted || !gb.Settle || gb.Epoch != g.Epoch+1 {
+		t.Fatalf("b after the server changed: %+v %v (a had %+v)", gb, err, g)
+	}
+	if ga, err := m.Acquire(ctx, "o", "a", time.Minute); err != nil || ga.Granted || ga.Holder != "b" {
+		t.Fatalf("a after b took over: %+v %v", ga, err)
+	}
+	if err := m.Release(ctx, "o", "b"); err != nil {
+		t.Fatal(err)
+	}
+	if ga, err := m.Acquire(ctx, "o", "a", time.Minute); err != nil || !ga.Granted || ga.Epoch != gb.Epoch+1 {
+		t.Fatalf("a after b released: %+v %v", ga, err)
+	}
+}

@@ -49,8 +49,11 @@ type ManagerConfig struct {
 	MaxTags int
 	// Timeout bounds one store call (default Length/3).
 	Timeout time.Duration
-	Clock   clock.Clock
-	Log     *zap.Logger
+	// Manual: Start starts no goroutine; the caller runs the lease calls with Round (tests
+	// that drive the lease with a fake clock).
+	Manual bool
+	Clock  clock.Clock
+	Log    *zap.Logger
 }
 
 func (c ManagerConfig) withDefaults() ManagerConfig {
@@ -95,6 +98,8 @@ type Manager struct {
 	wg     sync.WaitGroup
 	once   sync.Once
 	listed atomic.Bool // a List succeeded
+	// nextList: when the next list of the ordered tags is due (Round's caller only).
+	nextList time.Time
 
 	// Counters for /status.json and metrics (the handler adds the forwarding ones).
 	Forwarded, ForwardErrors, TryAgain atomic.Int64
@@ -111,6 +116,7 @@ type Tag struct {
 	// Counters of this tag.
 	Forwarded, ForwardErrors atomic.Int64
 
+	stepped chan struct{} // closed after the tag's first lease call (Route may wait for it)
 	// the manager goroutine's
 	next    time.Time
 	lastErr atomic.Pointer[string]
@@ -146,7 +152,8 @@ func (m *Manager) Length() time.Duration { return m.cfg.Length }
 func (m *Manager) Start(ctx context.Context, drop func(tag string)) {
 	m.drop = drop
 	m.refreshList(ctx)
-	if m.cfg.Local {
+	m.nextList = m.cfg.Clock.Now().Add(m.cfg.Length)
+	if m.cfg.Local || m.cfg.Manual {
 		return
 	}
 	ctx, m.cancel = context.WithCancel(context.Background())
@@ -158,11 +165,13 @@ func (m *Manager) Start(ctx context.Context, drop func(tag string)) {
 // store can (Releaser) after this instance stopped serving them. Idempotent.
 func (m *Manager) Close() error {
 	m.once.Do(func() {
-		if m.cancel == nil {
+		if m.cfg.Local {
 			return
 		}
-		m.cancel()
-		m.wg.Wait()
+		if m.cancel != nil {
+			m.cancel()
+			m.wg.Wait()
+		}
 		rel, _ := m.store.(Releaser)
 		for _, t := range *m.tags.Load() {
 			_, was := t.lease.Valid()
@@ -205,7 +214,7 @@ func (m *Manager) add(tag string, drop bool) (*Tag, error) {
 		return nil, fmt.Errorf("%w: %q: this instance tracks %d ordered tags already (the limit)", ErrUnknownOrder, tag, len(old))
 	}
 	tag = strings.Clone(tag)
-	t := &Tag{Name: tag, m: m}
+	t := &Tag{Name: tag, m: m, stepped: make(chan struct{})}
 	if !m.cfg.Local {
 		l, err := New(Config{Tag: tag, Holder: m.cfg.Holder, Length: m.cfg.Length, Margin: m.cfg.Margin, Clock: m.cfg.Clock}, m.store)
 		if err != nil {
@@ -324,13 +333,13 @@ func (t *Tag) Route() Route {
 
 // Status is one ordered tag for IDS.INFO and /status.json.
 type Status struct {
-	Tag       string
-	Leader    string        // the holder seen ("" none)
-	Here      bool          // this instance serves it now
-	Epoch     int64         // the lease's term in the store (while held here)
-	Remaining time.Duration // of the lease (held here: to the local deadline; else the holder's, as seen)
+	Tag                      string
+	Leader                   string        // the holder seen ("" none)
+	Here                     bool          // this instance serves it now
+	Epoch                    int64         // the lease's term in the store (while held here)
+	Remaining                time.Duration // of the lease (held here: to the local deadline; else the holder's, as seen)
 	Forwarded, ForwardErrors int64
-	LastError string
+	LastError                string
 }
 
 // Status of one tag.
@@ -348,8 +357,8 @@ func (t *Tag) Status() Status {
 	s := t.lease.State()
 	_, st.Here = t.Serving()
 	st.Leader = s.Holder
+	st.Epoch = s.Epoch
 	if s.Leader {
-		st.Epoch = s.Epoch
 		st.Remaining = max(0, s.Until.Sub(now))
 	} else if s.HolderUntil.After(now) {
 		st.Remaining = s.HolderUntil.Sub(now)
@@ -373,24 +382,10 @@ func (m *Manager) Statuses() []Status {
 func (m *Manager) run(ctx context.Context) {
 	defer m.wg.Done()
 	clk := m.cfg.Clock
-	nextList := clk.Now().Add(m.cfg.Length)
 	for {
-		now := clk.Now()
-		if !now.Before(nextList) {
-			m.refreshList(ctx)
-			nextList = clk.Now().Add(m.cfg.Length)
-		}
-		due := nextList
-		for _, t := range *m.tags.Load() {
-			if ctx.Err() != nil {
-				return
-			}
-			if !clk.Now().Before(t.next) {
-				m.step(ctx, t)
-			}
-			if t.next.Before(due) {
-				due = t.next
-			}
+		due := m.Round(ctx)
+		if ctx.Err() != nil {
+			return
 		}
 		tm := clk.NewTimer(max(0, due.Sub(clk.Now())))
 		select {
@@ -404,6 +399,30 @@ func (m *Manager) run(ctx context.Context) {
 	}
 }
 
+// Round runs the lease calls that are due now (each tag's renewal or campaign, the list of
+// ordered tags every Length) and returns when the next is due. The lease goroutine calls it;
+// so do tests with Manual (never both, nor two callers at once).
+func (m *Manager) Round(ctx context.Context) time.Time {
+	clk := m.cfg.Clock
+	if !clk.Now().Before(m.nextList) {
+		m.refreshList(ctx)
+		m.nextList = clk.Now().Add(m.cfg.Length)
+	}
+	due := m.nextList
+	for _, t := range *m.tags.Load() {
+		if ctx.Err() != nil {
+			return due
+		}
+		if !clk.Now().Before(t.next) {
+			m.step(ctx, t)
+		}
+		if t.next.Before(due) {
+			due = t.next
+		}
+	}
+	return due
+}
+
 // step renews or campaigns for t once and schedules its next turn.
 func (m *Manager) step(ctx context.Context, t *Tag) {
 	clk := m.cfg.Clock
@@ -413,6 +432,7 @@ func (m *Manager) step(ctx context.Context, t *Tag) {
 	_, wasServing := t.Serving()
 	s, err := t.lease.Renew(cctx)
 	cancel()
+	defer t.markStepped()
 	now := clk.Now()
 	if err != nil {
 		if errors.Is(err, ErrNotOrdered) { // its row was deleted: no longer ordered
@@ -449,6 +469,33 @@ func (m *Manager) step(ctx context.Context, t *Tag) {
 			zap.Time("serves_from", s.From))
 	}
 	t.next = now.Add(renewEvery)
+}
+
+func (t *Tag) markStepped() {
+	select {
+	case <-t.stepped:
+	default:
+		close(t.stepped)
+	}
+}
+
+// WaitFirst waits, up to d, for the tag's first lease call here (a tag just learned of has
+// no route yet); it returns at once after that call.
+func (t *Tag) WaitFirst(d time.Duration) {
+	if t.lease == nil || t.m.cfg.Manual { // Manual: no goroutine makes the call
+		return
+	}
+	select {
+	case <-t.stepped:
+		return
+	default:
+	}
+	tm := t.m.cfg.Clock.NewTimer(d)
+	defer tm.Stop()
+	select {
+	case <-t.stepped:
+	case <-tm.C():
+	}
 }
 
 // refreshList adds the ordered tags the store lists that are not known here.

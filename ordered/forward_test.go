@@ -1,0 +1,235 @@
+package ordered
+
+import (
+	"bufio"
+	"errors"
+	"io"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// fakeLeader is a RESP server for the Forwarder: INCR answers a counter shared by all its
+// connections, STALL never answers, AUTH wants pass.
+type fakeLeader struct {
+	ln    net.Listener
+	pass  string
+	n     atomic.Int64
+	conns atomic.Int64
+	wg    sync.WaitGroup
+	mu    sync.Mutex
+	open  []net.Conn
+}
+
+func startFakeLeader(t *testing.T, pass string) *fakeLeader {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fakeLeader{ln: ln, pass: pass}
+	f.wg.Add(1)
+	go func() {
+		defer f.wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			f.conns.Add(1)
+			f.mu.Lock()
+			f.open = append(f.open, c)
+			f.mu.Unlock()
+			f.wg.Add(1)
+			go f.serve(c)
+		}
+	}()
+	t.Cleanup(f.close)
+	return f
+}
+
+func (f *fakeLeader) close() {
+	_ = f.ln.Close()
+	f.mu.Lock()
+	for _, c := range f.open {
+		_ = c.Close()
+	}
+	f.mu.Unlock()
+	f.wg.Wait()
+}
+
+func (f *fakeLeader) serve(c net.Conn) {
+	defer f.wg.Done()
+	br := bufio.NewReader(c)
+	authed := f.pass == ""
+	for {
+		args, err := readCommand(br)
+		if err != nil {
+			return
+		}
+		var out string
+		switch strings.ToUpper(args[0]) {
+		case "AUTH":
+			if args[1] == f.pass {
+				authed = true
+				out = "+OK\r\n"
+			} else {
+				out = "-WRONGPASS invalid password\r\n"
+			}
+		case "CLIENT":
+			out = "+OK\r\n"
+		case "STALL":
+			continue
+		case "INCR":
+			if !authed {
+				out = "-NOAUTH Authentication required.\r\n"
+				break
+			}
+			out = ":" + strconv.FormatInt(f.n.Add(1), 10) + "\r\n"
+		case "SEG":
+			out = "*2\r\n:" + strconv.FormatInt(f.n.Add(1), 10) + "\r\n$3\r\nabc\r\n"
+		default:
+			out = "-ERR unknown\r\n"
+		}
+		if _, err := io.WriteString(c, out); err != nil {
+			return
+		}
+	}
+}
+
+func readCommand(br *bufio.Reader) ([]string, error) {
+	var r Reply
+	if err := readReply(br, &r, 0); err != nil {
+		return nil, err
+	}
+	if r.Kind != '*' || len(r.Elems) == 0 {
+		return nil, errors.New("not a command")
+	}
+	args := make([]string, len(r.Elems))
+	for i, e := range r.Elems {
+		args[i] = string(e.Str)
+	}
+	return args, nil
+}
+
+func cmd(args ...string) [][]byte {
+	out := make([][]byte, len(args))
+	for i, a := range args {
+		out[i] = []byte(a)
+	}
+	return out
+}
+
+// TestForwarderPipelinesInOrder: many callers at once share the Forwarder's few connections
+// and each gets its own reply: the replies of one caller are increasing (its requests went
+// out in its order), and no reply is given to two callers (FIFO matching).
+func TestForwarderPipelinesInOrder(t *testing.T) {
+	leader := startFakeLeader(t, "pw")
+	f := NewForwarder(ForwarderConfig{Password: "pw", Conns: 2, Timeout: 5 * time.Second})
+	defer f.Close()
+	const callers, each = 32, 200
+	var mu sync.Mutex
+	seen := map[int64]bool{}
+	var wg sync.WaitGroup
+	errs := make(chan error, callers)
+	for range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			last := int64(0)
+			for range each {
+				c := f.Do(leader.ln.Addr().String(), cmd("INCR", "t"))
+				if c.Err != nil || c.Reply.Kind != ':' || c.Reply.Int <= last {
+					errs <- errors.New("reply " + strconv.FormatInt(c.Reply.Int, 10) + " after " + strconv.FormatInt(last, 10) + ": " + errString(c.Err))
+					f.Release(c)
+					return
+				}
+				last = c.Reply.Int
+				mu.Lock()
+				dup := seen[last]
+				seen[last] = true
+				mu.Unlock()
+				f.Release(c)
+				if dup {
+					errs <- errors.New("a reply delivered twice: " + strconv.FormatInt(last, 10))
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if len(seen) != callers*each {
+		t.Fatalf("got %d replies, want %d", len(seen), callers*each)
+	}
+	if n := leader.conns.Load(); n > 2 {
+		t.Fatalf("%d connections to the leader, want at most 2 (Conns)", n)
+	}
+	c := f.Do(leader.ln.Addr().String(), cmd("SEG"))
+	if c.Err != nil || c.Reply.Kind != '*' || len(c.Reply.Elems) != 2 || string(c.Reply.Elems[1].Str) != "abc" {
+		t.Fatalf("array reply: %+v %v", c.Reply, c.Err)
+	}
+	f.Release(c)
+}
+
+func errString(err error) string {
+	if err == nil {
+		return "<nil>"
+	}
+	return err.Error()
+}
+
+// TestForwarderUnreachable: a leader that refuses connections, one that stops answering (the
+// oldest reply waits past Timeout), and a wrong password all fail the request with
+// ErrUnreachable, never a reply.
+func TestForwarderUnreachable(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := ln.Addr().String()
+	_ = ln.Close()
+	f := NewForwarder(ForwarderConfig{Timeout: 300 * time.Millisecond, Backoff: time.Millisecond})
+	defer f.Close()
+	if c := f.Do(dead, cmd("INCR", "t")); !errors.Is(c.Err, ErrUnreachable) {
+		t.Fatalf("refused connection: %+v %v", c.Reply, c.Err)
+	}
+
+	leader := startFakeLeader(t, "")
+	addr := leader.ln.Addr().String()
+	start := time.Now()
+	var wg sync.WaitGroup
+	var stalled atomic.Int64
+	for range 4 { // the stalled request and those behind it on the connection all fail
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := f.Do(addr, cmd("STALL"))
+			if errors.Is(c.Err, ErrUnreachable) {
+				stalled.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	if stalled.Load() != 4 || time.Since(start) > 5*time.Second {
+		t.Fatalf("%d of 4 stalled requests failed (after %v)", stalled.Load(), time.Since(start))
+	}
+	// The connection is dialed again afterwards.
+	if c := f.Do(addr, cmd("INCR", "t")); c.Err != nil || c.Reply.Kind != ':' {
+		t.Fatalf("after the stall: %+v %v", c.Reply, c.Err)
+	}
+
+	locked := startFakeLeader(t, "right")
+	fw := NewForwarder(ForwarderConfig{Password: "wrong", Timeout: time.Second})
+	defer fw.Close()
+	if c := fw.Do(locked.ln.Addr().String(), cmd("INCR", "t")); !errors.Is(c.Err, ErrUnreachable) {
+		t.Fatalf("wrong password: %+v %v", c.Reply, c.Err)
+	}
+}
