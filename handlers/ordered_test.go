@@ -2,8 +2,10 @@ package handlers
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
+	"net/http"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -140,6 +142,7 @@ type ordOpts struct {
 	length  time.Duration         // lease (default 3s)
 	dropped func(tag string)      // called after the manager's drop (tests)
 	scfg    func(*segment.Config) // adjusts the segment config
+	holder  string                // advertised address (default the listen address)
 }
 
 func (cl *ordCluster) start(t *testing.T, o ordOpts) *ordInstance {
@@ -159,7 +162,11 @@ func (cl *ordCluster) start(t *testing.T, o ordOpts) *ordInstance {
 		o.length = 3 * time.Second
 	}
 	log := zap.NewNop()
-	mgr, err := ordered.NewManager(ordered.ManagerConfig{Holder: addr, Length: o.length, Manual: o.manual, Clock: o.clk, Log: log}, o.catalog, o.leases)
+	holder := addr
+	if o.holder != "" {
+		holder = o.holder
+	}
+	mgr, err := ordered.NewManager(ordered.ManagerConfig{Holder: holder, Length: o.length, Manual: o.manual, Clock: o.clk, Log: log}, o.catalog, o.leases)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -371,6 +378,22 @@ func TestOrderedFollowerForwards(t *testing.T) {
 	}
 	if n := b.mgr.Forwarded.Load(); n < 60 {
 		t.Fatalf("forwarded %d requests, want at least 60", n)
+	}
+	// /status.json and the metrics show the forwarding and the leader.
+	hs := httpServer(t, b.h)
+	_, _, body := get(t, hs, http.MethodGet, "/status.json")
+	var rep statusReport
+	if err := json.Unmarshal([]byte(body), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if o := rep.Ordered; o == nil || o.Forwarded < 60 || len(o.Tags) != 1 || o.Tags[0].Leader != a.addr || o.Tags[0].LeaderHere || o.TryAgain < 1 {
+		t.Fatalf("status.json ordered: %+v", rep.Ordered)
+	}
+	_, _, metrics := get(t, hs, http.MethodGet, "/metrics")
+	for _, want := range []string{`leafd_ordered_forwarded_total{tag="seq"}`, `leafd_ordered_leader{leader="` + a.addr + `",tag="seq"} 1`, "leafd_ordered_tryagain_total 1"} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("metrics: no %s", want)
+		}
 	}
 }
 
@@ -585,5 +608,27 @@ func TestOrderedCreate(t *testing.T) {
 	}
 	if info, _ := c.Do(ctx, "IDS.INFO", "plain").Slice(); strings.Contains(fmt.Sprint(info), "ordered") {
 		t.Fatalf("IDS.INFO of an ordinary tag: %v", info)
+	}
+}
+
+// TestOrderedSameAddressNotSameHolder: two instances advertising the same address by mistake
+// are two holders: only one of them leads. Mutant: the holder without its process token:
+// caught (both serve).
+func TestOrderedSameAddressNotSameHolder(t *testing.T) {
+	cl := newOrdCluster(t)
+	a := cl.start(t, ordOpts{manual: true, holder: "10.0.0.1:6380"})
+	b := cl.start(t, ordOpts{manual: true, holder: "10.0.0.1:6380"})
+	if err := a.client(t).Do(context.Background(), "IDS.CREATE", "seq", "ORDERED").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.mgr.Add("seq"); err != nil {
+		t.Fatal(err)
+	}
+	a.round(t)
+	b.round(t)
+	_, okA := a.mgr.Lookup("seq").Serving()
+	_, okB := b.mgr.Lookup("seq").Serving()
+	if okA == okB {
+		t.Fatalf("a serving %v, b serving %v: want exactly one leader", okA, okB)
 	}
 }

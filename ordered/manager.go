@@ -2,6 +2,8 @@ package ordered
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"sort"
@@ -92,6 +94,7 @@ type Manager struct {
 	n    atomic.Int64                    // len(*tags): the ordinary tags' check is one load while 0
 	mu   sync.Mutex                      // writers of tags
 
+	self   string // the lease holder name: Holder + holderSep + a random token
 	drop   func(tag string)
 	kick   chan struct{}
 	cancel context.CancelFunc
@@ -132,9 +135,26 @@ func NewManager(cfg ManagerConfig, cat Catalog, st Store) (*Manager, error) {
 		return nil, fmt.Errorf("ordered: lease length %v, margin %v: need 0 <= margin < length", cfg.Length, cfg.Margin)
 	}
 	m := &Manager{cfg: cfg, cat: cat, store: st, kick: make(chan struct{}, 1)}
+	// The lease's holder is the address and a token of this process: two instances that
+	// advertise the same address by mistake (the default 127.0.0.1:6380 on two hosts) or a
+	// restart at the same address are never taken for the same holder.
+	var tok [6]byte
+	_, _ = rand.Read(tok[:])
+	m.self = cfg.Holder + holderSep + hex.EncodeToString(tok[:])
 	empty := map[string]*Tag{}
 	m.tags.Store(&empty)
 	return m, nil
+}
+
+// holderSep separates the advertised address from the process token in a lease's holder.
+const holderSep = "#"
+
+// HolderAddr is the advertised address of a lease holder ("addr#token").
+func HolderAddr(holder string) string {
+	if i := strings.LastIndex(holder, holderSep); i >= 0 {
+		return holder[:i]
+	}
+	return holder
 }
 
 // Local reports whether the manager serves every ordered tag here (the embedded store).
@@ -178,7 +198,7 @@ func (m *Manager) Close() error {
 			t.lease.Drop() // stop serving first
 			if was && rel != nil {
 				ctx, cancel := context.WithTimeout(context.Background(), m.cfg.Timeout)
-				if err := rel.Release(ctx, t.Name, m.cfg.Holder); err != nil {
+				if err := rel.Release(ctx, t.Name, m.self); err != nil {
 					m.cfg.Log.Warn("ordered: lease not released; the others wait it out", zap.String("tag", t.Name), zap.Error(err))
 				}
 				cancel()
@@ -216,7 +236,7 @@ func (m *Manager) add(tag string, drop bool) (*Tag, error) {
 	tag = strings.Clone(tag)
 	t := &Tag{Name: tag, m: m, stepped: make(chan struct{})}
 	if !m.cfg.Local {
-		l, err := New(Config{Tag: tag, Holder: m.cfg.Holder, Length: m.cfg.Length, Margin: m.cfg.Margin, Clock: m.cfg.Clock}, m.store)
+		l, err := New(Config{Tag: tag, Holder: m.self, Length: m.cfg.Length, Margin: m.cfg.Margin, Clock: m.cfg.Clock}, m.store)
 		if err != nil {
 			m.mu.Unlock()
 			return nil, err
@@ -321,8 +341,8 @@ func (t *Tag) Route() Route {
 		}
 		return r
 	}
-	if s.Holder != "" && s.Holder != t.m.cfg.Holder && now.Before(s.HolderUntil) {
-		return Route{Leader: s.Holder}
+	if s.Holder != "" && s.Holder != t.m.self && now.Before(s.HolderUntil) {
+		return Route{Leader: HolderAddr(s.Holder)}
 	}
 	var r Route
 	if s.HolderUntil.After(now) {
@@ -356,7 +376,7 @@ func (t *Tag) Status() Status {
 	now := t.m.cfg.Clock.Now()
 	s := t.lease.State()
 	_, st.Here = t.Serving()
-	st.Leader = s.Holder
+	st.Leader = HolderAddr(s.Holder)
 	st.Epoch = s.Epoch
 	if s.Leader {
 		st.Remaining = max(0, s.Until.Sub(now))

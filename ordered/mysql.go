@@ -95,7 +95,7 @@ func (m *MySQLLeases) Release(ctx context.Context, tag, holder string) error {
 	ctx, cancel := context.WithTimeout(ctx, m.timeout)
 	defer cancel()
 	_, err := m.db.ExecContext(ctx,
-		"UPDATE leafd_leader SET expires = LEAST(expires, NOW(3)) WHERE biz_tag = ? AND holder = ?", tag, holder)
+		"UPDATE leafd_leader SET expires = LEAST(expires, NOW(3) - INTERVAL 1000 MICROSECOND) WHERE biz_tag = ? AND holder = ?", tag, holder)
 	return err
 }
 
