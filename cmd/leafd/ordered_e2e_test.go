@@ -48,7 +48,8 @@ func envDuration(name string, def time.Duration) time.Duration {
 // a loaded 2-core machine), and the clients' retry pacing.
 const orderedMargin = 2500 * time.Millisecond
 
-// linLoad is INCR on one tag from clients on every instance, recorded for the checker.
+// linLoad is INCR, INCRBY 3 and IDS.SEGMENT 4 (a third of the clients each) on one tag from
+// clients on every instance, recorded for the checker.
 type linLoad struct {
 	tag  string
 	rec  *lincheck.Recorder
@@ -103,11 +104,30 @@ func (l *linLoad) client(inst int) {
 			l.mu.Unlock()
 		}()
 		ctx := context.Background()
+		kind := cl.ID() % 3 // INCR, INCRBY 3 or IDS.SEGMENT 4: every forwarded form
 		for !l.stop.Load() {
 			cl.Send()
-			v, err := c.Incr(ctx, l.tag).Result()
+			var err error
+			switch kind {
+			case 0:
+				var v int64
+				if v, err = c.Incr(ctx, l.tag).Result(); err == nil {
+					cl.OK(v, 1)
+				}
+			case 1:
+				var v int64
+				if v, err = c.IncrBy(ctx, l.tag, 3).Result(); err == nil {
+					cl.OK(v, 3)
+				}
+			default:
+				var vs []int64
+				if vs, err = c.Do(ctx, "IDS.SEGMENT", l.tag, 4).Int64Slice(); err == nil {
+					// Strictly increasing within the reply, not always contiguous (a
+					// segment may end inside it): one op per ID, stamped alike.
+					cl.OKEach(vs)
+				}
+			}
 			if err == nil {
-				cl.OK(v, 1)
 				l.ok[inst].Add(1)
 				continue
 			}

@@ -119,6 +119,16 @@ func (c *Client) Send() { c.pending = c.r.Now() }
 // OK records the reply of the request in flight: n IDs, the highest value.
 func (c *Client) OK(value, n int64) { c.add(value, n, "") }
 
+// OKEach records a reply of several IDs that need not be contiguous (IDS.SEGMENT): one op
+// per ID, all with the request's stamps, in the reply's order (so each must be above the
+// one before it, as the client's later op).
+func (c *Client) OKEach(ids []int64) {
+	now := c.r.Now()
+	for _, id := range ids {
+		c.ops = append(c.ops, Op{Client: c.id, Seq: len(c.ops), Send: c.pending, Reply: now, Value: id, N: 1})
+	}
+}
+
 // Fail records an error reply (its code) or a transport error (a word of the caller's).
 func (c *Client) Fail(code string) { c.add(0, 0, code) }
 

@@ -353,3 +353,26 @@ func BenchmarkCheck(b *testing.B) {
 		}
 	}
 }
+
+// TestOKEach: the IDs of one IDS.SEGMENT reply are ops of their client in the reply's
+// order, so a reply not increasing within itself is a violation, and so is one below an
+// earlier reply.
+func TestOKEach(t *testing.T) {
+	r := NewRecorder()
+	a, b := r.Client(), r.Client()
+	a.Send()
+	a.OKEach([]int64{1, 2, 5})
+	b.Send()
+	b.OKEach([]int64{6, 9})
+	if res := Check(r.Ops()); res.Err() != nil || res.OK != 5 {
+		t.Fatalf("increasing replies: %v\n%v", res, res.Err())
+	}
+	a.Send()
+	a.OKEach([]int64{12, 11})
+	b.Send()
+	b.OKEach([]int64{10})
+	res := Check(r.Ops())
+	if res.Violations != 2 || res.Duplicates != 0 {
+		t.Fatalf("got %d violations, %d duplicates; want 2 (11 after 12 in one reply, 10 after 12) and 0\n%v", res.Violations, res.Duplicates, res.Err())
+	}
+}
