@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# bench/ordered.sh DSN: INCR on an ORDERED tag (issue 20) against an ordinary tag, at the
+# leader and through a follower, same binaries, same database, same run.
+#
+# Two leafd instances on DSN (default --ordered-lease): A, which leads the ordered tag, pinned
+# to SERVER_CPU (0); B, a follower that forwards the tag's commands to A, pinned to CLIENT_CPU
+# (1) with leafd-bench (so the follower's hop costs the client's core: on two cores there is
+# no third one to give it). Each of RUNS (5) rounds measures, in this order, DUR (3s) each at
+# -P 1 and -P 16 with 50 connections:
+#   plain-leader    INCR plain   sent to A (an ordinary tag: the baseline)
+#   ordered-leader  INCR ordered sent to A (the leader serves it from its own segments)
+#   ordered-follower INCR ordered sent to B (B forwards to A over its pipelined connection)
+# and prints the medians, and the medians of the per-round ratios ordered-leader/plain-leader
+# and ordered-follower/ordered-leader (the same client load sent to the leader directly).
+# Needs: go, redis-cli, taskset, python3; a database the DSN's user may write.
+# Output: OUT (bench/out/ordered): the JSON of each run and the servers' logs.
+set -uo pipefail
+DSN=${1:?usage: bench/ordered.sh DSN}
+RUNS=${RUNS:-5}
+DUR=${DUR:-3s}
+SERVER_CPU=${SERVER_CPU:-0}
+CLIENT_CPU=${CLIENT_CPU:-1}
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+OUT=${OUT:-$root/bench/out/ordered}
+mkdir -p "$OUT"
+rm -f "$OUT"/*.json
+work=$(mktemp -d "${TMPDIR:-/tmp}/leafd-ordered.XXXXXX")
+pids=()
+cleanup() {
+	for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
+	wait 2>/dev/null
+	rm -rf "$work"
+}
+trap cleanup EXIT
+(cd "$root" && go build -o "$work/leafd" ./cmd/leafd && go build -o "$work/leafd-bench" ./cmd/leafd-bench) || exit 2
+PA=27201 PB=27202
+start() { # name port cpu
+	mkdir -p "$work/$1"
+	taskset -c "$3" "$work/leafd" --mysql-dsn "$DSN" --data-dir "$work/$1" --addr "127.0.0.1:$2" \
+		--http-addr "" --log-level warn >"$OUT/$1.log" 2>&1 &
+	pids+=($!)
+	for _ in $(seq 100); do
+		redis-cli -p "$2" PING 2>/dev/null | grep -q PONG && return 0
+		sleep 0.1
+	done
+	echo "ordered.sh: $1 did not answer on $2" >&2
+	exit 2
+}
+start a "$PA" "$SERVER_CPU"
+redis-cli -p "$PA" IDS.CREATE plain STEP 1000 >/dev/null
+redis-cli -p "$PA" IDS.CREATE ordered STEP 1000 ORDERED >/dev/null
+# A serves the ordered tag first, alone: it takes the lease.
+for _ in $(seq 100); do
+	redis-cli -p "$PA" INCR ordered | grep -q '^[0-9]' && break
+	sleep 0.1
+done
+start b "$PB" "$CLIENT_CPU"
+for _ in $(seq 100); do
+	redis-cli -p "$PB" INCR ordered | grep -q '^[0-9]' && break
+	sleep 0.1
+done
+redis-cli -p "$PB" IDS.INFO ordered >"$OUT/info-follower.txt"
+redis-cli -p "$PA" IDS.INFO ordered >"$OUT/info-leader.txt"
+bench() { # name port tag P round
+	taskset -c "$CLIENT_CPU" "$work/leafd-bench" -addr "127.0.0.1:$2" -cmd incr -tag "$3" -c 50 -P "$4" -d "$DUR" \
+		-warmup 500ms -json >"$OUT/$1-P$4-$5.json" 2>"$OUT/$1-P$4-$5.err"
+}
+for r in $(seq "$RUNS"); do
+	for P in 1 16; do
+		bench plain-leader "$PA" plain "$P" "$r"
+		bench ordered-leader "$PA" ordered "$P" "$r"
+		bench ordered-follower "$PB" ordered "$P" "$r"
+	done
+done
+python3 - "$OUT" "$RUNS" <<'PY'
+import json, statistics, sys
+out, runs = sys.argv[1], int(sys.argv[2])
+def load(name, p, r):
+    return json.load(open(f"{out}/{name}-P{p}-{r}.json"))
+names = ("plain-leader", "ordered-leader", "ordered-follower")
+print("| load | -P | IDs/s per round | median IDs/s | p99 ms per round | median p99 ms | errors |")
+print("|---|---|---|---|---|---|---|")
+for p in (1, 16):
+    for n in names:
+        rs = [load(n, p, r) for r in range(1, runs + 1)]
+        ids = [x["ids_per_sec"] for x in rs]
+        p99 = [x["latency"]["p99_ms"] for x in rs]
+        print(f"| {n} | {p} | {', '.join(str(round(x)) for x in ids)} | {round(statistics.median(ids))} | "
+              f"{', '.join(f'{x:.2f}' for x in p99)} | {statistics.median(p99):.2f} | {sum(x['errors'] for x in rs)} |")
+print()
+for p in (1, 16):
+    for a, b in (("ordered-leader", "plain-leader"), ("ordered-follower", "ordered-leader")):
+        rat = [load(a, p, r)["ids_per_sec"] / load(b, p, r)["ids_per_sec"] for r in range(1, runs + 1)]
+        p99 = [load(a, p, r)["latency"]["p99_ms"] / load(b, p, r)["latency"]["p99_ms"] for r in range(1, runs + 1)]
+        print(f"-P {p}: {a} / {b}: throughput {statistics.median(rat):.2f}x (rounds {', '.join(f'{x:.2f}' for x in rat)}), "
+              f"p99 {statistics.median(p99):.2f}x")
+PY
