@@ -44,18 +44,18 @@ func (h *Handler) forwards(args [][]byte) bool {
 	if t == nil {
 		return false
 	}
-	_, ok := t.Serving()
+	_, ok := t.Held()
 	return !ok
 }
 
 // orderedCmd runs an ID command of ordered tag t: here while this instance serves it, else
 // forwarded to the leader, else TRYAGAIN.
 func (h *Handler) orderedCmd(c *resp.Conn, t *ordered.Tag, args [][]byte, kind int) error {
-	if term, ok := t.Serving(); ok {
+	if term, ok := t.Held(); ok {
 		return h.orderedLocal(c, t, term, args, kind)
 	}
 	t.WaitFirst(h.ord.Length() / 3) // a tag just learned of: its first lease call tells the route
-	if term, ok := t.Serving(); ok {
+	if term, ok := t.Held(); ok {
 		return h.orderedLocal(c, t, term, args, kind)
 	}
 	r := t.Route()
@@ -109,8 +109,9 @@ func secs(d time.Duration) string {
 	return fmt.Sprintf("%d.%ds", tenths/10, tenths%10)
 }
 
-// orderedLocal takes the IDs here, then checks that the term still serves: an ID taken while
-// the lease ran out or a new term began is not sent.
+// orderedLocal takes the IDs here, then checks that the term still serves (Serving, on the
+// clock; the check before was Held, without it): an ID taken while the lease ran out or a new
+// term began is not sent.
 func (h *Handler) orderedLocal(c *resp.Conn, t *ordered.Tag, term int64, args [][]byte, kind int) error {
 	tag := str(args[1])
 	p := idsPool.Get().(*[]int64)

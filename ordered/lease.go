@@ -71,12 +71,25 @@ type Lease struct {
 	// view is what Valid reads without the lock: one pointer, so that the epoch and the
 	// deadline of one grant are always seen together.
 	view atomic.Pointer[leaseView]
+	// base: the offsets of the view count from here (New's Clock.Now), so that Valid reads
+	// the monotonic clock alone (clock.Since), not the wall clock too: Valid runs two or three
+	// times per request of an ordered tag.
+	base time.Time
 }
 
-// leaseView is one grant as Valid sees it.
+// leaseView is one grant as Valid sees it: [from, until) as offsets from Lease.base.
 type leaseView struct {
 	term        int64
-	from, until time.Time
+	from, until time.Duration
+}
+
+// viewLocked publishes the grant held now.
+func (l *Lease) viewLocked() {
+	v := &leaseView{term: l.term, until: l.until.Sub(l.base)}
+	if !l.from.IsZero() {
+		v.from = l.from.Sub(l.base)
+	}
+	l.view.Store(v)
 }
 
 // New returns a Lease that holds nothing until its first Renew.
@@ -96,7 +109,7 @@ func New(cfg Config, st Store) (*Lease, error) {
 	if cfg.Length < 0 || cfg.Margin < 0 || cfg.Margin >= cfg.Length {
 		return nil, fmt.Errorf("ordered: lease length %v, margin %v: need 0 <= margin < length", cfg.Length, cfg.Margin)
 	}
-	return &Lease{cfg: cfg, store: st}, nil
+	return &Lease{cfg: cfg, store: st, base: cfg.Clock.Now()}, nil
 }
 
 // State is a Lease at one moment.
@@ -146,7 +159,7 @@ func (l *Lease) Renew(ctx context.Context) (State, error) {
 	}
 	l.epoch, l.other, l.oend = g.Epoch, "", time.Time{}
 	l.until = sent.Add(l.cfg.Length - l.cfg.Margin)
-	l.view.Store(&leaseView{term: l.term, from: l.from, until: l.until})
+	l.viewLocked()
 	st := l.stateLocked()
 	st.NewTerm = newTerm
 	return st, nil
@@ -168,11 +181,27 @@ func (l *Lease) Valid() (term int64, ok bool) {
 	if v == nil {
 		return 0, false
 	}
-	now := l.cfg.Clock.Now()
-	if now.Before(v.until) && !now.Before(v.from) {
+	el := clock.Since(l.cfg.Clock, l.base)
+	if el < v.until && el >= v.from {
 		return v.term, true
 	}
 	return 0, false
+}
+
+// Held is Valid without reading the clock while the grant serves at once (no settle): the
+// grant published, whatever its deadline. It is the check BEFORE a take, which only has to
+// see that the term began (its drop is done); the check after the take is Valid, on the
+// clock, with the same term: an ID taken once the deadline passed is never sent. A settling
+// grant is judged by Valid.
+func (l *Lease) Held() (term int64, ok bool) {
+	v := l.view.Load()
+	if v == nil {
+		return 0, false
+	}
+	if v.from != 0 {
+		return l.Valid()
+	}
+	return v.term, true
 }
 
 // State returns the lease now (IDS.INFO).

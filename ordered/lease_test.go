@@ -222,6 +222,9 @@ func TestLeaseSettleAfterFailover(t *testing.T) {
 	if _, ok := l.Valid(); ok {
 		t.Fatal("a settling grant serves at once")
 	}
+	if _, ok := l.Held(); ok {
+		t.Fatal("a settling grant is Held at once (Held must judge it on the clock)")
+	}
 	clk.Add(3*time.Second - time.Millisecond)
 	st.took = 0
 	st.grant.Settle = false
@@ -234,6 +237,9 @@ func TestLeaseSettleAfterFailover(t *testing.T) {
 	clk.Add(time.Millisecond)
 	if _, ok := l.Valid(); !ok {
 		t.Fatal("not serving one lease length after the settling grant")
+	}
+	if _, ok := l.Held(); !ok {
+		t.Fatal("not Held one lease length after the settling grant")
 	}
 }
 
@@ -304,4 +310,35 @@ func TestMySQLLeaseSettleOnServerChange(t *testing.T) {
 	if ga, err := m.Acquire(ctx, "o", "a", time.Minute); err != nil || !ga.Granted || ga.Epoch != gb.Epoch+1 {
 		t.Fatalf("a after b released: %+v %v", ga, err)
 	}
+}
+
+// BenchmarkLeaseValid: Valid on the real clock, as every request of an ordered tag calls it
+// (two or three times). Baseline in the same run: BenchmarkTimeNow.
+func BenchmarkLeaseValid(b *testing.B) {
+	clk := clock.NewFake(time.Now())
+	st := &fakeStore{clk: clk, grant: Grant{Granted: true, Epoch: 1, Holder: "a"}}
+	l, err := New(Config{Tag: "t", Holder: "a", Length: time.Hour, Clock: clock.Real{}}, st)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := l.Renew(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	if _, ok := l.Valid(); !ok {
+		b.Fatal("not valid")
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, ok := l.Valid(); !ok {
+			b.Fatal("not valid")
+		}
+	}
+}
+
+func BenchmarkTimeNow(b *testing.B) {
+	var t time.Time
+	for b.Loop() {
+		t = time.Now()
+	}
+	_ = t
 }

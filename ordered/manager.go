@@ -326,6 +326,17 @@ func (t *Tag) Serving() (term int64, ok bool) {
 	return term, ok && term == t.active.Load()
 }
 
+// Held is Serving without the clock (Lease.Held): the check before a take and the route's
+// hint (forwarded or not). A take it lets through is sent only if Serving, checked after the
+// take, answers the same term.
+func (t *Tag) Held() (term int64, ok bool) {
+	if t.lease == nil {
+		return 0, true // Local
+	}
+	term, ok = t.lease.Held()
+	return term, ok && term == t.active.Load()
+}
+
 // Route is where a request for the tag goes when this instance does not serve it.
 type Route struct {
 	// Leader is the holder's advertised address ("" when no lease is valid anywhere, as far

@@ -53,6 +53,15 @@ type realTimer struct{ t *time.Timer }
 func (t realTimer) C() <-chan time.Time { return t.t.C }
 func (t realTimer) Stop() bool          { return t.t.Stop() }
 
+// Since returns the time elapsed since t on c. On Real it is time.Since, which reads only the
+// monotonic clock when t carries a monotonic reading (time.Now reads the wall clock too).
+func Since(c Clock, t time.Time) time.Duration {
+	if _, ok := c.(Real); ok {
+		return time.Since(t)
+	}
+	return c.Now().Sub(t)
+}
+
 // Until returns how long until t on c.
 func Until(c Clock, t time.Time) time.Duration { return t.Sub(c.Now()) }
 
