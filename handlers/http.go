@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/leafd/leafd/ordered"
 	"github.com/leafd/leafd/segment"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -62,7 +63,7 @@ func httpStatus(code, msg string) int {
 		return http.StatusNotFound
 	case "BADTAG", "LIMIT", "BADFORMAT", "BADID", "NOSHAPE", "SHAPED":
 		return http.StatusBadRequest
-	case "UNAVAILABLE", "NOWORKER", "CLOCKBACK", "NOKEY":
+	case "UNAVAILABLE", "TRYAGAIN", "NOWORKER", "CLOCKBACK", "NOKEY":
 		return http.StatusServiceUnavailable
 	case "REGRESSION", "TAGEXISTS", "NOTADOPTED":
 		return http.StatusConflict
@@ -119,12 +120,20 @@ func (h *Handler) serveSegmentGet(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	key := r.PathValue("key")
+	if t := h.orderedKey(key); t != nil {
+		h.writeOrderedGet(w, t, key)
+		return
+	}
 	e := h.shapeOf(key)
 	var id int64
 	var err error
 	if e == nil {
 		if id, err = h.seg.Next(key); err == nil {
 			writeText(w, strconv.FormatInt(id, 10))
+			return
+		}
+		if t := h.orderedKey(key); t != nil && errors.Is(err, segment.ErrNotAdmitted) {
+			h.writeOrderedGet(w, t, key) // found ordered at its first load here: now routed
 			return
 		}
 		if e, err = h.shapeOnMiss(key, err); e == nil {
@@ -139,6 +148,24 @@ func (h *Handler) serveSegmentGet(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeText(w, string(b))
+}
+
+// orderedKey returns the ordered tag key names (nil for an ordinary tag).
+func (h *Handler) orderedKey(key string) *ordered.Tag {
+	if h.ord == nil {
+		return nil
+	}
+	return h.ord.Lookup(key)
+}
+
+// writeOrderedGet answers /api/segment/get/{key} for an ordered tag.
+func (h *Handler) writeOrderedGet(w http.ResponseWriter, t *ordered.Tag, key string) {
+	id, err := h.orderedNext(t, key)
+	if err != nil {
+		h.writeHTTPError(w, err)
+		return
+	}
+	writeText(w, strconv.FormatInt(id, 10))
 }
 
 // serveSnowflakeGet is Leaf's /api/snowflake/get/{key}; like Leaf it ignores the key.

@@ -69,15 +69,64 @@ func (h *Handler) orderedCmd(c *resp.Conn, t *ordered.Tag, args [][]byte, kind i
 	call := h.fwd.Do(r.Leader, args)
 	defer h.fwd.Release(call)
 	if call.Err != nil {
-		t.ForwardErrors.Add(1)
-		h.ord.ForwardErrors.Add(1)
-		h.log.Debug("ordered: forward failed", zap.String("tag", t.Name), zap.Error(call.Err))
-		return replyError(fmt.Sprintf("UNAVAILABLE ordered tag '%s': leader %s unreachable (its lease expires within %s); retry", t.Name, r.Leader, secs(t.Status().Remaining)))
+		return h.forwardFailed(t, r, call.Err)
 	}
 	t.Forwarded.Add(1)
 	h.ord.Forwarded.Add(1)
 	writeReply(c, &call.Reply)
 	return nil
+}
+
+// forwardFailed is the answer when the leader could not be reached: an error, never an ID of
+// this instance's own.
+func (h *Handler) forwardFailed(t *ordered.Tag, r ordered.Route, err error) error {
+	t.ForwardErrors.Add(1)
+	h.ord.ForwardErrors.Add(1)
+	h.log.Debug("ordered: forward failed", zap.String("tag", t.Name), zap.Error(err))
+	return replyError(fmt.Sprintf("UNAVAILABLE ordered tag '%s': leader %s unreachable (its lease expires within %s); retry", t.Name, r.Leader, secs(t.Status().Remaining)))
+}
+
+// orderedNext is the next ID of ordered tag t for Leaf's HTTP API, gated and routed as
+// orderedCmd's INCR: taken here only while Held before and Serving after the take in the same
+// term, else forwarded to the leader, else TRYAGAIN (the review found the HTTP API serving an
+// ex-leader's held segments).
+func (h *Handler) orderedNext(t *ordered.Tag, key string) (int64, error) {
+	term, ok := t.Held()
+	if !ok {
+		t.WaitFirst(h.ord.Length() / 3)
+		term, ok = t.Held()
+	}
+	if ok {
+		id, err := h.seg.Next(key)
+		if errors.Is(err, segment.ErrNotAdmitted) {
+			return 0, h.tryAgain(t, t.Route(), "")
+		}
+		if err != nil {
+			return 0, err
+		}
+		if now, ok := t.Serving(); !ok || now != term {
+			return 0, h.tryAgain(t, t.Route(), "") // the ID taken is a gap, never sent
+		}
+		return id, nil
+	}
+	r := t.Route()
+	if r.Leader == "" || r.Here {
+		return 0, h.tryAgain(t, r, "")
+	}
+	call := h.fwd.Do(r.Leader, [][]byte{[]byte("INCR"), []byte(key)})
+	defer h.fwd.Release(call)
+	if call.Err != nil {
+		return 0, h.forwardFailed(t, r, call.Err)
+	}
+	t.Forwarded.Add(1)
+	h.ord.Forwarded.Add(1)
+	switch call.Reply.Kind {
+	case ':':
+		return call.Reply.Int, nil
+	case '-':
+		return 0, replyError(string(call.Reply.Str))
+	}
+	return 0, replyError("ERR the leader answered INCR with no integer")
 }
 
 // tryAgain is the retryable refusal while no instance serves t (as far as this one knows).

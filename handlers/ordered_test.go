@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -630,5 +631,26 @@ func TestOrderedSameAddressNotSameHolder(t *testing.T) {
 	_, okB := b.mgr.Lookup("seq").Serving()
 	if okA == okB {
 		t.Fatalf("a serving %v, b serving %v: want exactly one leader", okA, okB)
+	}
+}
+
+// TestOrderedHTTPGated (fence: Leaf's HTTP API takes the ordered gate too). The review found
+// /api/segment/get/{key} calling the segment core directly: an ex-leader kept serving its held
+// segments, and a partitioned leader did not fence itself. Now the follower's HTTP answer is
+// the leader's next ID (forwarded), and the leader past its deadline answers TRYAGAIN (503).
+// Mutant: serveSegmentGet without the ordered route: caught (the follower's own ID, then an
+// ID from the leader past its deadline).
+func TestOrderedHTTPGated(t *testing.T) {
+	cl, a, b := twoOrdered(t)
+	ha, hb := httpServer(t, a.h), httpServer(t, b.h)
+	last := mustIncr(t, a.client(t), "seq")
+	status, _, body := get(t, hb, "GET", "/api/segment/get/seq")
+	if status != 200 || body != strconv.FormatInt(last+1, 10) {
+		t.Fatalf("follower's HTTP get: %d %q, want 200 %d (the leader's next ID)", status, body, last+1)
+	}
+	cl.clk.Add(2700 * time.Millisecond) // the leader's deadline: send + 3s - 0.3s margin
+	status, _, body = get(t, ha, "GET", "/api/segment/get/seq")
+	if status != 503 || !strings.Contains(body, "TRYAGAIN") {
+		t.Fatalf("the leader past its deadline, HTTP get: %d %q, want 503 TRYAGAIN", status, body)
 	}
 }

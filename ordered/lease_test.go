@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -183,7 +185,7 @@ func TestMySQLLeaseTakeover(t *testing.T) {
 	// nobody else could hold it meanwhile.)
 	for time.Now().Before(deadline) {
 		var lapsed bool
-		if err := db.QueryRowContext(ctx, "SELECT expires < NOW(3) FROM leafd_leader WHERE biz_tag = 'o'").Scan(&lapsed); err != nil {
+		if err := db.QueryRowContext(ctx, "SELECT expires < UTC_TIMESTAMP(3) FROM leafd_leader WHERE biz_tag = 'o'").Scan(&lapsed); err != nil {
 			t.Fatal(err)
 		}
 		if lapsed {
@@ -341,4 +343,47 @@ func BenchmarkTimeNow(b *testing.B) {
 		t = time.Now()
 	}
 	_ = t
+}
+
+// TestMySQLLeaseTimeZones (fence: the lease is judged in UTC). The review found the lease row
+// judged by NOW(3) against a DATETIME: an instance whose sessions ran in another time zone
+// (a DSN's time_zone, or SET GLOBAL time_zone, or a DST change under SYSTEM) saw a live lease
+// as lapsed and took it: two leaders at once. Two instances with sessions ten hours apart:
+// the second is refused while the first holds. Mutant: NOW(3) back in Acquire: caught.
+func TestMySQLLeaseTimeZones(t *testing.T) {
+	dsn := testenv.FreshDatabase(t, testenv.MySQLDSN(t))
+	open := func(tz string) *MySQLLeases {
+		sep := "?"
+		if strings.Contains(dsn, "?") {
+			sep = "&"
+		}
+		db, err := sql.Open("mysql", dsn+sep+"time_zone="+url.QueryEscape("'"+tz+"'"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = db.Close() })
+		return NewMySQLLeases(db, 5*time.Second)
+	}
+	ctx := context.Background()
+	west, east := open("-05:00"), open("+05:00")
+	if err := west.EnsureTable(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := west.MarkOrdered(ctx, "o"); err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{Tag: "o", Length: 5 * time.Second, Margin: 500 * time.Millisecond}
+	cfg.Holder = "a"
+	a, _ := New(cfg, west)
+	cfg.Holder = "b"
+	b, _ := New(cfg, east)
+	if sa, err := a.Renew(ctx); err != nil || !sa.Leader {
+		t.Fatalf("a: %+v, %v", sa, err)
+	}
+	if sb, err := b.Renew(ctx); err != nil || sb.Leader || sb.Holder != "a" {
+		t.Fatalf("b, in a session ten hours ahead, while a holds: %+v, %v (want refused, holder a)", sb, err)
+	}
+	if _, ok := a.Valid(); !ok {
+		t.Fatal("a lost its lease")
+	}
 }

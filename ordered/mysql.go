@@ -10,7 +10,7 @@ import (
 )
 
 // mysqlCreateLeader is leafd's table of ORDERED tags and their leader leases: a row marks the
-// tag as ordered; expires is on the database clock (NOW(3)), so the instances' clocks never
+// tag as ordered; expires is on the database clock (UTC_TIMESTAMP(3)), so the instances' clocks never
 // decide who holds it.
 const mysqlCreateLeader = "CREATE TABLE IF NOT EXISTS `leafd_leader` (\n" +
 	"  `biz_tag` varchar(128) NOT NULL,\n" +
@@ -95,11 +95,11 @@ func (m *MySQLLeases) Release(ctx context.Context, tag, holder string) error {
 	ctx, cancel := context.WithTimeout(ctx, m.timeout)
 	defer cancel()
 	_, err := m.db.ExecContext(ctx,
-		"UPDATE leafd_leader SET expires = LEAST(expires, NOW(3) - INTERVAL 1000 MICROSECOND) WHERE biz_tag = ? AND holder = ?", tag, holder)
+		"UPDATE leafd_leader SET expires = LEAST(expires, UTC_TIMESTAMP(3) - INTERVAL 1000 MICROSECOND) WHERE biz_tag = ? AND holder = ?", tag, holder)
 	return err
 }
 
-// Acquire is one transaction: the row is locked, its liveness judged by NOW(3), and the lease
+// Acquire is one transaction: the row is locked, its liveness judged by UTC_TIMESTAMP(3), and the lease
 // renewed (same holder, live: same epoch), taken (lapsed: next epoch) or refused (live, held
 // by another). A row last granted by another server (server_id: a failover since, perhaps to
 // a replica that missed the latest renewals) is a new term that must settle (Grant.Settle).
@@ -115,7 +115,7 @@ func (m *MySQLLeases) Acquire(ctx context.Context, tag, holder string, length ti
 	var epoch, server, self, left int64
 	var live bool
 	err = tx.QueryRowContext(ctx,
-		"SELECT holder, epoch, expires >= NOW(3), server_id, @@server_id, GREATEST(0, TIMESTAMPDIFF(MICROSECOND, NOW(3), expires)) "+
+		"SELECT holder, epoch, expires >= UTC_TIMESTAMP(3), server_id, @@server_id, GREATEST(0, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(3), expires)) "+
 			"FROM leafd_leader WHERE biz_tag = ? FOR UPDATE", tag).Scan(&cur, &epoch, &live, &server, &self, &left)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Grant{}, fmt.Errorf("%w: %q", ErrNotOrdered, tag)
@@ -134,7 +134,7 @@ func (m *MySQLLeases) Acquire(ctx context.Context, tag, holder string, length ti
 		epoch++
 	}
 	_, err = tx.ExecContext(ctx,
-		"UPDATE leafd_leader SET holder = ?, epoch = ?, expires = NOW(3) + INTERVAL ? MICROSECOND, server_id = @@server_id WHERE biz_tag = ?",
+		"UPDATE leafd_leader SET holder = ?, epoch = ?, expires = UTC_TIMESTAMP(3) + INTERVAL ? MICROSECOND, server_id = @@server_id WHERE biz_tag = ?",
 		holder, epoch, length.Microseconds(), tag)
 	if err != nil {
 		return Grant{}, err

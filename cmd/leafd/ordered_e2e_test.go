@@ -366,7 +366,7 @@ func TestOrderedLeaderKill(t *testing.T) {
 // writes the remainder of its segments and gives the lease back) and started again at once
 // on the same address and data dir, twice. The others take the lease within a third of it;
 // the restarted instance must not serve the remainder it saved (below what the new leader
-// served meanwhile) unless it starts a new term, which drops it.
+// served meanwhile): its start discards an ordered tag's remainder (the log says so).
 func TestOrderedLeaderRestart(t *testing.T) {
 	t.Parallel()
 	dsn, _ := e2e.SharedDB(t)
@@ -391,13 +391,17 @@ func TestOrderedLeaderRestart(t *testing.T) {
 		for i := range ls {
 			load.served(t, i, 300, 20*time.Second, fmt.Sprintf("round %d: after the restart of %d", round, lead))
 		}
-		resumed := strings.Count(ls[lead].Log(), "serving the remainder of the previous graceful shutdown first")
-		t.Logf("round %d: leader %d stopped and restarted (remainders resumed in its log so far: %d); instance %d leads",
-			round, lead, resumed, leaderOf(t, ls, nil, "seq", 10*time.Second))
-		remainders += resumed
+		log := ls[lead].Log()
+		if n := strings.Count(log, "serving the remainder of the previous graceful shutdown first"); n != 0 {
+			t.Errorf("round %d: leader %d resumed a remainder of the ordered tag (%d times in its log)", round, lead, n)
+		}
+		discarded := strings.Count(log, "an ordered tag is served only by its leader's new term")
+		t.Logf("round %d: leader %d stopped and restarted (ordered remainders discarded in its log so far: %d); instance %d leads",
+			round, lead, discarded, leaderOf(t, ls, nil, "seq", 10*time.Second))
+		remainders += discarded
 	}
 	if remainders == 0 {
-		t.Errorf("no restart resumed a remainder: the test did not exercise the remainder of an ordered tag")
+		t.Errorf("no restart discarded a remainder: the test did not exercise the remainder of an ordered tag")
 	}
 	// Handing the lease back makes the change quicker than a lapse: within the lease.
 	load.check(t, "ordered_leader_sigterm", fault, orderedLease, 3000, netOK, orderedCodes...)

@@ -22,7 +22,7 @@ type Config struct {
 	// operators, not used by the fences. Default: the host name.
 	Holder string
 	// Lease is how long a row stays held after its last renewal, on the database's clock
-	// (NOW(3)). The holder stops issuing before Lease has passed since it SENT its last
+	// (UTC_TIMESTAMP(3)). The holder stops issuing before Lease has passed since it SENT its last
 	// confirmed renewal, and a taker issues only Lease+Margin after its own acquisition (see the
 	// package doc). It must be longer than the generator's LeaseWindow. Default 6s.
 	Lease time.Duration

@@ -6,10 +6,10 @@
 // # Acquisition (compare-and-set)
 //
 // Acquire lists the rows and takes the data dir's previous id when it is free, else the lowest
-// free row (released, or lease_expires <= NOW(3) on the database's clock), by
+// free row (released, or lease_expires <= UTC_TIMESTAMP(3) on the database's clock), by
 //
-//	UPDATE ... SET token=<new>, epoch=epoch+1, version=version+1, lease_expires=NOW(3)+lease
-//	WHERE worker_id=? AND version=<read> AND (token='' OR lease_expires<=NOW(3))
+//	UPDATE ... SET token=<new>, epoch=epoch+1, version=version+1, lease_expires=UTC_TIMESTAMP(3)+lease
+//	WHERE worker_id=? AND version=<read> AND (token='' OR lease_expires<=UTC_TIMESTAMP(3))
 //
 // else the lowest id without a row by INSERT, which the primary key decides (never max+1).
 // Every write bumps version, so the reserved_until read with the row is the row's bound as
@@ -24,7 +24,7 @@
 //     (snowflake.ErrWorkerLost: the generator acquires again, as a new start would).
 //  2. Self-fence, send time: a renewal confirmed by the database gives a deadline of its SEND
 //     time (clock.Now, monotonic for the real clock) plus Lease; the database set the lease
-//     from its NOW(3) at execution, later than the send, so the deadline is never after the
+//     from its UTC_TIMESTAMP(3) at execution, later than the send, so the deadline is never after the
 //     expiry any other instance can see. Extend accepts an until only within that deadline,
 //     so the generator (which issues only below the until it had accepted) stops in time.
 //     Past the deadline (a SIGSTOP, a long outage) Extend and the renewals re-acquire the row

@@ -27,7 +27,7 @@ func sqlFixture(t *testing.T) (string, *sqlStore) {
 }
 
 // TestSQLCompareAndSet: the SQL conditions on MariaDB. Insert is decided by the primary key;
-// Take needs the row's version AND a released or expired lease (NOW(3)); the holder's writes
+// Take needs the row's version AND a released or expired lease (UTC_TIMESTAMP(3)); the holder's writes
 // need its token and epoch.
 func TestSQLCompareAndSet(t *testing.T) {
 	_, st := sqlFixture(t)

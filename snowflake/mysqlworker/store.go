@@ -24,7 +24,7 @@ const Table = "leafd_worker"
 //	               fenced on (token, epoch)
 //	epoch          +1 at every acquisition (and re-acquisition after a self-fence)
 //	version        +1 at every write; a taker's compare-and-set is fenced on it
-//	lease_expires  the lease, on the DATABASE's clock (NOW(3) + lease at each renewal)
+//	lease_expires  the lease, on the DATABASE's clock (UTC_TIMESTAMP(3) + lease at each renewal)
 //	reserved_until Unix ms on the holder's clock: every ID issued with this worker id by the
 //	               holders so far is in a millisecond below it (the time bound)
 //	layout         the ID layout (epoch and bit widths) the id was used with
@@ -51,7 +51,7 @@ type row struct {
 	Token         string
 	Epoch         int64
 	Version       int64
-	Free          bool // released (token '') or lease_expires <= NOW(3), on the database's clock
+	Free          bool // released (token '') or lease_expires <= UTC_TIMESTAMP(3), on the database's clock
 	ReservedUntil int64
 	Layout        string
 }
@@ -88,7 +88,7 @@ type sqlStore struct {
 }
 
 // driverConfig applies leafd's driver settings where the DSN sets none: dial/read/write timeouts
-// (a hung database is noticed within QueryTimeout), a UTC session (NOW(3) and DATETIME compare in
+// (a hung database is noticed within QueryTimeout), a UTC session (UTC_TIMESTAMP(3) and DATETIME compare in
 // one zone whatever the server's default), interpolateParams (one round trip per statement).
 func driverConfig(dsn string, timeout time.Duration) (*mysql.Config, error) {
 	dcfg, err := mysql.ParseDSN(dsn)
@@ -153,7 +153,7 @@ func (s *sqlStore) Ensure(ctx context.Context) error {
 }
 
 const selectCols = "SELECT worker_id, holder, instance, token, epoch, version, " +
-	"(token = '' OR lease_expires <= NOW(3)), reserved_until, layout FROM `" + Table + "`"
+	"(token = '' OR lease_expires <= UTC_TIMESTAMP(3)), reserved_until, layout FROM `" + Table + "`"
 
 func scanRow(sc interface{ Scan(...any) error }) (row, error) {
 	var r row
@@ -210,14 +210,14 @@ func us(d time.Duration) int64 { return d.Microseconds() }
 
 func (s *sqlStore) Take(ctx context.Context, id, version int64, c claim) (bool, error) {
 	return s.exec(ctx, "UPDATE `"+Table+"` SET holder = ?, instance = ?, token = ?, epoch = epoch + 1, version = version + 1, "+
-		"lease_expires = NOW(3) + INTERVAL ? MICROSECOND, layout = ?, updated_at = NOW(3) "+
-		"WHERE worker_id = ? AND version = ? AND (token = '' OR lease_expires <= NOW(3))",
+		"lease_expires = UTC_TIMESTAMP(3) + INTERVAL ? MICROSECOND, layout = ?, updated_at = UTC_TIMESTAMP(3) "+
+		"WHERE worker_id = ? AND version = ? AND (token = '' OR lease_expires <= UTC_TIMESTAMP(3))",
 		c.Holder, c.Instance, c.Token, us(c.Lease), c.Layout, id, version)
 }
 
 func (s *sqlStore) Insert(ctx context.Context, id int64, c claim) (bool, error) {
 	ok, err := s.exec(ctx, "INSERT INTO `"+Table+"` (worker_id, holder, instance, token, epoch, version, lease_expires, reserved_until, layout, updated_at) "+
-		"VALUES (?, ?, ?, ?, 1, 1, NOW(3) + INTERVAL ? MICROSECOND, 0, ?, NOW(3))",
+		"VALUES (?, ?, ?, ?, 1, 1, UTC_TIMESTAMP(3) + INTERVAL ? MICROSECOND, 0, ?, UTC_TIMESTAMP(3))",
 		id, c.Holder, c.Instance, c.Token, us(c.Lease), c.Layout)
 	var me *mysql.MySQLError
 	if errors.As(err, &me) && me.Number == 1062 { // ER_DUP_ENTRY: the primary key says someone has it
@@ -227,19 +227,19 @@ func (s *sqlStore) Insert(ctx context.Context, id int64, c claim) (bool, error) 
 }
 
 func (s *sqlStore) Renew(ctx context.Context, id, epoch int64, token string, untilMs int64, lease time.Duration) (bool, error) {
-	return s.exec(ctx, "UPDATE `"+Table+"` SET lease_expires = NOW(3) + INTERVAL ? MICROSECOND, reserved_until = GREATEST(reserved_until, ?), "+
-		"version = version + 1, updated_at = NOW(3) WHERE worker_id = ? AND epoch = ? AND token = ?",
+	return s.exec(ctx, "UPDATE `"+Table+"` SET lease_expires = UTC_TIMESTAMP(3) + INTERVAL ? MICROSECOND, reserved_until = GREATEST(reserved_until, ?), "+
+		"version = version + 1, updated_at = UTC_TIMESTAMP(3) WHERE worker_id = ? AND epoch = ? AND token = ?",
 		us(lease), untilMs, id, epoch, token)
 }
 
 func (s *sqlStore) Reclaim(ctx context.Context, id, epoch int64, token string, lease time.Duration) (bool, error) {
-	return s.exec(ctx, "UPDATE `"+Table+"` SET lease_expires = NOW(3) + INTERVAL ? MICROSECOND, epoch = epoch + 1, "+
-		"version = version + 1, updated_at = NOW(3) WHERE worker_id = ? AND epoch = ? AND token = ?",
+	return s.exec(ctx, "UPDATE `"+Table+"` SET lease_expires = UTC_TIMESTAMP(3) + INTERVAL ? MICROSECOND, epoch = epoch + 1, "+
+		"version = version + 1, updated_at = UTC_TIMESTAMP(3) WHERE worker_id = ? AND epoch = ? AND token = ?",
 		us(lease), id, epoch, token)
 }
 
 func (s *sqlStore) Release(ctx context.Context, id, epoch int64, token string, untilMs int64) (bool, error) {
-	return s.exec(ctx, "UPDATE `"+Table+"` SET token = '', lease_expires = NOW(3), reserved_until = GREATEST(reserved_until, ?), "+
-		"version = version + 1, updated_at = NOW(3) WHERE worker_id = ? AND epoch = ? AND token = ?",
+	return s.exec(ctx, "UPDATE `"+Table+"` SET token = '', lease_expires = UTC_TIMESTAMP(3), reserved_until = GREATEST(reserved_until, ?), "+
+		"version = version + 1, updated_at = UTC_TIMESTAMP(3) WHERE worker_id = ? AND epoch = ? AND token = ?",
 		untilMs, id, epoch, token)
 }
