@@ -131,8 +131,12 @@ start_server() { # name port run
 bench() {
 	local name=$1 test=$2 run=$3 port=$4
 	shift 4
-	client timeout "$BENCH_TIMEOUT" taskset -c "$CLIENT_CPU" redis-benchmark -h 127.0.0.1 -p "$port" \
-		-c "$CLIENTS" --csv "$@" >"$work/$name-$test-$run.csv"
+	if ! client timeout "$BENCH_TIMEOUT" taskset -c "$CLIENT_CPU" redis-benchmark -h 127.0.0.1 -p "$port" \
+		-c "$CLIENTS" --csv "$@" >"$work/$name-$test-$run.csv"; then
+		# A loaded machine can make one test overrun: leave it out of the medians, go on.
+		echo "loops.sh: $name $test run $run failed or took over ${BENCH_TIMEOUT}s; left out" >&2
+		return 0
+	fi
 	# "test","rps","avg_latency_ms","min_latency_ms","p50_latency_ms","p95_latency_ms","p99_latency_ms","max_latency_ms"
 	awk -F, -v n="$name" -v t="$test" -v r="$run" '
 		NR == 2 { gsub(/"/, ""); printf "%s %s %s %s %s\n", n, t, r, $2, $7 }' "$work/$name-$test-$run.csv" >>"$work/results"
@@ -149,7 +153,7 @@ run_server() { # name run
 	done
 	echo "$name $run $(cut -d' ' -f1 /proc/loadavg)" >>"$work/load"
 	client timeout "$BENCH_TIMEOUT" taskset -c "$CLIENT_CPU" redis-benchmark -h 127.0.0.1 -p "$port" \
-		-c "$CLIENTS" -n "$NP" -P 16 -t incr -q >/dev/null
+		-c "$CLIENTS" -n "$NP" -P 16 -t incr -q >/dev/null || true
 	bench "$name" incr "$run" "$port" -n "$N" -t incr
 	bench "$name" incr_p "$run" "$port" -n "$NP" -P 16 -t incr
 	if [[ $name != redis ]]; then
