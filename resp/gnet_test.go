@@ -12,6 +12,7 @@ import (
 	"io"
 	"net"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -56,6 +57,15 @@ func gnetConnOf(srv *Server, c *Conn) *gnetConn {
 	return nil
 }
 
+// releaseAtCleanup makes a failing test release its blocked command before the server's
+// Shutdown (cleanups run last-registered first), so that a failure fails instead of hanging.
+func releaseAtCleanup(t *testing.T, bh *blockingHandler) func() {
+	var once sync.Once
+	release := func() { once.Do(func() { close(bh.release) }) }
+	t.Cleanup(release)
+	return release
+}
+
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
@@ -74,6 +84,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 func TestGnetOffload(t *testing.T) {
 	bh := &blockingHandler{started: make(chan struct{}), release: make(chan struct{})}
 	srv, addr := startGnetServer(t, Config{}, blockerHandler{bh})
+	release := releaseAtCleanup(t, bh)
 	a, ar := dial(t, addr)
 	b, br := dial(t, addr)
 	fmt.Fprint(a, "PING\r\nBLOCK\r\n")
@@ -86,7 +97,7 @@ func TestGnetOffload(t *testing.T) {
 		t.Fatalf("other client while a command runs off the loop: got %q, %v", line, err)
 	}
 	fmt.Fprint(a, "PING\r\n") // arrives while busy: kept until the hand-back
-	close(bh.release)
+	release()
 	for _, want := range []string{"+DONE\r\n", "+PONG\r\n"} {
 		if line, err := ar.ReadString('\n'); line != want {
 			t.Fatalf("offloaded client: got %q, %v; want %q", line, err, want)
@@ -110,6 +121,7 @@ func TestGnetOffload(t *testing.T) {
 func TestGnetUndeclaredBlockStallsLoop(t *testing.T) {
 	bh := &blockingHandler{started: make(chan struct{}), release: make(chan struct{})}
 	_, addr := startGnetServer(t, Config{}, bh)
+	release := releaseAtCleanup(t, bh)
 	a, ar := dial(t, addr)
 	b, br := dial(t, addr)
 	fmt.Fprint(a, "BLOCK\r\n")
@@ -119,7 +131,7 @@ func TestGnetUndeclaredBlockStallsLoop(t *testing.T) {
 	if line, err := br.ReadString('\n'); err == nil {
 		t.Fatalf("other client answered (%q) while an undeclared blocking command holds the gnet loop", line)
 	}
-	close(bh.release)
+	release()
 	_ = b.SetReadDeadline(time.Now().Add(5 * time.Second))
 	if line, err := ar.ReadString('\n'); line != "+DONE\r\n" {
 		t.Fatalf("blocked client: got %q, %v", line, err)
@@ -202,6 +214,7 @@ func TestGnetWriteTimeout(t *testing.T) {
 func TestGnetResetWhileOffloaded(t *testing.T) {
 	bh := &blockingHandler{started: make(chan struct{}), release: make(chan struct{})}
 	srv, addr := startGnetServer(t, Config{}, blockerHandler{bh})
+	release := releaseAtCleanup(t, bh)
 	a, _ := dial(t, addr)
 	fmt.Fprint(a, "BLOCK\r\n")
 	<-bh.started
@@ -217,7 +230,7 @@ func TestGnetResetWhileOffloaded(t *testing.T) {
 	if n := srv.Stats().ConnectedClients; n != 2 {
 		t.Errorf("connected clients while the reset one's command runs: %d, want 2", n)
 	}
-	close(bh.release)
+	release()
 	waitFor(t, "the reset connection forgotten after its command", func() bool { return srv.Stats().ConnectedClients == 1 })
 	time.Sleep(50 * time.Millisecond) // a second drop would show as 0 here
 	if n := srv.Stats().ConnectedClients; n != 1 {
@@ -233,6 +246,7 @@ func TestGnetInputBoundWhileBusy(t *testing.T) {
 	bh := &blockingHandler{started: make(chan struct{}), release: make(chan struct{})}
 	cfg := Config{MaxQueryBuffer: 64 << 10, Limits: Limits{MaxBulk: 1024}}
 	srv, addr := startGnetServer(t, cfg, blockerHandler{bh})
+	release := releaseAtCleanup(t, bh)
 	a, _ := dial(t, addr)
 	fmt.Fprint(a, "BLOCK\r\n")
 	<-bh.started
@@ -240,6 +254,6 @@ func TestGnetInputBoundWhileBusy(t *testing.T) {
 	waitFor(t, "a connection sending 600 KB while busy is still open (MaxQueryBuffer 64 KiB)", func() bool {
 		return srv.Stats().QueryLimitClosed == 1
 	})
-	close(bh.release)
+	release()
 	waitFor(t, "the closed connection forgotten after its command", func() bool { return srv.Stats().ConnectedClients == 0 })
 }
