@@ -66,7 +66,7 @@ func releaseAtCleanup(t *testing.T, bh *blockingHandler) func() {
 	return release
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
+func gnetWaitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for !cond() {
@@ -190,7 +190,7 @@ func TestGnetBackpressure(t *testing.T) {
 	if p := maxPending.Load(); p > flushAt+reply+16 {
 		t.Errorf("pending replies reached %d bytes, want at most %d", p, flushAt+reply+16)
 	}
-	waitFor(t, "every command counted", func() bool { return srv.Stats().TotalCommands == n })
+	gnetWaitFor(t, "every command counted", func() bool { return srv.Stats().TotalCommands == n })
 }
 
 // TestGnetWriteTimeout: a client that never reads its replies is closed after WriteTimeout
@@ -200,7 +200,7 @@ func TestGnetWriteTimeout(t *testing.T) {
 	srv, addr := startGnetServer(t, Config{WriteTimeout: 300 * time.Millisecond}, big)
 	nc, _ := dial(t, addr)
 	go func() { _, _ = io.WriteString(nc, strings.Repeat("GET\r\n", 5000)) }() // 50 MB of replies
-	waitFor(t, "a client that does not read its replies is still connected (write timeout 300 ms)", func() bool {
+	gnetWaitFor(t, "a client that does not read its replies is still connected (write timeout 300 ms)", func() bool {
 		st := srv.Stats()
 		return st.TotalConnections == 1 && st.ConnectedClients == 0
 	})
@@ -231,7 +231,7 @@ func TestGnetResetWhileOffloaded(t *testing.T) {
 		t.Errorf("connected clients while the reset one's command runs: %d, want 2", n)
 	}
 	release()
-	waitFor(t, "the reset connection forgotten after its command", func() bool { return srv.Stats().ConnectedClients == 1 })
+	gnetWaitFor(t, "the reset connection forgotten after its command", func() bool { return srv.Stats().ConnectedClients == 1 })
 	time.Sleep(50 * time.Millisecond) // a second drop would show as 0 here
 	if n := srv.Stats().ConnectedClients; n != 1 {
 		t.Errorf("connected clients after the hand-back: %d, want 1", n)
@@ -251,9 +251,9 @@ func TestGnetInputBoundWhileBusy(t *testing.T) {
 	fmt.Fprint(a, "BLOCK\r\n")
 	<-bh.started
 	go func() { _, _ = io.WriteString(a, strings.Repeat("PING\r\n", 100000)) }() // 600 KB
-	waitFor(t, "a connection sending 600 KB while busy is still open (MaxQueryBuffer 64 KiB)", func() bool {
+	gnetWaitFor(t, "a connection sending 600 KB while busy is still open (MaxQueryBuffer 64 KiB)", func() bool {
 		return srv.Stats().QueryLimitClosed == 1
 	})
 	release()
-	waitFor(t, "the closed connection forgotten after its command", func() bool { return srv.Stats().ConnectedClients == 0 })
+	gnetWaitFor(t, "the closed connection forgotten after its command", func() bool { return srv.Stats().ConnectedClients == 0 })
 }
