@@ -235,6 +235,8 @@ type MySQLStore struct {
 	pending map[string]int64 // per tag: epoch of a takeover not yet committed
 	// per tag: when a refusal as not adopted was last logged
 	refusedAt map[string]time.Time
+
+	creates createGroup // creations committed together (mysqlbatch.go)
 }
 
 // OpenMySQL prepares the connection pool and tries once, within QueryTimeout, to create the
@@ -582,27 +584,8 @@ func (s *MySQLStore) Create(ctx context.Context, t Tag) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	_ = s.ensureTable(ctx)
-	var tx *sql.Tx
-	// Everything before COMMIT; a deadlock victim runs again (retryDeadlock), from the tag as
-	// asked (createUncommitted raises its START on a copy).
-	err = s.retryDeadlock(ctx, "create", t.Name, func(ctx context.Context) error {
-		var err error
-		tx, err = s.createUncommitted(ctx, t)
-		return err
-	})
-	if err != nil {
-		if errors.Is(err, ErrLimit) || errors.Is(err, ErrShaped) {
-			return err
-		}
-		return s.wrap("create", t.Name, err)
-	}
-	if err := tx.Commit(); err != nil {
-		s.dropPending(dbFenceKey)
-		return s.wrap("create: commit", t.Name, err)
-	}
-	s.commitEpoch(dbFenceKey)
-	return nil
+	// Committed together with the creations waiting meanwhile (mysqlbatch.go).
+	return s.create(ctx, t, 0).err
 }
 
 // createUncommitted is Create up to COMMIT: on success the transaction is left open for the
@@ -711,8 +694,12 @@ func (s *MySQLStore) ensureGap(ctx context.Context) {
 	s.gapRecorded.Store(true)
 }
 
-// Close closes the connection pool. It is idempotent.
-func (s *MySQLStore) Close() error { return s.db.Close() }
+// Close closes the connection pool and waits for the creation committer. It is idempotent.
+func (s *MySQLStore) Close() error {
+	err := s.db.Close()
+	s.creates.wg.Wait()
+	return err
+}
 
 // mysqlDriverLog sends the driver's own messages (broken connections it discards) to the
 // store's logger instead of the standard logger on stderr.

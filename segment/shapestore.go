@@ -187,12 +187,13 @@ func (s *BoltStore) CreateShape(ctx context.Context, tag string, spec []byte) er
 		if tx.Bucket(boltAllocBucket).Get([]byte(tag)) != nil {
 			return tagError(tag, ErrTagExists, "a plain tag of this name exists")
 		}
+		if boltShaped(tx, tag) {
+			return tagError(tag, ErrTagExists, "tag already exists")
+		}
+		// Refusals before the first write: the transaction is shared (group commit).
 		b, err := tx.CreateBucketIfNotExists(boltShapeBucket)
 		if err != nil {
 			return err
-		}
-		if b.Get([]byte(tag)) != nil {
-			return tagError(tag, ErrTagExists, "tag already exists")
 		}
 		return b.Put([]byte(tag), spec)
 	})
