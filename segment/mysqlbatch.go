@@ -349,11 +349,16 @@ func lockedNames(ctx context.Context, tx *sql.Tx, q string, args []any) ([]strin
 // first: the creation and the first range in one transaction shared with the concurrent
 // creations (see above). A range below floor is returned without error (like allocate).
 func (s *MySQLStore) CreateAllocate(ctx context.Context, t Tag, step, floor int64) (Alloc, bool, error) {
-	a, err := allocate(ctx, s, t.Name, step, floor)
-	if !errors.Is(err, ErrUnknownTag) {
-		return a, false, err
+	// A plain read first (no lock, no transaction): an allocation that finds no row would
+	// hold a gap lock of leaf_alloc until its rollback, and the batch's INSERT into that gap
+	// would wait for it. The batch checks again, under its locks.
+	switch _, err := s.MaxID(ctx, t.Name); {
+	case err == nil:
+		return allocateExisting(ctx, s, t.Name, step, floor)
+	case !errors.Is(err, ErrUnknownTag):
+		return Alloc{}, false, err
 	}
-	t, err = checkStoreTag(t)
+	t, err := checkStoreTag(t)
 	if err != nil {
 		return Alloc{}, false, err
 	}
@@ -373,6 +378,11 @@ func (s *MySQLStore) CreateAllocate(ctx context.Context, t Tag, step, floor int6
 		return a, op.err == nil && op.created, err
 	}
 	return Alloc{}, false, op.err
+}
+
+func allocateExisting(ctx context.Context, s *MySQLStore, tag string, step, floor int64) (Alloc, bool, error) {
+	a, err := allocate(ctx, s, tag, step, floor)
+	return a, false, err
 }
 
 // CreateBatches reports the creation batches committed, the creations in them, and the
