@@ -269,8 +269,13 @@ func (s *MySQLStore) createBatchUncommitted(ctx context.Context, ops []*createOp
 	if len(exists) > 0 {
 		return nil, errBatchFallback // a row of another spelling (the collation matched it)
 	}
-	if s.failoverAllocs > 0 {
+	if s.failoverAllocs > 0 && len(insert) > 0 {
 		// The high-water of an earlier life of any of the tags: left to the single creation.
+		names = names[:0]
+		for _, op := range insert {
+			names = append(names, op.t.Name)
+		}
+		in = "(" + strings.TrimSuffix(strings.Repeat("?, ", len(names)), ", ") + ")"
 		found, err = lockedNames(ctx, tx, "SELECT biz_tag FROM leafd_fence WHERE biz_tag IN "+in+" FOR UPDATE", names)
 		if err != nil {
 			return nil, fmt.Errorf("high-water: %w", err)
@@ -290,11 +295,9 @@ func (s *MySQLStore) createBatchUncommitted(ctx context.Context, ops []*createOp
 		}
 		start := t.MaxID + jump
 		maxID := start
-		if op.size > 0 {
-			if op.size > maxRangeEnd-start {
-				op.err = &TagError{Tag: t.Name, Err: ErrLimit, Detail: "the first range passes the largest ID leafd serves"}
-				continue
-			}
+		// A first range past the largest ID is left to the allocation after the creation
+		// (CreateAllocate), which reports it as for any allocation.
+		if op.size > 0 && op.size <= maxRangeEnd-start {
 			maxID = start + op.size
 			op.allocated, op.a = true, Alloc{MaxID: maxID, Step: t.Step}
 		}
