@@ -25,6 +25,9 @@ func cmdIncr(h *Handler, c *resp.Conn, args [][]byte) error {
 	if e := h.shapeOf(tag); e != nil {
 		return h.incrShaped(c, e)
 	}
+	if err := h.counterRow(tag, 1); err != nil {
+		return err
+	}
 	id, err := h.seg.Next(tag)
 	if err != nil {
 		e, err := h.shapeOnMiss(tag, err)
@@ -46,6 +49,9 @@ func cmdIncrBy(h *Handler, c *resp.Conn, args [][]byte) error {
 	}
 	if n < 1 {
 		return replyError("LIMIT INCRBY count must be at least 1")
+	}
+	if err := h.counterRow(str(args[1]), n); err != nil {
+		return err
 	}
 	id, err := h.seg.NextN(str(args[1]), n)
 	if err != nil {
@@ -83,6 +89,9 @@ func (h *Handler) tagCount(args [][]byte) (int, error) {
 func cmdIDsSegment(h *Handler, c *resp.Conn, args [][]byte) error {
 	n, err := h.tagCount(args)
 	if err != nil {
+		return err
+	}
+	if err := h.counterRow(str(args[1]), int64(n)); err != nil {
 		return err
 	}
 	p := idsPool.Get().(*[]int64)

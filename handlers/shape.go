@@ -244,7 +244,7 @@ func cmdIDsNext(h *Handler, c *resp.Conn, args [][]byte) error {
 				return err
 			}
 			ids, err = h.seg.AppendIDs((*p)[:0], per.Row, n)
-		} else {
+		} else if err = h.counterRow(tag, int64(n)); err == nil {
 			ids, err = h.seg.AppendIDs((*p)[:0], tag, n)
 		}
 		*p = ids[:0]
@@ -447,6 +447,33 @@ func (h *Handler) notShaped(tag string, err error) error {
 		return &segment.TagError{Tag: strings.Clone(tag), Err: segment.ErrShaped, Detail: "use IDS.NEXT or INCR"}
 	}
 	return err
+}
+
+// counterRow refuses a plain request (INCR, INCRBY, IDS.SEGMENT) of a shaped tag's counter
+// row, tag@period: the row's raw counter is what an opaque tag's permutation hides, and the
+// period logic (a segment never outlives its period) belongs to the shaped tag. A name
+// without '@' costs one byte scan. When the shape is not known here it is read from the store
+// only if the request waits anyway (the row is not served from memory: a load is due), so a
+// served request never blocks the loop on it; a row this instance served through its shaped
+// tag has its shape known.
+func (h *Handler) counterRow(tag string, n int64) error {
+	i := strings.IndexByte(tag, '@')
+	if i <= 0 {
+		return nil
+	}
+	base := tag[:i]
+	e := h.shapeOf(base)
+	if e == nil && h.cfg.Shapes != nil && !h.seg.Serves(tag, n) {
+		var err error
+		if e, err = h.learnShape(base); err != nil {
+			return err // cannot tell: refuse rather than perhaps leak an opaque tag's counter
+		}
+	}
+	if e == nil {
+		return nil
+	}
+	return &segment.TagError{Tag: strings.Clone(tag), Err: segment.ErrShaped,
+		Detail: "a counter row of the shaped tag '" + base + "' is served only through it: use IDS.NEXT or INCR " + base}
 }
 
 // nextFormatted takes one counter of e's current period and renders it (the HTTP API).
