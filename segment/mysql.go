@@ -237,7 +237,20 @@ type MySQLStore struct {
 	refusedAt map[string]time.Time
 
 	creates createGroup // creations committed together (mysqlbatch.go)
+	hooks   mysqlHooks  // test seams; zero in production
 }
+
+// mysqlHooks are seams for tests, to order two transactions exactly; nil in production.
+type mysqlHooks struct {
+	afterShapeLock  func(ctx context.Context) error // Create: after the shape check's lock, before the insert
+	afterShapeCheck func(ctx context.Context) error // CreateShape: after leaf_alloc's lock, before the insert
+}
+
+// createIsolation is the isolation level of every creation transaction (Create, its batches,
+// CreateShape): REPEATABLE READ whatever the server's or the DSN's default, because the
+// exclusion of a plain and a shaped tag of one name rests on gap locks (SELECT ... FOR UPDATE
+// of a missing key), which READ COMMITTED does not take (TestCreateExclusionRepeatableRead).
+func (s *MySQLStore) createIsolation() sql.IsolationLevel { return sql.LevelRepeatableRead }
 
 // OpenMySQL prepares the connection pool and tries once, within QueryTimeout, to create the
 // table. It does not fail when the database is unreachable: an instance started during a
@@ -596,9 +609,15 @@ func (s *MySQLStore) createUncommitted(ctx context.Context, t Tag) (*sql.Tx, err
 	if err := s.beforeTx(ctx); err != nil {
 		return nil, err
 	}
+	// The shape table before the transaction (DDL commits): the shape check locks its key in
+	// it, and a missing table takes no lock, so a CreateShape creating the table meanwhile
+	// committed beside this creation (found by TestCreateExclusionRepeatableRead).
+	if err := s.ensureShapeTable(ctx); err != nil {
+		return nil, err
+	}
 	// REPEATABLE READ whatever the server's default: shapedLocked's exclusion of a shaped tag
 	// of this name rests on a gap lock (see CreateShape).
-	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead})
+	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{Isolation: s.createIsolation()})
 	if err != nil {
 		return nil, err
 	}
@@ -608,6 +627,12 @@ func (s *MySQLStore) createUncommitted(ctx context.Context, t Tag) (*sql.Tx, err
 			return nil, fmt.Errorf("check shape: %w", err)
 		}
 		return nil, tagError(t.Name, ErrShaped, "its counters are the rows "+t.Name+"@<period>")
+	}
+	if h := s.hooks.afterShapeLock; h != nil {
+		if err := h(ctx); err != nil {
+			_ = tx.Rollback()
+			return nil, err
+		}
 	}
 	if s.failoverAllocs > 0 {
 		jump, err := s.createFence(ctx, tx, t.Step)

@@ -202,7 +202,10 @@ func (s *MySQLStore) createBatchUncommitted(ctx context.Context, ops []*createOp
 	if err := s.beforeTx(ctx); err != nil {
 		return nil, err
 	}
-	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead})
+	if err := s.ensureShapeTable(ctx); err != nil { // see createUncommitted
+		return nil, err
+	}
+	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{Isolation: s.createIsolation()})
 	if err != nil {
 		return nil, err
 	}
