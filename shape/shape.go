@@ -266,6 +266,15 @@ func (s *Shape) PeriodAt(t time.Time) *Period {
 	return p
 }
 
+// NextPeriod returns the period that follows p (nil for a tag without reset), without
+// touching PeriodAt's cache: for creating the next period's row ahead of its start.
+func (s *Shape) NextPeriod(p *Period) *Period {
+	if s.reset == ResetNone || p == nil {
+		return nil
+	}
+	return s.period(s.periodStart(p.End.In(s.loc)))
+}
+
 func (s *Shape) periodStart(t time.Time) time.Time {
 	y, m, d := t.Date()
 	switch s.reset {
