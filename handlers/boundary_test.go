@@ -145,7 +145,6 @@ func BenchmarkPeriodBoundary(b *testing.B) {
 	}
 }
 
-
 var boundaryTags, boundaryLoad = 1000, 2
 
 func waitFor(t testing.TB, what string, cond func() bool) {

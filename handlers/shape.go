@@ -32,16 +32,16 @@ type shapeEntry struct {
 // shapeRegistry maps shaped tags to their compiled shapes. Readers look up without a lock
 // (a copy-on-write map); shapes are never changed once created, so an entry never goes stale.
 type shapeRegistry struct {
-	m     atomic.Pointer[map[string]*shapeEntry]
-	mu    sync.Mutex
-	neg   map[string]time.Time // tags the store has no shape for, until
+	m   atomic.Pointer[map[string]*shapeEntry]
+	mu  sync.Mutex
+	neg map[string]time.Time // tags the store has no shape for, until
 	// The background creations of next periods' rows (prefetchNext): queued, run by at most
 	// prefetchWorkers goroutines that exist only while the queue is not empty.
 	prefetching atomic.Int64 // queued or running
 	preMu       sync.Mutex
 	preQueue    []prefetchJob
 	preWorkers  int
-	count atomic.Int64
+	count       atomic.Int64
 }
 
 const (
