@@ -23,10 +23,11 @@ import (
 
 // shapeEntry is one compiled shape and what this instance did with its periods.
 type shapeEntry struct {
-	s     *shape.Shape
-	ready atomic.Pointer[shape.Period] // the latest period whose row this instance created or found
-	ahead atomic.Pointer[shape.Period] // the period whose successor's row was prefetched
-	mu    sync.Mutex                   // serializes row creation and retirement of the tag
+	s      *shape.Shape
+	ready  atomic.Pointer[shape.Period] // the latest period whose row this instance created or found
+	ahead  atomic.Pointer[shape.Period] // the period whose successor's row was prefetched
+	ready2 atomic.Pointer[string]       // the row prefetchNext created or found and loaded
+	mu     sync.Mutex                   // serializes row creation and retirement of the tag
 }
 
 // shapeRegistry maps shaped tags to their compiled shapes. Readers look up without a lock
@@ -165,10 +166,13 @@ func (h *Handler) period(e *shapeEntry) (*shape.Period, error) {
 	if prev == p {
 		return p, nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), h.cfg.CreateTimeout)
-	defer cancel()
-	if err := h.ensureRow(ctx, e, p); err != nil {
-		return nil, err
+	// A row prepared ahead (prefetchNext) exists: no store call at the boundary.
+	if pr := e.ready2.Load(); pr == nil || *pr != p.Row {
+		ctx, cancel := context.WithTimeout(context.Background(), h.cfg.CreateTimeout)
+		defer cancel()
+		if err := h.ensureRow(ctx, e, p); err != nil {
+			return nil, err
+		}
 	}
 	if prev != nil && prev.Row != p.Row {
 		h.seg.Retire(prev.Row)
@@ -241,6 +245,9 @@ func (h *Handler) prefetchWorker() {
 			err = pf.Prefetch(ctx, j.next.Row)
 		}
 		cancel()
+		if err == nil {
+			j.e.ready2.Store(&j.next.Row)
+		}
 		if err != nil {
 			h.log.Debug("shape: preparing the next period's row failed; it is created at the boundary", zap.String("row", j.next.Row), zap.Error(err))
 		}
