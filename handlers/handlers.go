@@ -104,6 +104,10 @@ type Config struct {
 	// PeriodNow is the clock that picks a shaped tag's period (default Now); --period-clock-offset
 	// shifts it for drills across a simulated midnight. Uniqueness does not depend on it.
 	PeriodNow func() time.Time
+	// PeriodLead: within this time before a period's end, the first request of a shaped tag
+	// creates the next period's row and loads its first segment in the background, so that
+	// at the boundary the tag serves from memory. Default 30s; negative turns it off.
+	PeriodLead time.Duration
 	// Now is the clock (default time.Now); Sleep waits (default time.Sleep).
 	Now   func() time.Time
 	Sleep func(time.Duration)
@@ -185,6 +189,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.PeriodNow == nil {
 		c.PeriodNow = c.Now
+	}
+	if c.PeriodLead == 0 {
+		c.PeriodLead = 30 * time.Second
 	}
 	if c.AuthMaxFailures <= 0 {
 		c.AuthMaxFailures = d.AuthMaxFailures

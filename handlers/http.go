@@ -128,6 +128,10 @@ func (h *Handler) serveSegmentGet(w http.ResponseWriter, r *http.Request) {
 	var id int64
 	var err error
 	if e == nil {
+		if err := h.counterRow(key, 1); err != nil {
+			h.writeHTTPError(w, err)
+			return
+		}
 		if id, err = h.seg.Next(key); err == nil {
 			writeText(w, strconv.FormatInt(id, 10))
 			return

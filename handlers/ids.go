@@ -28,6 +28,9 @@ func cmdIncr(h *Handler, c *resp.Conn, args [][]byte) error {
 	if e := h.shapeOf(tag); e != nil {
 		return h.incrShaped(c, e)
 	}
+	if err := h.counterRow(tag, 1); err != nil {
+		return err
+	}
 	id, err := h.seg.Next(tag)
 	if err != nil {
 		e, err := h.shapeOnMiss(tag, err)
@@ -52,6 +55,9 @@ func cmdIncrBy(h *Handler, c *resp.Conn, args [][]byte) error {
 	}
 	if t := h.orderedTag(args); t != nil {
 		return h.orderedCmd(c, t, args, ordIncrBy)
+	}
+	if err := h.counterRow(str(args[1]), n); err != nil {
+		return err
 	}
 	id, err := h.seg.NextN(str(args[1]), n)
 	if err != nil {
@@ -93,6 +99,9 @@ func cmdIDsSegment(h *Handler, c *resp.Conn, args [][]byte) error {
 	}
 	if t := h.orderedTag(args); t != nil {
 		return h.orderedCmd(c, t, args, ordSegment)
+	}
+	if err := h.counterRow(str(args[1]), int64(n)); err != nil {
+		return err
 	}
 	p := idsPool.Get().(*[]int64)
 	defer idsPool.Put(p)

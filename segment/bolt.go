@@ -31,6 +31,9 @@ var (
 
 	_ HintMarks = (*MarkFile)(nil)
 	_ HintMarks = (*BoltStore)(nil)
+
+	_ createAllocator = (*BoltStore)(nil)
+	_ createAllocator = (*MySQLStore)(nil)
 )
 
 // Bucket names inside the bbolt file. leaf_alloc mirrors Leaf's table; marks holds the
@@ -87,8 +90,9 @@ func (o BoltOptions) withDefaults() (BoltOptions, error) {
 // The file is locked (flock) for the life of the store, so two processes never share it.
 // BoltStore is safe for concurrent use.
 type BoltStore struct {
-	db  *bolt.DB
-	now func() time.Time
+	db    *bolt.DB
+	group *boltGroup // every write: concurrent calls share a transaction (groupcommit.go)
+	now   func() time.Time
 }
 
 // OpenBolt opens (creating if needed) the store file at path, typically
@@ -103,7 +107,7 @@ func OpenBolt(path string, opts BoltOptions) (*BoltStore, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &BoltStore{db: db, now: opts.Now}, nil
+	return &BoltStore{db: db, group: newBoltGroup(db), now: opts.Now}, nil
 }
 
 // openBoltFile opens the bbolt file with a bounded lock wait and makes sure the buckets exist.
@@ -177,18 +181,13 @@ func (s *BoltStore) Allocate(ctx context.Context, tag string, step int64) (Alloc
 	return a, nil
 }
 
-// update runs fn in a read-write transaction and returns when it is committed or ctx is done,
-// whichever comes first. bbolt cannot cancel a transaction; one abandoned on ctx still
-// commits or fails by itself (an Allocate then leases a range nobody uses: a gap).
+// update runs fn in a read-write transaction shared with the concurrent callers (group
+// commit: fn must keep boltGroup's contract, an error only before it writes) and returns when
+// it is committed or ctx is done, whichever comes first. bbolt cannot cancel a transaction;
+// one abandoned on ctx still commits or fails by itself (an Allocate then leases a range
+// nobody uses: a gap).
 func (s *BoltStore) update(ctx context.Context, fn func(tx *bolt.Tx) error) error {
-	done := make(chan error, 1)
-	go func() { done <- s.db.Update(fn) }()
-	select {
-	case err := <-done:
-		return err
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return s.group.update(ctx, fn)
 }
 
 // view runs fn in a read-only transaction and returns when it ends or ctx is done, whichever
@@ -306,17 +305,71 @@ func (s *BoltStore) Create(ctx context.Context, t Tag) error {
 	return nil
 }
 
+// CreateAllocate leases the next range of tag like Allocate and, when the tag has no row,
+// first creates it from t (auto-create) in the same transaction: a new tag's creation and
+// its first range cost one shared commit (group commit) instead of a failed allocation, a
+// commit and another commit. created reports whether this call created the row. The checks
+// are Create's (a shaped name is ErrShaped) and Allocate's.
+func (s *BoltStore) CreateAllocate(ctx context.Context, t Tag, step, floor int64) (a Alloc, created bool, err error) {
+	if err := ctx.Err(); err != nil {
+		return Alloc{}, false, err
+	}
+	t, err = checkStoreTag(t)
+	if err != nil {
+		return Alloc{}, false, err
+	}
+	err = s.update(ctx, func(tx *bolt.Tx) error {
+		a, created = Alloc{}, false // the operation runs once, but keep it self-contained
+		b := tx.Bucket(boltAllocBucket)
+		key := []byte(t.Name)
+		var r boltRow
+		if v := b.Get(key); v != nil {
+			var err error
+			if r, err = decodeBoltRow(v); err != nil {
+				return fmt.Errorf("segment: tag %q: %w", t.Name, err)
+			}
+		} else {
+			if boltShaped(tx, t.Name) {
+				return tagError(t.Name, ErrShaped, "its counters are the rows "+t.Name+"@<period>")
+			}
+			r = boltRow{maxID: t.MaxID, step: t.Step, desc: t.Description}
+			created = true
+		}
+		inc := step
+		if inc <= 0 {
+			inc = r.step
+		}
+		if inc <= 0 {
+			return fmt.Errorf("segment: tag %q has invalid stored step %d", t.Name, r.step)
+		}
+		if r.maxID > math.MaxInt64-inc {
+			return fmt.Errorf("%w: tag %q: max_id %d + step %d overflows int64", ErrLimit, t.Name, r.maxID, inc)
+		}
+		r.maxID += inc
+		r.updated = s.now()
+		if err := b.Put(key, r.encode()); err != nil {
+			return err
+		}
+		a = Alloc{MaxID: r.maxID, Step: r.step}
+		return nil
+	})
+	if err != nil {
+		return Alloc{}, false, boltWrap("create and allocate", err)
+	}
+	return a, created, nil
+}
+
 // Mark returns the highest range end recorded for tag, 0 when none. (leafd keeps its marks
 // in a MarkFile apart from this file, so that a restored copy of it is caught; these are for
 // tests and for MigrateMarks.)
 func (s *BoltStore) Mark(tag string) (int64, error) { return boltMark(s.db, tag) }
 
 // Raise durably records end as the tag's mark unless the mark is already at or above it.
-func (s *BoltStore) Raise(tag string, end int64) error { return boltRaise(s.db, tag, end, s.now) }
+func (s *BoltStore) Raise(tag string, end int64) error { return boltRaise(s.group, tag, end, s.now) }
 
 // RaiseHint raises the mark like Raise and records h, in one durable commit.
 func (s *BoltStore) RaiseHint(tag string, end int64, h Hint) error {
-	return boltRaiseHint(s.db, tag, end, h, s.now)
+	return boltRaiseHint(s.group, tag, end, h, s.now)
 }
 
 // Hint returns the recorded Hint of tag, the zero Hint when none.
@@ -329,7 +382,11 @@ func (s *BoltStore) RecentTags(n int) ([]string, error) { return boltRecent(s.db
 func (s *BoltStore) AllMarks() ([]Mark, error) { return boltAll(s.db) }
 
 // Close releases the file and its lock. It is idempotent.
-func (s *BoltStore) Close() error { return s.db.Close() }
+func (s *BoltStore) Close() error {
+	err := s.db.Close()
+	s.group.wait()
+	return err
+}
 
 // boltWrap prefixes infrastructure errors; domain sentinels pass through unchanged so their
 // text stays short for the handlers.

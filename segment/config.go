@@ -25,6 +25,13 @@ type Config struct {
 	// MaxLoaders is the number of concurrent loads across all tags (loader goroutines).
 	// Default 8.
 	MaxLoaders int
+	// FirstLoaders is how many first loads (a tag's first segment: a new tag, the first
+	// lease after a restart) may run at once when the store commits concurrent writes
+	// together (the embedded store and MySQL: group commit), so that a burst of new tags
+	// shares commits instead of queuing for one fsync each. They run on loaders of their own
+	// beside the MaxLoaders (which keep taking refills first). With any other store, first
+	// loads run on half of the MaxLoaders. Default 32.
+	FirstLoaders int
 	// MaxPending is how many loads may queue for a free loader; a load submitted beyond that
 	// is rejected (the tag stays retryable). Default 1024.
 	MaxPending int
@@ -85,6 +92,7 @@ func DefaultConfig() Config {
 		PreloadRatio:    0.1,
 		WaitTimeout:     500 * time.Millisecond,
 		MaxLoaders:      8,
+		FirstLoaders:    32,
 		MaxPending:      1024,
 		LoadTimeout:     3 * time.Second,
 		RetryBackoff:    100 * time.Millisecond,
@@ -124,7 +132,7 @@ func (c Config) Validate() error {
 		name string
 		v    int64
 	}{
-		{"MaxLoaders", int64(c.MaxLoaders)}, {"MaxPending", int64(c.MaxPending)},
+		{"MaxLoaders", int64(c.MaxLoaders)}, {"MaxPending", int64(c.MaxPending)}, {"FirstLoaders", int64(c.FirstLoaders)},
 		{"MaxStep", c.MaxStep}, {"DefaultStep", c.DefaultStep},
 		{"MaxNegative", int64(c.MaxNegative)}, {"MaxTags", int64(c.MaxTags)},
 		{"MaxBatch", int64(c.MaxBatch)}, {"WarmTags", int64(c.WarmTags)},
@@ -156,6 +164,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxPending == 0 {
 		c.MaxPending = d.MaxPending
+	}
+	if c.FirstLoaders == 0 {
+		c.FirstLoaders = d.FirstLoaders
 	}
 	if c.LoadTimeout == 0 {
 		c.LoadTimeout = d.LoadTimeout

@@ -128,9 +128,10 @@ func New(cfg Config, store Store, marks Marks, log *zap.Logger) (*Generator, err
 		log.Warn("segment: initial tag list failed; tags will be loaded on first use", zap.Error(err))
 	}
 
-	g.wg.Add(cfg.MaxLoaders + 1)
-	for i := range cfg.MaxLoaders {
-		go g.worker(ctx, i < firstLoaders(cfg.MaxLoaders))
+	extra := extraFirstLoaders(cfg, store)
+	g.wg.Add(cfg.MaxLoaders + extra + 1)
+	for i := range cfg.MaxLoaders + extra {
+		go g.worker(ctx, i < firstLoaders(cfg.MaxLoaders) || i >= cfg.MaxLoaders)
 	}
 	if err == nil || cfg.NoWarmStart {
 		g.startWarm(ctx, listed)

@@ -25,6 +25,20 @@ import (
 // single loader, that loader does both, refills first).
 func firstLoaders(loaders int) int { return max(1, loaders/2) }
 
+// groupCommitter is a store whose concurrent writes share commits (*BoltStore, *MySQLStore:
+// group commit), so that concurrent first loads cost little more than one.
+type groupCommitter interface{ createAllocator }
+
+// extraFirstLoaders is how many loaders run first loads besides firstLoaders(MaxLoaders): up
+// to Config.FirstLoaders with a store that commits concurrent writes together, else none.
+// They take a waiting refill first too, like every loader.
+func extraFirstLoaders(cfg Config, st Store) int {
+	if _, ok := st.(groupCommitter); !ok {
+		return 0
+	}
+	return max(0, cfg.FirstLoaders-firstLoaders(cfg.MaxLoaders))
+}
+
 // startLoadLocked marks b as loading (b.mu held); the caller must then call submit.
 func (g *Generator) startLoadLocked(b *buffer) {
 	b.loading = true
@@ -233,8 +247,16 @@ func (g *Generator) fetch(ctx context.Context, b *buffer) (*seg, error) {
 		g.stepCapped(b.tag, rate, took)
 	}
 	started := now
-	a, err := allocate(ctx, g.store, b.tag, req, mark)
-	if errors.Is(err, ErrUnknownTag) && g.cfg.AutoCreate {
+	var a Alloc
+	if ca, ok := g.store.(createAllocator); ok && first && g.cfg.AutoCreate {
+		// One shared commit for the creation and the first range (group commit).
+		t := Tag{Name: b.tag, MaxID: max(1, mark), Step: g.cfg.DefaultStep}
+		var created bool
+		a, created, err = ca.CreateAllocate(ctx, t, req, mark)
+		if created {
+			g.log.Info("segment: tag auto-created", zap.String("tag", b.tag), zap.Int64("start", t.MaxID), zap.Int64("step", t.Step))
+		}
+	} else if a, err = allocate(ctx, g.store, b.tag, req, mark); errors.Is(err, ErrUnknownTag) && g.cfg.AutoCreate {
 		// A tag this instance served before (retired, or its row deleted) restarts above its
 		// mark, so a re-creation never reissues its IDs.
 		t := Tag{Name: b.tag, MaxID: max(1, mark), Step: g.cfg.DefaultStep}

@@ -6,6 +6,7 @@ package segment
 
 import (
 	"cmp"
+	"context"
 	"encoding/binary"
 	"fmt"
 	"slices"
@@ -23,8 +24,9 @@ import (
 // copy of leafd.db carries max_id values below the marks and is caught as a regression,
 // while marks kept inside it would be restored with it.
 type MarkFile struct {
-	db  *bolt.DB
-	now func() time.Time
+	db    *bolt.DB
+	group *boltGroup // raises: concurrent ones share a transaction (groupcommit.go)
+	now   func() time.Time
 }
 
 // OpenMarkFile opens (creating if needed) the marks file at path with the default options.
@@ -34,18 +36,18 @@ func OpenMarkFile(path string) (*MarkFile, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &MarkFile{db: db, now: opts.Now}, nil
+	return &MarkFile{db: db, group: newBoltGroup(db), now: opts.Now}, nil
 }
 
 // Mark returns the highest range end recorded for tag, 0 when none.
 func (m *MarkFile) Mark(tag string) (int64, error) { return boltMark(m.db, tag) }
 
 // Raise durably records end as the tag's mark unless the mark is already at or above it.
-func (m *MarkFile) Raise(tag string, end int64) error { return boltRaise(m.db, tag, end, m.now) }
+func (m *MarkFile) Raise(tag string, end int64) error { return boltRaise(m.group, tag, end, m.now) }
 
 // RaiseHint raises the mark like Raise and records h, in one durable commit.
 func (m *MarkFile) RaiseHint(tag string, end int64, h Hint) error {
-	return boltRaiseHint(m.db, tag, end, h, m.now)
+	return boltRaiseHint(m.group, tag, end, h, m.now)
 }
 
 // Hint returns the recorded Hint of tag, the zero Hint when none.
@@ -88,7 +90,11 @@ func MigrateMarks(from *BoltStore, to *MarkFile) (int, error) {
 }
 
 // Close releases the file and its lock. It is idempotent.
-func (m *MarkFile) Close() error { return m.db.Close() }
+func (m *MarkFile) Close() error {
+	err := m.db.Close()
+	m.group.wait()
+	return err
+}
 
 // boltAll lists every mark of the marks bucket in key order. A corrupt mark is an error: the
 // caller (the failover repair) must not take a tag it cannot read as having no mark.
@@ -158,18 +164,18 @@ func boltMark(db *bolt.DB, tag string) (int64, error) {
 
 // boltRaise reads first so that the common case (mark already high enough, e.g. a range
 // re-granted after restart) costs no write and no fsync.
-func boltRaise(db *bolt.DB, tag string, end int64, now func() time.Time) error {
+func boltRaise(g *boltGroup, tag string, end int64, now func() time.Time) error {
 	if tag == "" || len(tag) > bolt.MaxKeySize {
 		return fmt.Errorf("%w: %q", ErrInvalidTag, tag)
 	}
-	cur, err := boltMark(db, tag)
+	cur, err := boltMark(g.db, tag)
 	if err != nil {
 		return err
 	}
 	if cur >= end {
 		return nil
 	}
-	err = db.Update(func(tx *bolt.Tx) error {
+	err = g.update(context.Background(), func(tx *bolt.Tx) error {
 		b := tx.Bucket(boltMarksBucket)
 		cur, err := decodeBoltMark(b.Get([]byte(tag)))
 		if err != nil {
@@ -191,11 +197,11 @@ func boltRaise(db *bolt.DB, tag string, end int64, now func() time.Time) error {
 
 // boltRaiseHint is boltRaise and the write of h in the same transaction: one fsync per load,
 // as before hints existed. The mark is raised only when end is above it (never lowered).
-func boltRaiseHint(db *bolt.DB, tag string, end int64, h Hint, now func() time.Time) error {
+func boltRaiseHint(g *boltGroup, tag string, end int64, h Hint, now func() time.Time) error {
 	if tag == "" || len(tag) > bolt.MaxKeySize {
 		return fmt.Errorf("%w: %q", ErrInvalidTag, tag)
 	}
-	err := db.Update(func(tx *bolt.Tx) error {
+	err := g.update(context.Background(), func(tx *bolt.Tx) error {
 		b := tx.Bucket(boltMarksBucket)
 		cur, err := decodeBoltMark(b.Get([]byte(tag)))
 		if err != nil {

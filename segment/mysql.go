@@ -235,7 +235,22 @@ type MySQLStore struct {
 	pending map[string]int64 // per tag: epoch of a takeover not yet committed
 	// per tag: when a refusal as not adopted was last logged
 	refusedAt map[string]time.Time
+
+	creates createGroup // creations committed together (mysqlbatch.go)
+	hooks   mysqlHooks  // test seams; zero in production
 }
+
+// mysqlHooks are seams for tests, to order two transactions exactly; nil in production.
+type mysqlHooks struct {
+	afterShapeLock  func(ctx context.Context) error // Create: after the shape check's lock, before the insert
+	afterShapeCheck func(ctx context.Context) error // CreateShape: after leaf_alloc's lock, before the insert
+}
+
+// createIsolation is the isolation level of every creation transaction (Create, its batches,
+// CreateShape): REPEATABLE READ whatever the server's or the DSN's default, because the
+// exclusion of a plain and a shaped tag of one name rests on gap locks (SELECT ... FOR UPDATE
+// of a missing key), which READ COMMITTED does not take (TestCreateExclusionRepeatableRead).
+func (s *MySQLStore) createIsolation() sql.IsolationLevel { return sql.LevelRepeatableRead }
 
 // OpenMySQL prepares the connection pool and tries once, within QueryTimeout, to create the
 // table. It does not fail when the database is unreachable: an instance started during a
@@ -582,27 +597,8 @@ func (s *MySQLStore) Create(ctx context.Context, t Tag) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	_ = s.ensureTable(ctx)
-	var tx *sql.Tx
-	// Everything before COMMIT; a deadlock victim runs again (retryDeadlock), from the tag as
-	// asked (createUncommitted raises its START on a copy).
-	err = s.retryDeadlock(ctx, "create", t.Name, func(ctx context.Context) error {
-		var err error
-		tx, err = s.createUncommitted(ctx, t)
-		return err
-	})
-	if err != nil {
-		if errors.Is(err, ErrLimit) || errors.Is(err, ErrShaped) {
-			return err
-		}
-		return s.wrap("create", t.Name, err)
-	}
-	if err := tx.Commit(); err != nil {
-		s.dropPending(dbFenceKey)
-		return s.wrap("create: commit", t.Name, err)
-	}
-	s.commitEpoch(dbFenceKey)
-	return nil
+	// Committed together with the creations waiting meanwhile (mysqlbatch.go).
+	return s.create(ctx, t, 0).err
 }
 
 // createUncommitted is Create up to COMMIT: on success the transaction is left open for the
@@ -613,9 +609,15 @@ func (s *MySQLStore) createUncommitted(ctx context.Context, t Tag) (*sql.Tx, err
 	if err := s.beforeTx(ctx); err != nil {
 		return nil, err
 	}
+	// The shape table before the transaction (DDL commits): the shape check locks its key in
+	// it, and a missing table takes no lock, so a CreateShape creating the table meanwhile
+	// committed beside this creation (found by TestCreateExclusionRepeatableRead).
+	if err := s.ensureShapeTable(ctx); err != nil {
+		return nil, err
+	}
 	// REPEATABLE READ whatever the server's default: shapedLocked's exclusion of a shaped tag
 	// of this name rests on a gap lock (see CreateShape).
-	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead})
+	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{Isolation: s.createIsolation()})
 	if err != nil {
 		return nil, err
 	}
@@ -625,6 +627,12 @@ func (s *MySQLStore) createUncommitted(ctx context.Context, t Tag) (*sql.Tx, err
 			return nil, fmt.Errorf("check shape: %w", err)
 		}
 		return nil, tagError(t.Name, ErrShaped, "its counters are the rows "+t.Name+"@<period>")
+	}
+	if h := s.hooks.afterShapeLock; h != nil {
+		if err := h(ctx); err != nil {
+			_ = tx.Rollback()
+			return nil, err
+		}
 	}
 	if s.failoverAllocs > 0 {
 		jump, err := s.createFence(ctx, tx, t.Step)
@@ -714,8 +722,12 @@ func (s *MySQLStore) ensureGap(ctx context.Context) {
 	s.gapRecorded.Store(true)
 }
 
-// Close closes the connection pool. It is idempotent.
-func (s *MySQLStore) Close() error { return s.db.Close() }
+// Close closes the connection pool and waits for the creation committer. It is idempotent.
+func (s *MySQLStore) Close() error {
+	err := s.db.Close()
+	s.creates.wg.Wait()
+	return err
+}
 
 // DB is the store's connection pool (package ordered's leases share it; owned by the store).
 func (s *MySQLStore) DB() *sql.DB { return s.db }

@@ -85,23 +85,20 @@ func (s *MySQLStore) CreateShape(ctx context.Context, tag string, spec []byte) e
 	if err := s.ensureShapeTable(ctx); err != nil {
 		return err
 	}
-	// REPEATABLE READ whatever the server's default: the exclusion of a plain and a shaped
-	// tag of one name rests on gap locks (SELECT ... FOR UPDATE of a missing key), which READ
-	// COMMITTED does not take (adversarial review of issue 19).
-	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead})
+	var tx *sql.Tx
+	// Everything before COMMIT; a deadlock victim (rolled back whole, e.g. against a
+	// concurrent Create of the name locking the keys in the other order) runs again, as
+	// Create's transaction does (retryDeadlock), instead of answering ERR internal error.
+	err := s.retryDeadlock(ctx, "create shape", tag, func(ctx context.Context) error {
+		var err error
+		tx, err = s.createShapeUncommitted(ctx, tag, spec)
+		return err
+	})
 	if err != nil {
-		return s.wrap("create shape", tag, err)
-	}
-	defer func() { _ = tx.Rollback() }()
-	var one int
-	err = tx.QueryRowContext(ctx, "SELECT 1 FROM leaf_alloc WHERE biz_tag = ? FOR UPDATE", tag).Scan(&one)
-	if err == nil {
-		return tagError(tag, ErrTagExists, "a plain tag of this name exists")
-	}
-	if !errors.Is(err, sql.ErrNoRows) {
-		return s.wrap("create shape: check leaf_alloc", tag, err)
-	}
-	if _, err = tx.ExecContext(ctx, "INSERT INTO leafd_tag_shape (biz_tag, spec) VALUES (?, ?)", tag, spec); err != nil {
+		var te *TagError
+		if errors.As(err, &te) {
+			return err
+		}
 		if werr := s.wrap("create shape", tag, err); errors.Is(werr, ErrTagExists) {
 			return tagError(tag, ErrTagExists, "tag already exists")
 		} else {
@@ -112,6 +109,40 @@ func (s *MySQLStore) CreateShape(ctx context.Context, tag string, spec []byte) e
 		return s.wrap("create shape: commit", tag, err)
 	}
 	return nil
+}
+
+// createShapeUncommitted is CreateShape up to COMMIT: on success the transaction is left open
+// for the caller to commit; on error it is rolled back.
+func (s *MySQLStore) createShapeUncommitted(ctx context.Context, tag string, spec []byte) (_ *sql.Tx, err error) {
+	// REPEATABLE READ whatever the server's default: the exclusion of a plain and a shaped
+	// tag of one name rests on gap locks (SELECT ... FOR UPDATE of a missing key), which READ
+	// COMMITTED does not take (adversarial review of issue 19).
+	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{Isolation: s.createIsolation()})
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			_ = tx.Rollback()
+		}
+	}()
+	var one int
+	err = tx.QueryRowContext(ctx, "SELECT 1 FROM leaf_alloc WHERE biz_tag = ? FOR UPDATE", tag).Scan(&one)
+	if err == nil {
+		return nil, tagError(tag, ErrTagExists, "a plain tag of this name exists")
+	}
+	if !errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("check leaf_alloc: %w", err)
+	}
+	if h := s.hooks.afterShapeCheck; h != nil {
+		if err := h(ctx); err != nil {
+			return nil, err
+		}
+	}
+	if _, err = tx.ExecContext(ctx, "INSERT INTO leafd_tag_shape (biz_tag, spec) VALUES (?, ?)", tag, spec); err != nil {
+		return nil, err
+	}
+	return tx, nil
 }
 
 // shapedLocked reports, inside Create's transaction, whether name is a shaped tag, locking
@@ -187,12 +218,13 @@ func (s *BoltStore) CreateShape(ctx context.Context, tag string, spec []byte) er
 		if tx.Bucket(boltAllocBucket).Get([]byte(tag)) != nil {
 			return tagError(tag, ErrTagExists, "a plain tag of this name exists")
 		}
+		if boltShaped(tx, tag) {
+			return tagError(tag, ErrTagExists, "tag already exists")
+		}
+		// Refusals before the first write: the transaction is shared (group commit).
 		b, err := tx.CreateBucketIfNotExists(boltShapeBucket)
 		if err != nil {
 			return err
-		}
-		if b.Get([]byte(tag)) != nil {
-			return tagError(tag, ErrTagExists, "tag already exists")
 		}
 		return b.Put([]byte(tag), spec)
 	})

@@ -36,6 +36,15 @@ type Store interface {
 	Create(ctx context.Context, t Tag) error
 }
 
+// createAllocator is a store that leases a tag's range and creates the tag first when it has
+// no row, committing concurrent callers' creations together (group commit): *BoltStore,
+// *MySQLStore. The loaders use it for first loads with AutoCreate on. A range below floor is
+// returned without error (like allocate), for fetch's regression check to refuse; created
+// reports whether this call created the row.
+type createAllocator interface {
+	CreateAllocate(ctx context.Context, t Tag, step, floor int64) (a Alloc, created bool, err error)
+}
+
 // Marks records, durably, the highest range end ever granted per tag (the regression guard).
 // Implementations: *BoltStore (same file as the embedded store) and *MarkFile (marks only, for
 // MySQL). Raise must be durable when it returns; it never lowers a mark.

@@ -247,6 +247,9 @@ type Period struct {
 	prefix     []byte
 	suffix     []byte
 	tweak      []byte
+	// yyOut: the template prints yy and the period is outside 2000-2099, where yy would
+	// repeat the strings of another century: nothing is rendered (ErrLimit).
+	yyOut bool
 }
 
 // RowSep separates a shaped tag's name from its period in counter row names.
@@ -261,6 +264,15 @@ func (s *Shape) PeriodAt(t time.Time) *Period {
 	p := s.period(s.periodStart(t.In(s.loc)))
 	s.cur.Store(p)
 	return p
+}
+
+// NextPeriod returns the period that follows p (nil for a tag without reset), without
+// touching PeriodAt's cache: for creating the next period's row ahead of its start.
+func (s *Shape) NextPeriod(p *Period) *Period {
+	if s.reset == ResetNone || p == nil {
+		return nil
+	}
+	return s.period(s.periodStart(p.End.In(s.loc)))
 }
 
 func (s *Shape) periodStart(t time.Time) time.Time {
@@ -298,6 +310,7 @@ func (s *Shape) period(start time.Time) *Period {
 	p.Row = s.tag + RowSep + p.Key
 	p.tweak = []byte(s.tag + "\x00" + p.Key)
 	if s.tmpl != nil {
+		p.yyOut = s.tmpl.has(fYear2) && (start.Year() < 2000 || start.Year() > 2099)
 		out := &p.prefix
 		for _, pt := range s.tmpl.parts {
 			switch {
@@ -372,6 +385,9 @@ func (s *Shape) counter(p *Period, v uint64) (int64, error) {
 // Append renders counter c of period p to dst. ErrLimit for a counter outside [Start,
 // Capacity]: never a longer or wrapped string.
 func (s *Shape) Append(dst []byte, p *Period, c int64) ([]byte, error) {
+	if p.yyOut {
+		return dst, fmt.Errorf("%w: tag %q: {yy} prints the years 2000-2099 only, and the period %s is outside them (is the clock a century off? use {yyyy})", ErrLimit, s.tag, p.Key)
+	}
 	v, err := s.value(p, c)
 	if err != nil {
 		return dst, err

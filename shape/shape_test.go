@@ -314,3 +314,34 @@ func BenchmarkAppend(b *testing.B) {
 		})
 	}
 }
+
+// TestYYCenturies: {yy} prints the years 2000-2099 and parses as them; a period in another
+// century (a clock a century off) renders nothing (ErrLimit), so two clocks a century apart
+// can never print the same string. {yyyy} renders any year.
+func TestYYCenturies(t *testing.T) {
+	s := mustCompile(t, "o", Spec{Format: "O{yyMMdd}{seq:6}", Reset: "day"}, nil)
+	for _, tc := range []struct {
+		year int
+		want string // "" : ErrLimit
+	}{{1999, ""}, {2000, "O000101000001"}, {2026, "O260101000001"}, {2099, "O990101000001"}, {2100, ""}, {2126, ""}} {
+		p := s.PeriodAt(time.Date(tc.year, 1, 1, 12, 0, 0, 0, time.UTC))
+		got, err := s.Append(nil, p, 1)
+		if tc.want == "" {
+			if !errors.Is(err, ErrLimit) || len(got) != 0 {
+				t.Errorf("%d: got %q, %v; want ErrLimit and nothing rendered", tc.year, got, err)
+			}
+			continue
+		}
+		if err != nil || string(got) != tc.want {
+			t.Errorf("%d: got %q, %v; want %s", tc.year, got, err, tc.want)
+			continue
+		}
+		if ps, err := s.Parse(string(got)); err != nil || ps.Period.Start.Year() != tc.year {
+			t.Errorf("parse %s: %+v, %v; want the year %d", got, ps, err, tc.year)
+		}
+	}
+	full := mustCompile(t, "f", Spec{Format: "F{yyyyMMdd}{seq:6}", Reset: "day"}, nil)
+	if got, err := full.Append(nil, full.PeriodAt(time.Date(2126, 1, 1, 0, 0, 0, 0, time.UTC)), 1); err != nil || string(got) != "F21260101000001" {
+		t.Errorf("yyyy in 2126: %q, %v", got, err)
+	}
+}
