@@ -343,6 +343,7 @@ func TestZKIssue24Scenarios(t *testing.T) {
 		r.Kill()
 		adm := e2e.ZKAdmin(t, z.Addr())
 		var bounds []int64
+		var lastKill time.Time
 		for i := range 8 {
 			// Each restart is killed before the clock passes the bound: it never issues.
 			if i > 0 && time.Now().Add(1500*time.Millisecond).UnixMilli() > bounds[0] {
@@ -352,6 +353,7 @@ func TestZKIssue24Scenarios(t *testing.T) {
 			st := e2e.MustState(t, adm, name, w)
 			bounds = append(bounds, st.ReservedUntil)
 			r.Kill()
+			lastKill = time.Now()
 			time.Sleep(300 * time.Millisecond) // pacing: restarts in quick succession, as in the issue
 		}
 		if len(bounds) < 3 {
@@ -366,8 +368,18 @@ func TestZKIssue24Scenarios(t *testing.T) {
 		r.Restart()
 		c := r.Client(2)
 		ids.Add("last restart", e2e.WaitServing(t, c, 10*time.Second))
-		if sb := e2e.SFInfoInt(t, c, "snowflake_start_bound_ms"); sb != bounds[0] {
-			t.Errorf("last restart's start bound %d, want %d", sb, bounds[0])
+		sb := e2e.SFInfoInt(t, c, "snowflake_start_bound_ms")
+		switch {
+		case sb == bounds[0]:
+		case lastKill.UnixMilli() >= bounds[0] && sb > bounds[0] && sb <= bounds[0]+1000+500:
+			// On a loaded machine the loop's last restart lived past the bound before its kill:
+			// it could serve and extend the reservation by one --lease-window (1s). That
+			// restart issued, so the bound moving once is right, not a ratchet.
+			t.Logf("the last killed restart outlived the bound (killed %d ms after it): start bound %d, one window above",
+				lastKill.UnixMilli()-bounds[0], sb)
+		default:
+			t.Errorf("last restart's start bound %d, want %d (the loop's last kill %d ms before the bound)",
+				sb, bounds[0], bounds[0]-lastKill.UnixMilli())
 		}
 		ids.Check(t, 101)
 	})
