@@ -424,6 +424,8 @@ func (h *Handler) errorCode(err error) (code, msg string) {
 		return "UNAVAILABLE", fmt.Sprintf("no segment ready for tag '%s' (%s); retry later", tag, waited)
 	case errors.Is(err, segment.ErrRegression):
 		return "REGRESSION", fmt.Sprintf("the store handed out a range of tag '%s' below one already used; refusing it (see the server log)", tag)
+	case errors.Is(err, ordered.ErrOtherSpelling):
+		return "BADTAG", fmt.Sprintf("tag '%s' is an ordered tag stored under another letter case; use its stored spelling", tag)
 	case errors.Is(err, segment.ErrNotAdmitted):
 		h.log.Debug("ordered tag refused", zap.String("tag", tag), zap.Error(err))
 		return "UNAVAILABLE", fmt.Sprintf("tag '%s' is ordered and cannot be served by this instance now (see the server log); retry later", tag)

@@ -527,6 +527,12 @@ func cmdIDsCreate(h *Handler, c *resp.Conn, args [][]byte) error {
 			return errSyntax
 		}
 	}
+	// A counter row of a shaped tag (tag@period) is created by its shaped tag only: made by
+	// hand, a future period could start at a START or STEP the client chose (the review of
+	// issue 19).
+	if err := h.counterRow(t.Name, 1); err != nil {
+		return err
+	}
 	if t.Ordered {
 		return h.createOrdered(c, t, sp)
 	}

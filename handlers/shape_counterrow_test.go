@@ -35,6 +35,7 @@ func TestCounterRowRefused(t *testing.T) {
 		for _, args := range [][]any{
 			{"INCR", "o@"}, {"INCR", "d@20261201"}, {"INCRBY", "d@20261201", 2},
 			{"IDS.SEGMENT", "d@20261201"}, {"IDS.SEGMENT", "o@", 3}, {"IDS.NEXT", "d@20261201"},
+			{"IDS.CREATE", "d@20261202", "START", "999999"}, {"IDS.CREATE", "d@20261203"},
 		} {
 			cl := s.client(t, 2, "")
 			err := cl.Do(ctx, args...).Err()

@@ -387,3 +387,43 @@ func TestMySQLLeaseTimeZones(t *testing.T) {
 		t.Fatal("a lost its lease")
 	}
 }
+
+// TestMySQLOrderedOneSpelling (fence: an ordered tag answers to its stored spelling only). On
+// a case-insensitive collation "mx" finds the leafd_leader row of "MX" (and the same
+// leaf_alloc row): taken as ordered under its own name it got a lease of its own, a second
+// leader of one counter (the review of issue 19 saw IDs go back across the spellings). Now
+// the other spelling is ErrOtherSpelling, which Admit passes on (BADTAG). Mutant: the
+// spelling compare removed: caught.
+func TestMySQLOrderedOneSpelling(t *testing.T) {
+	dsn := testenv.FreshDatabase(t, testenv.MySQLDSN(t))
+	db, err := sql.Open("mysql", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	ctx := context.Background()
+	m := NewMySQLLeases(db, 5*time.Second)
+	if err := m.EnsureTable(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.MarkOrdered(ctx, "MX"); err != nil {
+		t.Fatal(err)
+	}
+	var collation string
+	if err := db.QueryRowContext(ctx, "SELECT COLLATION_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'leafd_leader' AND COLUMN_NAME = 'biz_tag'").Scan(&collation); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := m.IsOrdered(ctx, "MX"); !ok || err != nil {
+		t.Fatalf("IsOrdered(MX) = %v, %v", ok, err)
+	}
+	ok, err := m.IsOrdered(ctx, "mx")
+	if strings.HasSuffix(collation, "_bin") {
+		if ok || err != nil {
+			t.Fatalf("IsOrdered(mx) on %s = %v, %v; want false", collation, ok, err)
+		}
+		return
+	}
+	if ok || !errors.Is(err, ErrOtherSpelling) {
+		t.Fatalf("IsOrdered(mx) on %s = %v, %v; want ErrOtherSpelling", collation, ok, err)
+	}
+}

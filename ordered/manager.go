@@ -33,6 +33,9 @@ var (
 	ErrNotLeader = errors.New("ordered: not the leader of the tag")
 	// ErrUnknownOrder: the store could not tell whether the tag is ordered.
 	ErrUnknownOrder = errors.New("ordered: cannot tell whether the tag is ordered")
+	// ErrOtherSpelling: the name is an ordered tag's under another letter case (a
+	// case-insensitive collation); an ordered tag answers to its stored spelling only.
+	ErrOtherSpelling = errors.New("ordered: another spelling of an ordered tag")
 )
 
 // ManagerConfig configures a Manager. Zero fields take the defaults given.
@@ -276,6 +279,9 @@ func (m *Manager) Admit(ctx context.Context, tag string) error {
 		ctx, cancel := context.WithTimeout(ctx, m.cfg.Timeout)
 		ok, err := m.cat.IsOrdered(ctx, tag)
 		cancel()
+		if errors.Is(err, ErrOtherSpelling) {
+			return err
+		}
 		if err != nil {
 			return fmt.Errorf("%w: %q: %v", ErrUnknownOrder, tag, err)
 		}

@@ -56,10 +56,15 @@ func (m *MySQLLeases) MarkOrdered(ctx context.Context, tag string) error {
 func (m *MySQLLeases) IsOrdered(ctx context.Context, tag string) (bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, m.timeout)
 	defer cancel()
-	var one int
-	err := m.db.QueryRowContext(ctx, "SELECT 1 FROM leafd_leader WHERE biz_tag = ?", tag).Scan(&one)
+	var name string
+	err := m.db.QueryRowContext(ctx, "SELECT biz_tag FROM leafd_leader WHERE biz_tag = ?", tag).Scan(&name)
 	if errors.Is(err, sql.ErrNoRows) {
 		return false, nil
+	}
+	if err == nil && name != tag {
+		// The collation matched another spelling: the same leaf_alloc row, but a lease of its
+		// own would make a second leader of one counter (found by the review of issue 19).
+		return false, fmt.Errorf("%w: %q is %q", ErrOtherSpelling, tag, name)
 	}
 	return err == nil, err
 }
