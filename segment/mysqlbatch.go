@@ -162,7 +162,11 @@ func (s *MySQLStore) runCreates(ops []*createOp) {
 		}
 	}
 	for _, op := range append(batch, later...) {
-		op.created, op.allocated, op.err = false, false, s.createSolo(ctx, op.t)
+		// Each its own timeout: a batch that fell back runs up to maxCreateBatch creations one
+		// after another, and the batch's context would time out the later ones.
+		octx, ocancel := context.WithTimeout(context.Background(), s.timeout)
+		op.created, op.allocated, op.err = false, false, s.createSolo(octx, op.t)
+		ocancel()
 		op.created = op.err == nil
 		s.creates.mu.Lock()
 		s.creates.solo++
