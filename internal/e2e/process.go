@@ -207,12 +207,41 @@ func FlagValue(args []string, name string) string {
 
 // Restart starts the stopped or killed server again with the same arguments and waits for
 // its ready line.
+//
+// Its RESP and admin ports were free when the first run took them; between two runs another
+// process's outgoing connection may hold one of them as its ephemeral source port for a
+// moment (seen in CI: "bind: address already in use"). A run that exits for that reason is
+// started again, up to 50 times 100 ms apart.
 func (l *Leafd) Restart() {
 	l.t.Helper()
-	if err := l.launch(); err != nil {
-		l.t.Fatal(err)
+	for attempt := 1; ; attempt++ {
+		if err := l.launch(); err != nil {
+			l.t.Fatal(err)
+		}
+		if attempt >= 50 || !l.exitedInUse() {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 	l.waitReady()
+}
+
+// exitedInUse waits for the current run's ready line or its exit, and reports whether it
+// exited because a port was in use.
+func (l *Leafd) exitedInUse() bool {
+	_, err := l.waitLine(func(m map[string]any) bool { return m["msg"] == ReadyMsg }, StartTimeout)
+	if err == nil {
+		return false
+	}
+	l.logMu.Lock()
+	run := l.log.String()[l.runFrom:]
+	l.logMu.Unlock()
+	select {
+	case <-l.exited:
+		return strings.Contains(run, "address already in use")
+	default:
+		return false
+	}
 }
 
 // launch starts the process (or the in-process server) without waiting for it.
