@@ -131,17 +131,8 @@ func TestLeaseConfig(t *testing.T) {
 // itself leader (its deadline, from the send time minus the margin, has passed); the term
 // grows; the first is then refused. A lapsed lease taken back by its own holder is a new term.
 func TestMySQLLeaseTakeover(t *testing.T) {
-	dsn := testenv.FreshDatabase(t, testenv.MySQLDSN(t))
-	db, err := sql.Open("mysql", dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = db.Close() })
+	m, db := openLeases(t, testenv.FreshDatabase(t, testenv.MySQLDSN(t)), "")
 	ctx := context.Background()
-	m := NewMySQLLeases(db, 5*time.Second)
-	if err := m.EnsureTable(ctx); err != nil {
-		t.Fatal(err)
-	}
 	if _, err := m.Acquire(ctx, "plain", "a", time.Second); !errors.Is(err, ErrNotOrdered) {
 		t.Fatalf("Acquire of a tag not ordered: %v", err)
 	}
@@ -269,17 +260,8 @@ func TestLeaseTermsNeverRepeat(t *testing.T) {
 // even while it looks live; the old holder is then refused. Mutant: the server_id check
 // removed: b is refused while the stale row looks live: caught.
 func TestMySQLLeaseSettleOnServerChange(t *testing.T) {
-	dsn := testenv.FreshDatabase(t, testenv.MySQLDSN(t))
-	db, err := sql.Open("mysql", dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = db.Close() })
+	m, db := openLeases(t, testenv.FreshDatabase(t, testenv.MySQLDSN(t)), "")
 	ctx := context.Background()
-	m := NewMySQLLeases(db, 5*time.Second)
-	if err := m.EnsureTable(ctx); err != nil {
-		t.Fatal(err)
-	}
 	if err := m.MarkOrdered(ctx, "o"); err != nil {
 		t.Fatal(err)
 	}
@@ -352,23 +334,9 @@ func BenchmarkTimeNow(b *testing.B) {
 // the second is refused while the first holds. Mutant: NOW(3) back in Acquire: caught.
 func TestMySQLLeaseTimeZones(t *testing.T) {
 	dsn := testenv.FreshDatabase(t, testenv.MySQLDSN(t))
-	open := func(tz string) *MySQLLeases {
-		sep := "?"
-		if strings.Contains(dsn, "?") {
-			sep = "&"
-		}
-		db, err := sql.Open("mysql", dsn+sep+"time_zone="+url.QueryEscape("'"+tz+"'"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = db.Close() })
-		return NewMySQLLeases(db, 5*time.Second)
-	}
 	ctx := context.Background()
-	west, east := open("-05:00"), open("+05:00")
-	if err := west.EnsureTable(ctx); err != nil {
-		t.Fatal(err)
-	}
+	west, _ := openLeases(t, dsn, "time_zone="+url.QueryEscape("'-05:00'"))
+	east, _ := openLeases(t, dsn, "time_zone="+url.QueryEscape("'+05:00'"))
 	if err := west.MarkOrdered(ctx, "o"); err != nil {
 		t.Fatal(err)
 	}
@@ -395,17 +363,8 @@ func TestMySQLLeaseTimeZones(t *testing.T) {
 // the other spelling is ErrOtherSpelling, which Admit passes on (BADTAG). Mutant: the
 // spelling compare removed: caught.
 func TestMySQLOrderedOneSpelling(t *testing.T) {
-	dsn := testenv.FreshDatabase(t, testenv.MySQLDSN(t))
-	db, err := sql.Open("mysql", dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = db.Close() })
+	m, db := openLeases(t, testenv.FreshDatabase(t, testenv.MySQLDSN(t)), "")
 	ctx := context.Background()
-	m := NewMySQLLeases(db, 5*time.Second)
-	if err := m.EnsureTable(ctx); err != nil {
-		t.Fatal(err)
-	}
 	if err := m.MarkOrdered(ctx, "MX"); err != nil {
 		t.Fatal(err)
 	}
@@ -426,4 +385,27 @@ func TestMySQLOrderedOneSpelling(t *testing.T) {
 	if ok || !errors.Is(err, ErrOtherSpelling) {
 		t.Fatalf("IsOrdered(mx) on %s = %v, %v; want ErrOtherSpelling", collation, ok, err)
 	}
+}
+
+// openLeases opens dsn (with params added, if any) as the leases of one instance, with the
+// table ensured.
+func openLeases(t *testing.T, dsn, params string) (*MySQLLeases, *sql.DB) {
+	t.Helper()
+	if params != "" {
+		sep := "?"
+		if strings.Contains(dsn, "?") {
+			sep = "&"
+		}
+		dsn += sep + params
+	}
+	db, err := sql.Open("mysql", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	m := NewMySQLLeases(db, 5*time.Second)
+	if err := m.EnsureTable(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return m, db
 }
