@@ -47,9 +47,6 @@ func (h *Handler) mayWait(c *resp.Conn, cmd *command, args [][]byte) bool {
 	if st, _ := c.State().(*connState); st != nil && st.multi && !cmd.immediate {
 		return false // only queued
 	}
-	if cmd.group == "segment" && h.forwards(args) {
-		return true // an ordered tag led elsewhere: forwarded (ordered.go)
-	}
 	return cmd.mayWait(h, c, args)
 }
 
@@ -149,7 +146,7 @@ func waitExec(h *Handler, c *resp.Conn, args [][]byte) bool {
 	st.sum.on = true // the ID commands' flags add their counts (serves, summing)
 	wait := false
 	for _, q := range st.queue {
-		if q.cmd.mayWait != nil && q.cmd.mayWait(h, c, q.args) || q.cmd.group == "segment" && h.forwards(q.args) {
+		if q.cmd.mayWait != nil && q.cmd.mayWait(h, c, q.args) {
 			wait = true
 			break
 		}
@@ -221,6 +218,9 @@ func satAdd(a, b int64) int64 {
 // serves reports whether tag's segment holds n values now; while waitExec asks a
 // transaction's queue, n plus the values the commands queued before this one take of tag.
 func (h *Handler) serves(c *resp.Conn, tag string, n int64) bool {
+	if h.forwards(tag) {
+		return false // an ordered tag led elsewhere: forwarded, a wait (ordered.go)
+	}
 	if d := summing(c); d != nil {
 		n = d.add(tag, n)
 	}

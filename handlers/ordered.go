@@ -37,10 +37,13 @@ func (h *Handler) orderedTag(args [][]byte) *ordered.Tag {
 	return h.ord.Lookup(str(args[1]))
 }
 
-// forwards reports whether args (a segment command) is for an ordered tag this instance does
-// not serve now: the command is forwarded, a wait (mayblock.go).
-func (h *Handler) forwards(args [][]byte) bool {
-	t := h.orderedTag(args)
+// forwards reports whether tag is an ordered tag this instance does not serve now: its ID
+// commands are forwarded, a wait (Handler.serves, which every ID command's mayWait asks).
+func (h *Handler) forwards(tag string) bool {
+	if h.ord == nil {
+		return false
+	}
+	t := h.ord.Lookup(tag)
 	if t == nil {
 		return false
 	}

@@ -509,6 +509,11 @@ func TestOrderedFollowerUnreachable(t *testing.T) {
 	a.round(t) // a leads again; b sees it
 	b.round(t)
 	mustIncr(t, a.client(t), "seq")
+	// b holds its old term's segment, but the tag's ID commands are forwarded: a wait, off
+	// the loop (Handler.serves; mutant: the forwards check removed: caught).
+	if b.h.serves(nil, "seq", 1) {
+		t.Error("the follower's ID commands of the ordered tag stay on the loop (forwarded on it)")
+	}
 	a.stop()
 	ctx := context.Background()
 	id, err := incr(t, cb, "seq")
