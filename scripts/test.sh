@@ -56,6 +56,12 @@ have_ruby_redis || pkgs+=(ruby ruby-redis)
 have_node || pkgs+=(nodejs npm)
 have_hiredis || pkgs+=(gcc libc6-dev libhiredis-dev)
 command -v prlimit >/dev/null 2>&1 || pkgs+=(util-linux) # the descriptor tests run leafd under prlimit
+# The multi-writer tests run a private Galera cluster (rsync SST); the database-clock tests run
+# mariadbd under libfaketime.
+have_galera() { [ -f /usr/lib/galera/libgalera_smm.so ] && command -v rsync >/dev/null 2>&1; }
+have_faketime() { ls /usr/lib/*/faketime/libfaketime.so.1 >/dev/null 2>&1; }
+have_galera || pkgs+=(galera-4 rsync)
+have_faketime || pkgs+=(libfaketime)
 if [ ${#pkgs[@]} -gt 0 ]; then
 	sudo=""
 	if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi
@@ -76,6 +82,8 @@ have_kubectl || { echo "kubectl missing (deploy/ renders the kustomize overlays 
 have_py_redis || { echo "redis-py still missing for /usr/bin/python3 after apt-get install python3-redis" >&2; exit 1; }
 have_ruby_redis || { echo "redis-rb still missing after apt-get install ruby-redis" >&2; exit 1; }
 have_node || { echo "node/npm still missing after apt-get install nodejs npm" >&2; exit 1; }
+have_galera || { echo "galera-4/rsync still missing after apt-get install galera-4 rsync" >&2; exit 1; }
+have_faketime || { echo "libfaketime still missing after apt-get install libfaketime" >&2; exit 1; }
 have_hiredis || { echo "gcc/hiredis still missing after apt-get install gcc libhiredis-dev" >&2; exit 1; }
 
 # The Node clients, pinned by the committed package-lock.json (node_modules is git-ignored).
