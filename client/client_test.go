@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"errors"
+	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -15,8 +16,23 @@ import (
 
 func TestMain(m *testing.M) {
 	redis.SetLogger(quiet{}) // the refused dials of the failover tests are expected
-	goleak.VerifyTestMain(m)
+	if os.Getenv(childEnv) != "" {
+		os.Exit(childMain())
+	}
+	code := m.Run()
+	if cleanupBinary != nil {
+		cleanupBinary()
+	}
+	if code == 0 {
+		goleak.VerifyTestMain(exitCode(0))
+	}
+	os.Exit(code)
 }
+
+// exitCode is a testing.M stand-in for goleak after m.Run has run.
+type exitCode int
+
+func (e exitCode) Run() int { return int(e) }
 
 type quiet struct{}
 
