@@ -75,7 +75,7 @@ type Client struct {
 	conns []*redis.Client
 	at    atomic.Int64 // index of the address requests go to first
 
-	last atomic.Pointer[tagBuf]             // the tag of the latest Next: its lookup skips the map
+	hot  atomic.Pointer[span]               // the range of the latest slow Next: Next's one load
 	tags atomic.Pointer[map[string]*tagBuf] // copy on write, under mu
 	mu   sync.Mutex
 
@@ -125,6 +125,7 @@ func (c *Client) Close() error {
 	c.cancel()
 	c.wg.Wait()
 	// Nothing buffered is handed out after Close: a take finds no range and answers CLOSED.
+	c.hot.Store(nil)
 	for _, t := range *c.tags.Load() {
 		t.mu.Lock()
 		t.cur.Store(nil)

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 )
 
 // span is a range of IDs leased by one INCRBY: [lo, lo+size). Each take adds one to taken;
@@ -15,13 +16,15 @@ import (
 // however many goroutines take at once. A span is never reused: a new range is a new span,
 // published by pointer, so a taker's count and bound always come from the same range.
 type span struct {
+	name     string  // the tag's name, so that Next checks the hot range with one load
+	tag      *tagBuf // the tag's buffer
 	lo, size int64
 	warn     int64 // the take count whose taker starts the next fetch
 	taken    atomic.Int64
 }
 
-func newSpan(lo, size int64) *span {
-	return &span{lo: lo, size: size, warn: max(1, size/10)}
+func (t *tagBuf) newSpan(lo, size int64) *span {
+	return &span{name: t.name, tag: t, lo: lo, size: size, warn: max(1, size/10)}
 }
 
 type kind int8
@@ -61,16 +64,44 @@ type tagBuf struct {
 
 // Next returns the next ID of tag from the local buffer, fetching a range first when none is
 // ready. The error is an *Error and never comes with an ID.
+//
+// It is small enough to inline: the steady state is one load of the hot range, a compare of
+// the tag and one atomic add; everything else is in nextSlow.
 func (c *Client) Next(ctx context.Context, tag string) (int64, error) {
-	t := c.last.Load()
-	if t == nil || t.name != tag {
-		t = c.lookup(tag)
+	s := c.hot.Load()
+	var n int64
+	if s != nil && sameString(s.name, tag) {
+		if n = s.taken.Add(1); n != s.warn && n <= s.size {
+			return s.lo + n - 1, nil
+		}
 	}
+	return c.nextSlow(ctx, tag, s, n)
+}
+
+// sameString is a == b, without the call of the runtime's compare when both are the same
+// string (a caller passing the same literal or variable every time).
+func sameString(a, b string) bool {
+	return len(a) == len(b) && (unsafe.StringData(a) == unsafe.StringData(b) || a == b)
+}
+
+// nextSlow is Next past the steady state: n > 0 is a take of count n from the hot range s
+// that was its warn point (start the next fetch) or past its end; n == 0, a tag whose range
+// is not the hot one.
+func (c *Client) nextSlow(ctx context.Context, tag string, s *span, n int64) (int64, error) {
+	if n > 0 {
+		if n <= s.size {
+			s.tag.prefetch()
+			return s.lo + n - 1, nil
+		}
+		return s.tag.slow(ctx)
+	}
+	t := c.lookup(tag)
 	if s := t.cur.Load(); s != nil {
 		if n := s.taken.Add(1); n <= s.size {
 			if n == s.warn {
 				t.prefetch()
 			}
+			c.hot.Store(s)
 			return s.lo + n - 1, nil
 		}
 	}
@@ -145,7 +176,6 @@ func (c *Client) lookup(tag string) *tagBuf {
 		}
 		c.mu.Unlock()
 	}
-	c.last.Store(t)
 	return t
 }
 
@@ -164,6 +194,7 @@ func (t *tagBuf) slow(ctx context.Context) (int64, error) {
 				if n == s.warn {
 					t.prefetch()
 				}
+				t.c.hot.Store(s)
 				return s.lo + n - 1, nil
 			}
 		}
@@ -270,7 +301,7 @@ func (t *tagBuf) fetchSpan(ctx context.Context) (*span, error) {
 	for {
 		r, err := t.c.doInt(ctx, "INCRBY", t.name, n)
 		if err == nil {
-			return newSpan(r-n+1, n), nil
+			return t.newSpan(r-n+1, n), nil
 		}
 		var e *Error
 		if !errors.As(err, &e) || e.Code != "LIMIT" || n <= 1 {
