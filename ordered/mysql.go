@@ -27,7 +27,7 @@ const mysqlCreateLeader = "CREATE TABLE IF NOT EXISTS `leafd_leader` (\n" +
 type MySQLLeases struct {
 	db      *sql.DB
 	timeout time.Duration
-	ensured atomic.Bool // leafd_leader exists
+	ensured atomic.Bool            // leafd_leader exists
 	ident   atomic.Pointer[string] // SQL of the database's identity (mysqlcluster), once known
 }
 

@@ -49,7 +49,9 @@ var errNotSupported = errors.New("testenv: the wrapped connection does not suppo
 
 func (c *faultConn) Prepare(q string) (driver.Stmt, error) { return c.c.Prepare(q) }
 func (c *faultConn) Close() error                          { return c.c.Close() }
-func (c *faultConn) Begin() (driver.Tx, error)             { return c.BeginTx(context.Background(), driver.TxOptions{}) }
+func (c *faultConn) Begin() (driver.Tx, error) {
+	return c.BeginTx(context.Background(), driver.TxOptions{})
+}
 
 func (c *faultConn) PrepareContext(ctx context.Context, q string) (driver.Stmt, error) {
 	if p, ok := c.c.(driver.ConnPrepareContext); ok {
