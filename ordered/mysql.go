@@ -149,7 +149,8 @@ func (m *MySQLLeases) acquire(ctx context.Context, tag, holder string, length ti
 	}
 	defer func() { _ = tx.Rollback() }()
 	var cur string
-	var epoch, server, me, left int64
+	var epoch, server, left int64
+	var me mysqlcluster.ID // NULL: mysqlcluster.ErrNoIdentity, retried
 	var live bool
 	err = tx.QueryRowContext(ctx,
 		"SELECT holder, epoch, expires >= UTC_TIMESTAMP(3), server_id, "+self+", GREATEST(0, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(3), expires)) "+
@@ -160,7 +161,7 @@ func (m *MySQLLeases) acquire(ctx context.Context, tag, holder string, length ti
 	if err != nil {
 		return Grant{}, err
 	}
-	moved := cur != "" && server != me
+	moved := cur != "" && server != int64(me)
 	if live && cur != holder && !moved {
 		return Grant{Holder: cur, Epoch: epoch, Remaining: time.Duration(left) * time.Microsecond}, nil
 	}

@@ -79,8 +79,8 @@ func (s *MySQLStore) ensureMaxEnd(ctx context.Context) error {
 
 // serverIdent identifies the database server a transaction runs on.
 type serverIdent struct {
-	id   int64
-	uuid string
+	id   mysqlcluster.ID   // NULL scans as mysqlcluster.ErrNoIdentity (retried)
+	uuid mysqlcluster.Name // likewise
 }
 
 func (s serverIdent) String() string {
@@ -150,7 +150,7 @@ func (s *MySQLStore) fence(ctx context.Context, tx *sql.Tx, tag string, step, fl
 		return fenceRow{}, err
 	}
 	r.found = ownerID.Valid
-	r.owner = serverIdent{ownerID.Int64, ownerUUID.String}
+	r.owner = serverIdent{mysqlcluster.ID(ownerID.Int64), mysqlcluster.Name(ownerUUID.String)}
 	r.epoch = epoch.Int64
 	r.maxEnd = maxEnd.Int64
 

@@ -9,6 +9,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"strings"
 
 	"github.com/go-sql-driver/mysql"
@@ -96,3 +97,43 @@ func Detect(ctx context.Context, db *sql.DB) (Ident, error) {
 
 // IsGalera reports whether a Pair's string column names a Galera cluster.
 func IsGalera(uuid string) bool { return strings.HasPrefix(uuid, "galera:") }
+
+// ErrNoIdentity is a Galera member's identity read as NULL inside a transaction: seen on a
+// transaction aborted by a replicated one while it ran. Nothing was decided on it; Retry
+// runs the transaction again (the caller rolls it back).
+var ErrNoIdentity = errors.New("mysqlcluster: the database's identity read as NULL (transaction aborted meanwhile?)")
+
+// Name is the string column of Ident.Pair, scanned: NULL is ErrNoIdentity, never a name
+// (an empty one would look like another database, a failover).
+type Name string
+
+// Scan implements sql.Scanner.
+func (n *Name) Scan(v any) error {
+	switch v := v.(type) {
+	case nil:
+		return ErrNoIdentity
+	case []byte:
+		*n = Name(v)
+	case string:
+		*n = Name(v)
+	default:
+		return fmt.Errorf("mysqlcluster: identity of type %T", v)
+	}
+	return nil
+}
+
+// ID is the BIGINT column of Ident.Pair or Ident.ID, scanned: NULL is ErrNoIdentity.
+type ID int64
+
+// Scan implements sql.Scanner.
+func (id *ID) Scan(v any) error {
+	if v == nil {
+		return ErrNoIdentity
+	}
+	var n sql.NullInt64
+	if err := n.Scan(v); err != nil {
+		return err
+	}
+	*id = ID(n.Int64)
+	return nil
+}

@@ -117,3 +117,33 @@ func TestDetectGalera(t *testing.T) {
 		t.Fatalf("members' identities differ: %v and %v", ids[0], ids[1])
 	}
 }
+
+// TestNoIdentity: a NULL identity scans as ErrNoIdentity, which Retry runs again, so that an
+// identity read inside a transaction aborted meanwhile is neither a failover nor a failure.
+func TestNoIdentity(t *testing.T) {
+	var n Name
+	var id ID
+	if err := n.Scan(nil); !errors.Is(err, ErrNoIdentity) {
+		t.Errorf("Name.Scan(nil): %v", err)
+	}
+	if err := id.Scan(nil); !errors.Is(err, ErrNoIdentity) {
+		t.Errorf("ID.Scan(nil): %v", err)
+	}
+	if err := n.Scan([]byte("galera:x")); err != nil || n != "galera:x" {
+		t.Errorf("Name.Scan: %q, %v", n, err)
+	}
+	if err := id.Scan(int64(7)); err != nil || id != 7 {
+		t.Errorf("ID.Scan: %d, %v", id, err)
+	}
+	calls := 0
+	err := Retry(context.Background(), nil, func(context.Context) error {
+		calls++
+		if calls == 1 {
+			return fmt.Errorf("sql: Scan error on column index 2: %w", ErrNoIdentity)
+		}
+		return nil
+	})
+	if err != nil || calls != 2 {
+		t.Errorf("a NULL identity once: %v after %d calls, want success after 2", err, calls)
+	}
+}

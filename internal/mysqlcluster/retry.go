@@ -40,7 +40,7 @@ func RolledBack(err error) bool {
 func Retry(ctx context.Context, onRetry func(attempt int, err error), fn func(context.Context) error) error {
 	for attempt := 1; ; attempt++ {
 		err := fn(ctx)
-		if !RolledBack(err) || attempt == Attempts {
+		if !(RolledBack(err) || errors.Is(err, ErrNoIdentity)) || attempt == Attempts {
 			return err
 		}
 		if onRetry != nil {
