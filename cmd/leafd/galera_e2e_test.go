@@ -215,6 +215,39 @@ func TestGalera(t *testing.T) {
 		e2e.CheckUnique(t, loads)
 		e2e.CheckOrder(t, loads)
 	})
+	// The whole cluster stopped, and member 0 bootstrapped again under a new state UUID (its
+	// grastate.dat removed, as the procedure for a node that may lack commits says): another
+	// database to the fence, whose first allocation of each tag jumps the safety gap.
+	t.Run("new-history", func(t *testing.T) {
+		n0.Exec("CREATE DATABASE nh")
+		db := e2e.OpenSQL(t, galeraDSN(n0.Addr(), "nh"))
+		l := e2e.Start(t, "--mysql-dsn", galeraDSN(n0.Addr(), "nh"), "--max-step", "1000", "--log-format", "json")
+		e2e.CreateTag(t, l, db, "h", 10)
+		if _, _, err := l.WaitIncr("h", 10*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		uuid := n0.Status("wsrep_cluster_state_uuid")
+		before := e2e.SQLInt(t, db, "SELECT max_id FROM leaf_alloc WHERE biz_tag = 'h'")
+		n1.Stop()
+		n0.Stop()
+		n0.NewHistory()
+		n0.Start()
+		if now := n0.Status("wsrep_cluster_state_uuid"); now == uuid {
+			t.Fatalf("state UUID %s kept after a bootstrap without grastate.dat", now)
+		}
+		l.Kill() // a fresh instance: no mark of its own, only the fence can tell
+		l2 := e2e.Start(t, "--mysql-dsn", galeraDSN(n0.Addr(), "nh"), "--max-step", "1000", "--log-format", "json")
+		id, _, err := l2.WaitIncr("h", 20*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		db = e2e.OpenSQL(t, galeraDSN(n0.Addr(), "nh"))
+		gap := e2e.SQLInt(t, db, "SELECT gap FROM leafd_fence WHERE biz_tag = 'h'")
+		if gap <= 0 || id < before+gap {
+			t.Fatalf("first ID on the new history %d, max_id before %d, fence gap %d: want a takeover past the gap", id, before, gap)
+		}
+		t.Logf("new history: first ID %d, max_id before %d, gap %d", id, before, gap)
+	})
 	t.Logf("Galera scenarios in %v", time.Since(begin).Round(time.Millisecond))
 }
 

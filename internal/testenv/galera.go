@@ -278,3 +278,16 @@ func chownTree(dir, user string) error {
 	}
 	return nil
 }
+
+// NewHistory removes the stopped node's Galera state file (grastate.dat), so that its next
+// Start bootstraps a new cluster over the same data, under a new state UUID: what an
+// operator does to a node that may lack commits before bootstrapping from it.
+func (n *GaleraNode) NewHistory() {
+	n.t.Helper()
+	if err := os.Remove(filepath.Join(n.datadir, "grastate.dat")); err != nil {
+		n.t.Fatalf("testenv: galera node %d: %v", n.index, err)
+	}
+	if n.index != 0 {
+		n.t.Fatalf("testenv: only node 0 bootstraps")
+	}
+}
