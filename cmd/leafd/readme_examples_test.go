@@ -363,14 +363,18 @@ func TestReadmeMySQL(t *testing.T) {
 		}
 		blocks = append(blocks, b.name)
 		if b.lang == "sql" {
-			sqlText := strings.Join(b.lines, "\n")
+			var code []string
+			for _, l := range b.lines {
+				if !strings.HasPrefix(strings.TrimSpace(l), "--") {
+					code = append(code, l)
+				}
+			}
+			sqlText := strings.Join(code, "\n")
 			sqlText = regexp.MustCompile(`\bids\b`).ReplaceAllString(sqlText, dbName)
 			sqlText = strings.ReplaceAll(sqlText, "'leafd'@", "'"+user+"'@")
-			for _, stmt := range strings.Split(sqlText, ";") {
-				if stmt = strings.TrimSpace(stmt); stmt != "" {
-					if _, err := root.Exec(stmt); err != nil {
-						t.Fatalf("README %s: %s: %v", b.name, stmt, err)
-					}
+			for _, stmt := range splitSQL(sqlText) {
+				if _, err := root.Exec(stmt); err != nil {
+					t.Fatalf("README %s: %s: %v", b.name, stmt, err)
 				}
 			}
 			dbCfg := cfg.Clone()
