@@ -122,14 +122,13 @@ func shellWords(line string) (words []string, comment string) {
 // readmeRun runs examples: the instances it started by README port, and the substitutions
 // that put the example on the test's database.
 type readmeRun struct {
-	t       *testing.T
-	dir     string
-	extra   []string          // flags added to every instance started
-	subst   map[string]string // README text -> the test's, in commands
-	ports   map[string]*e2e.Leafd
-	httpOf  map[string]*e2e.Leafd
-	db      *sql.DB
-	dbAdmin string
+	t      *testing.T
+	dir    string
+	extra  []string          // flags added to every instance started
+	subst  map[string]string // README text -> the test's, in commands
+	ports  map[string]*e2e.Leafd
+	httpOf map[string]*e2e.Leafd
+	db     *sql.DB
 }
 
 func newReadmeRun(t *testing.T) *readmeRun {
