@@ -390,3 +390,38 @@ func TestReadmeMySQL(t *testing.T) {
 		t.Fatalf("README: MySQL examples %v, want mysql-setup mysql mysql-leaf", blocks)
 	}
 }
+
+// TestReadmeExamplesMarked: every README block that shows commands with their output (lines
+// starting with "$ ") is a marked example, so none is left out of the tests above.
+func TestReadmeExamplesMarked(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(string(b), "\n")
+	marked := false
+	for i := 0; i < len(lines); i++ {
+		trim := strings.TrimSpace(lines[i])
+		if strings.HasPrefix(trim, "<!-- readme-test: ") {
+			marked = true
+			continue
+		}
+		if !strings.HasPrefix(trim, "```") {
+			if trim != "" {
+				marked = false
+			}
+			continue
+		}
+		start := i
+		shows := false
+		for i++; i < len(lines) && strings.TrimSpace(lines[i]) != "```"; i++ {
+			if strings.HasPrefix(strings.TrimSpace(lines[i]), "$ ") {
+				shows = true
+			}
+		}
+		if shows && !marked {
+			t.Errorf("README.md:%d: a block of commands with output that no test runs (mark it <!-- readme-test: NAME -->)", start+1)
+		}
+		marked = false
+	}
+}
