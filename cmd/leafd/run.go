@@ -133,7 +133,7 @@ func run(ctx context.Context, cfg Config, log *zap.Logger, ready func(net.Addr))
 		DisableCreate:  !cfg.AllowCreate,
 		NoSegment:      !cfg.segmentOn(),
 		NoSnowflake:    !cfg.snowflakeOn(),
-		Version:        version,
+		Version:        leafdVersion(),
 		StoreName:      storeName,
 		ConfigValues:   cfg.configValues(),
 		HTTPAuth:       cfg.httpToken(),
@@ -211,7 +211,7 @@ func run(ctx context.Context, cfg Config, log *zap.Logger, ready func(net.Addr))
 	log.Info("leafd ready", zap.String("addr", addr.String()), zap.String("store", storeName),
 		zap.Int("maxclients", cfg.MaxClients),
 		zap.Bool("auto_create", scfg.AutoCreate), zap.String("modes", cfg.Modes), zap.String("data_dir", cfg.DataDir),
-		zap.String("version", version))
+		zap.String("version", leafdVersion()))
 	if ready != nil {
 		ready(addr)
 	}
