@@ -100,6 +100,7 @@ func TestRegionsTwoDatabases(t *testing.T) {
 	cancel()
 	snow.stop()
 
+	e2e.CheckOrder(t, loads) // each region's IDs increase per instance as in one region
 	all := e2e.CheckUnique(t, loads)
 	if len(all) < 1000 {
 		t.Errorf("INCR: %d IDs, want at least 1000: the test did not exercise the servers", len(all))
@@ -224,4 +225,30 @@ func TestRegionGrow(t *testing.T) {
 	ids["g"].Check(t, 400+300)
 	ids["only0"].Check(t, 200+300)
 	ids["only1"].Check(t, 200+300)
+}
+
+// TestRegionEmbedded: on the embedded store a region's INCR issues its share and the local
+// worker id lies in its range; the data dir's store refuses another layout, and a static
+// worker id outside the region's range is refused.
+func TestRegionEmbedded(t *testing.T) {
+	l := e2e.Start(t, "--region", "1/2")
+	checkShare(t, "region 1/2", regionIncr(t, l, "e", 50), 1, 2, 0)
+	if w := e2e.WorkerOf(t, l); w != 512 {
+		t.Errorf("file worker id in region 1/2: got %d, want 512 (the region's first)", w)
+	}
+	if err := l.Stop(30 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	refused := func(want string, args ...string) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		out, err := exec.CommandContext(ctx, e2e.Binary(), append(args, "--data-dir", l.DataDir, "--addr", e2e.FreeAddr(t), "--http-addr", "")...).CombinedOutput()
+		if err == nil || ctx.Err() != nil || !strings.Contains(string(out), want) {
+			t.Errorf("leafd %v: got %v, want a refused start naming %q\n%s", args, err, want, out)
+		}
+	}
+	refused("region layout mismatch", "--region", "0/2")
+	refused("region layout mismatch")
+	refusedStart(t, "outside --region 1/2's worker ids 512..1023", "--region", "1/2", "--worker-id", "3")
 }
