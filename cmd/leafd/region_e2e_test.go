@@ -208,6 +208,14 @@ func TestRegionGrow(t *testing.T) {
 		dirs = append(dirs, l.DataDir)
 		e2e.StopClean(t, l)
 	}
+	// The old regions must be given completely and in their order.
+	for _, from := range [][]string{{"--from", dsnB, "--from", dsnA}, {"--from", dsnA}} {
+		args := append(from, "--to", dsnA, "--to", dsnB, "--to", dsnC)
+		if out, err := exec.Command(e2e.Binary(), append([]string{"region"}, args...)...).CombinedOutput(); err == nil ||
+			!strings.Contains(string(out), "region layout mismatch") {
+			t.Errorf("leafd region %v: got %v, want refused\n%s", args, err, out)
+		}
+	}
 	regionTool(t, "--from", dsnA, "--from", dsnB, "--to", dsnA, "--to", dsnB, "--to", dsnC)
 	refusedStart(t, "region layout mismatch", regionArgs(dsnB, "1/2")...)
 	for k, dsn := range []string{dsnA, dsnB, dsnC} {
@@ -235,6 +243,24 @@ func TestRegionEmbedded(t *testing.T) {
 	checkShare(t, "region 1/2", regionIncr(t, l, "e", 50), 1, 2, 0)
 	if w := e2e.WorkerOf(t, l); w != 512 {
 		t.Errorf("file worker id in region 1/2: got %d, want 512 (the region's first)", w)
+	}
+	// A shaped tag prints the region's counter; START is the first ID at or above it.
+	if _, err := l.Do("IDS.CREATE", "inv", "FORMAT", "INV{seq:6}", "START", 10); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"INV000011", "INV000013"} {
+		if v, err := l.Do("IDS.NEXT", "inv"); err != nil || v != want {
+			t.Errorf("IDS.NEXT inv in region 1/2: got %v, %v; want %s", v, err, want)
+		}
+	}
+	// After a graceful restart the remainder is served, still the region's share, above.
+	last := regionIncr(t, l, "e", 1)[0]
+	if err := l.Stop(30 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	l.Restart()
+	if v := regionIncr(t, l, "e", 1)[0]; v != last+2 {
+		t.Errorf("INCR after a graceful restart in region 1/2: got %d, want %d (the remainder, in the region's share)", v, last+2)
 	}
 	if err := l.Stop(30 * time.Second); err != nil {
 		t.Fatal(err)
