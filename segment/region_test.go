@@ -157,3 +157,26 @@ func TestCheckRegionBolt(t *testing.T) {
 		}
 	})
 }
+
+// BenchmarkRegionNext compares, in one run, INCR's path through the handlers' interface on the
+// single region (the Generator itself) and on region 1/2 (Regional); AtomicAdd is the baseline.
+func BenchmarkRegionNext(b *testing.B) {
+	type nexter interface{ Next(string) (int64, error) }
+	g, _ := benchGen(b)
+	for _, tc := range []struct {
+		name string
+		n    nexter
+	}{
+		{"single", g},
+		{"region 1/2", NewRegional(g, Region{1, 2})},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := tc.n.Next("bench"); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
