@@ -143,9 +143,29 @@ func TestRegionsTwoDatabases(t *testing.T) {
 		t.Errorf("INCRBY orders 5 in a region: got %v, want LIMIT", err)
 	}
 
+	// An ORDERED tag: the leader maps, the follower relays; one increasing sequence of odd IDs.
+	if _, err := ls[2].Do("IDS.CREATE", "ord", "ORDERED"); err != nil {
+		t.Fatal(err)
+	}
+	var prev int64
+	for i := range 40 {
+		var v int64
+		e2e.Eventually(t, 15*time.Second, "INCR ord served", func() bool {
+			var err error
+			v, err = ls[2+i%2].Incr("ord")
+			return err == nil
+		})
+		if v%2 != 1 || v <= prev {
+			t.Fatalf("ORDERED tag in region 1/2: got %d after %d, want increasing odd IDs", v, prev)
+		}
+		prev = v
+	}
+
 	refusedStart(t, "region layout mismatch", "--mysql-dsn", dsn0, "--region", "1/2")
 	refusedStart(t, "region layout mismatch", "--mysql-dsn", dsn0, "--region", "0/3")
 	refusedStart(t, "region layout mismatch", "--mysql-dsn", dsn1) // the single region on region 1's database
+	// Snowflake only, worker ids from the database: the same record.
+	refusedStart(t, "region layout mismatch", "--mysql-dsn", dsn0, "--region", "1/2", "--modes", "snowflake")
 }
 
 // TestRegionAdoptSingle: a single-region table joins two regions: the old database becomes
