@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/leafd/leafd/internal/e2e"
+	"github.com/leafd/leafd/internal/testenv"
 )
 
 // regionArgs are an instance of region r on dsn, tags created on first use.
@@ -297,4 +298,33 @@ func TestRegionEmbedded(t *testing.T) {
 	refused("region layout mismatch", "--region", "0/2")
 	refused("region layout mismatch")
 	refusedStart(t, "outside --region 1/2's worker ids 512..1023", "--region", "1/2", "--worker-id", "3")
+}
+
+// TestRegionWorkerSources: ZooKeeper and StatefulSet worker ids land in the region's range
+// (two regions on one ZooKeeper tree included: each node's sequence number once, plus the
+// region's base).
+func TestRegionWorkerSources(t *testing.T) {
+	zkAddr := testenv.ZKAddr(t)
+	name := e2e.ZKTestName(t)
+	ids := e2e.NewIDSet()
+	for k := range int64(2) {
+		for range 2 {
+			l := e2e.Start(t, e2e.ZKArgs(t, zkAddr, name, "--region", fmt.Sprintf("%d/2", k))...)
+			if w := e2e.WorkerOf(t, l); w < 512*k || w >= 512*(k+1) {
+				t.Errorf("ZooKeeper worker id in region %d/2: got %d, want %d..%d", k, w, 512*k, 512*k+511)
+			}
+			v, err := l.Do("IDS.SNOWFLAKE", 100)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, x := range v.([]any) {
+				ids.Add(l.Addr, x.(int64))
+			}
+		}
+	}
+	ids.Check(t, 400)
+	l := e2e.Start(t, "--region", "1/2", "--worker-source", "statefulset", "--pod-ordinal", "3")
+	if w := e2e.WorkerOf(t, l); w != 515 {
+		t.Errorf("StatefulSet ordinal 3 in region 1/2: worker id %d, want 515", w)
+	}
 }

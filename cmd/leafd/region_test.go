@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"io"
+	"strings"
 	"testing"
 	"time"
 
@@ -48,5 +50,19 @@ func TestRegionSource(t *testing.T) {
 	}
 	if src := inRegion(fixedSource{7}, segment.Region{}, 0, 1024); src != (fixedSource{7}) {
 		t.Errorf("single region: got %T, want the source itself", src)
+	}
+}
+
+// TestRegionConfig: --region and LEAFD_REGION are read and validated.
+func TestRegionConfig(t *testing.T) {
+	env := func(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+	c, err := loadConfig(nil, env(map[string]string{"LEAFD_REGION": "1/3"}), io.Discard)
+	if err != nil || c.region() != (segment.Region{K: 1, N: 3}) {
+		t.Errorf("LEAFD_REGION=1/3: got %v, %v; want region 1/3", c.region(), err)
+	}
+	for _, bad := range []string{"3/3", "0/0", "x", "1/300"} {
+		if _, err := loadConfig([]string{"--region", bad}, env(nil), io.Discard); err == nil || !strings.Contains(err.Error(), "--region") {
+			t.Errorf("--region %s: got %v, want an error naming --region", bad, err)
+		}
 	}
 }
