@@ -39,6 +39,11 @@ func realMain() int {
 		defer stop()
 		return runAdopt(ctx, os.Args[2:], os.Stdout, os.Stderr)
 	}
+	if len(os.Args) > 1 && os.Args[1] == "region" { // the region procedures (regiontool.go)
+		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+		defer stop()
+		return runRegionTool(ctx, os.Args[2:], os.Stdout, os.Stderr)
+	}
 	cfg, err := loadConfig(os.Args[1:], os.Getenv, os.Stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
