@@ -81,6 +81,17 @@ CREATE TABLE IF NOT EXISTS `leafd_remainder` (
   PRIMARY KEY (`token`)
 ) ENGINE=InnoDB;
 
+-- The region layout (--region k/n): one row, written by the first regional start on an empty
+-- database, checked by every start after it (docs/MYSQL.md, Regions). A single-region
+-- deployment never creates it.
+CREATE TABLE IF NOT EXISTS `leafd_region` (
+  `id` tinyint NOT NULL,
+  `region` int NOT NULL,
+  `regions` int NOT NULL,
+  `update_time` timestamp NOT NULL DEFAULT CURRENT_TIMESTAMP ON UPDATE CURRENT_TIMESTAMP,
+  PRIMARY KEY (`id`)
+) ENGINE=InnoDB;
+
 -- Grants. Replace ids with your database and the users with yours; each role needs exactly
 -- these (cmd/leafd/schema_e2e_test.go serves every mode with them).
 --

@@ -22,6 +22,9 @@ import (
 // schemaTables are the tables docs/schema.sql defines: every table leafd uses on MySQL.
 var schemaTables = []string{"leaf_alloc", "leafd_fence", "leafd_leader", "leafd_remainder", "leafd_tag_shape", "leafd_worker"}
 
+// regionTable is docs/schema.sql's table of a regional deployment only (--region k/n).
+const regionTable = "leafd_region"
+
 // schemaFile returns docs/schema.sql's statements (comments dropped) and its grants by role
 // (the "--   GRANT ..." lines under a "-- role: ..." line).
 func schemaFile(t *testing.T) (stmts []string, grants map[string][]string) {
@@ -166,6 +169,16 @@ func TestSchemaFile(t *testing.T) {
 		e2e.SQLExec(t, dbB, s)
 	}
 	file := showCreate(t, dbB)
+	// The region table is created by a regional start only: compare it with one.
+	dsnC := testenv.FreshDatabase(t, admin)
+	c := e2e.StartMySQL(t, dsnC, append([]string{"--region", "0/2"}, fast...)...)
+	if err := c.Stop(30 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := file[regionTable], showCreate(t, e2e.OpenSQL(t, dsnC))[regionTable]; got != want || want == "" {
+		t.Errorf("%s: docs/schema.sql gives\n%s\na regional start creates\n%s", regionTable, got, want)
+	}
+	delete(file, regionTable)
 	for _, name := range schemaTables {
 		if code[name] == "" {
 			t.Errorf("leafd did not create %s serving every mode", name)
