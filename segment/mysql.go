@@ -628,6 +628,15 @@ func (s *MySQLStore) createUncommitted(ctx context.Context, t Tag) (*sql.Tx, err
 		}
 		return nil, tagError(t.Name, ErrShaped, "its counters are the rows "+t.Name+"@<period>")
 	}
+	if base, ok := shapedBase(t); ok {
+		if shaped, err := s.shapedLocked(ctx, tx, base); err != nil || shaped {
+			_ = tx.Rollback()
+			if err != nil {
+				return nil, fmt.Errorf("check shape: %w", err)
+			}
+			return nil, errRowNotShaped(t.Name, base)
+		}
+	}
 	if h := s.hooks.afterShapeLock; h != nil {
 		if err := h(ctx); err != nil {
 			_ = tx.Rollback()

@@ -227,8 +227,15 @@ func (s *MySQLStore) createBatchUncommitted(ctx context.Context, ops []*createOp
 	}
 	in := "(" + strings.TrimSuffix(strings.Repeat("?, ", len(ops)), ", ") + ")"
 
-	// The shape check (shapedLocked for each name).
-	found, err := lockedNames(ctx, tx, "SELECT biz_tag FROM leafd_tag_shape WHERE biz_tag IN "+in+" FOR UPDATE", names)
+	// The shape check (shapedLocked for each name, and for the prefix of a plain tag@x).
+	shapeNames := names
+	for _, op := range ops {
+		if base, ok := shapedBase(op.t); ok {
+			shapeNames = append(shapeNames[:len(shapeNames):len(shapeNames)], base)
+		}
+	}
+	shapeIn := "(" + strings.TrimSuffix(strings.Repeat("?, ", len(shapeNames)), ", ") + ")"
+	found, err := lockedNames(ctx, tx, "SELECT biz_tag FROM leafd_tag_shape WHERE biz_tag IN "+shapeIn+" FOR UPDATE", shapeNames)
 	var me *mysql.MySQLError
 	if errors.As(err, &me) && me.Number == mysqlErrNoSuchTable {
 		found, err = nil, nil
