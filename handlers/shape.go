@@ -426,8 +426,11 @@ func (h *Handler) createShaped(tag string, spec shape.Spec) error {
 	if len(tag)+1+10 > segment.MaxTagLen {
 		return replyError(fmt.Sprintf("BADTAG a shaped tag's name is at most %d bytes (its rows add @period)", segment.MaxTagLen-11))
 	}
-	s, err := shape.Compile(strings.Clone(tag), spec, h.cfg.IDKey)
+	s, err := shape.Compile(strings.Clone(tag), h.fixStep(spec), h.cfg.IDKey)
 	if err != nil {
+		return err
+	}
+	if err := h.checkFailoverRoom(s); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), h.cfg.CreateTimeout)

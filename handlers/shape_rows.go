@@ -2,6 +2,7 @@ package handlers
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 
 	"github.com/leafd/leafd/shape"
@@ -66,4 +67,31 @@ func (h *Handler) retireResumed(e *shapeEntry, p *shape.Period) {
 		}
 	}
 	e.resumed = nil
+}
+
+// fixStep writes the step into a spec that has none (this instance's default step), so that
+// every instance creates the tag's rows at one step: the failover room checked at creation
+// (checkFailoverRoom) holds whatever another instance's --default-step.
+func (h *Handler) fixStep(spec shape.Spec) shape.Spec {
+	if d, ok := h.seg.(interface{ DefaultStep() int64 }); ok && spec.Step == 0 {
+		spec.Step = d.DefaultStep()
+	}
+	return spec
+}
+
+// checkFailoverRoom refuses a shape whose counter width cannot hold what uniqueness needs
+// through a failover: a takeover moves a row by --mysql-failover-allocs × STEP (its failover
+// gap, segment/shaperow.go), and the row must still serve a segment above that.
+func (h *Handler) checkFailoverRoom(s *shape.Shape) error {
+	rg, ok := h.cfg.Shapes.(interface{ RowGap(step int64) int64 })
+	step := s.Spec().Step
+	if !ok || step <= 0 || rg.RowGap(1) <= 0 {
+		return nil
+	}
+	f, capacity, start := rg.RowGap(1), s.Capacity(), s.Start()
+	if room := capacity - start + 1; step <= room/(f+1) {
+		return nil
+	}
+	return replyError(fmt.Sprintf("LIMIT the counter holds %d values from START %d to %d; a failover moves a row by --mysql-failover-allocs %d × STEP %d = %d and it must serve one more step above that (%d values): use STEP %d or less, or a wider counter",
+		capacity-start+1, start, capacity, f, step, f*step, (f+1)*step, (capacity-start+1)/(f+1)))
 }
