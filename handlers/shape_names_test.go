@@ -3,6 +3,7 @@ package handlers
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -56,3 +57,33 @@ func testShapeNoForeignRows(t *testing.T, o serverOpts) {
 }
 
 func errorsIsShaped(err error) bool { return errors.Is(err, segment.ErrShaped) }
+
+// TestShapedRowFailoverRoom (MySQL, fence on): IDS.CREATE refuses a width that cannot hold a
+// failover gap (--mysql-failover-allocs × STEP) and a step above START, with the numbers; a
+// shaped tag's row is leased at its stored step only.
+func TestShapedRowFailoverRoom(t *testing.T) {
+	clk := newTestClock(time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC))
+	s := shapedServer(t, clk, nil, serverOpts{autoCreate: true, mysqlDSN: testenv.FreshDatabase(t, testenv.MySQLDSN(t)), dir: t.TempDir()})
+	c := s.client(t, 3, "")
+	ctx := context.Background()
+	err := c.Do(ctx, "IDS.CREATE", "narrow", "FORMAT", "N{yyyyMMdd}{seq:4}", "RESET", "day", "STEP", "1000").Err()
+	wantErr(t, err, "LIMIT")
+	for _, want := range []string{"9999 values", "20000", "STEP 476"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("refusal %q does not say %q", err, want)
+		}
+	}
+	if err := c.Do(ctx, "IDS.CREATE", "narrow", "FORMAT", "N{yyyyMMdd}{seq:4}", "RESET", "day", "STEP", "476").Err(); err != nil {
+		t.Fatalf("STEP 476: %v", err)
+	}
+	if v, err := c.Do(ctx, "IDS.NEXT", "narrow").Text(); err != nil || v != "N202612010001" {
+		t.Fatalf("IDS.NEXT narrow: %q, %v", v, err)
+	}
+	st := s.h.cfg.Shapes.(segment.Store)
+	if _, err := st.Allocate(ctx, "narrow@20261201", 952); !errors.Is(err, segment.ErrLimit) {
+		t.Fatalf("allocation of a shaped row above its step: %v, want ErrLimit", err)
+	}
+	if _, err := st.Allocate(ctx, "narrow@20261201", 0); err != nil {
+		t.Fatalf("allocation at the stored step: %v", err)
+	}
+}
