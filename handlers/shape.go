@@ -580,11 +580,6 @@ func (h *Handler) counterRow(tag string, n int64) error {
 	return errCounterRow(tag, base)
 }
 
-func errCounterRow(tag, base string) error {
-	return &segment.TagError{Tag: strings.Clone(tag), Err: segment.ErrShaped,
-		Detail: "a counter row of the shaped tag '" + base + "' is served only through it: use IDS.NEXT or INCR " + base}
-}
-
 // nextFormatted takes one counter of e's current period and renders it (the HTTP API).
 func (h *Handler) nextFormatted(e *shapeEntry) ([]byte, error) {
 	p, c, err := h.shapedCounter(e)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/leafd/leafd/segment"
 	"github.com/leafd/leafd/shape"
 	"go.uber.org/zap"
 )
@@ -94,4 +95,10 @@ func (h *Handler) checkFailoverRoom(s *shape.Shape) error {
 	}
 	return replyError(fmt.Sprintf("LIMIT the counter holds %d values from START %d to %d; a failover moves a row by --mysql-failover-allocs %d × STEP %d = %d and it must serve one more step above that (%d values): use STEP %d or less, or a wider counter",
 		capacity-start+1, start, capacity, f, step, f*step, (f+1)*step, (capacity-start+1)/(f+1)))
+}
+
+// errCounterRow refuses a plain request of base's counter row tag (counterRow).
+func errCounterRow(tag, base string) error {
+	return &segment.TagError{Tag: strings.Clone(tag), Err: segment.ErrShaped,
+		Detail: "a counter row of the shaped tag '" + base + "' is served only through it: use IDS.NEXT or INCR " + base}
 }
