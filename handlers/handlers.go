@@ -223,6 +223,7 @@ func New(cfg Config, seg Segments, snow Snowflakes, log *zap.Logger) *Handler {
 		}
 	}
 	h.lat = make([]latency, len(cmds))
+	h.adoptResumed()
 	return h
 }
 

@@ -28,6 +28,9 @@ type shapeEntry struct {
 	ahead  atomic.Pointer[shape.Period] // the period whose successor's row was prefetched
 	ready2 atomic.Pointer[string]       // the row prefetchNext created or found and loaded
 	mu     sync.Mutex                   // serializes row creation and retirement of the tag
+	// resumed: rows of the tag the segment core resumed from the remainder file at start,
+	// retired at the tag's first period here unless they are its current or a later one.
+	resumed []string
 }
 
 // shapeRegistry maps shaped tags to their compiled shapes. Readers look up without a lock
@@ -177,6 +180,9 @@ func (h *Handler) period(e *shapeEntry) (*shape.Period, error) {
 	if prev != nil && prev.Row != p.Row {
 		h.seg.Retire(prev.Row)
 	}
+	if prev == nil {
+		h.retireResumed(e, p)
+	}
 	e.ready.Store(p)
 	return p, nil
 }
@@ -269,7 +275,8 @@ func (h *Handler) ensureRow(ctx context.Context, e *shapeEntry, p *shape.Period)
 	spec := e.s.Spec()
 	var err error
 	for try := 0; try < 3; try++ {
-		t := segment.Tag{Name: p.Row, Step: spec.Step, MaxID: e.s.Start(), Description: spec.Desc}
+		t := segment.Tag{Name: p.Row, Step: spec.Step, MaxID: e.s.Start(), Description: spec.Desc,
+			Row: &segment.ShapeRow{PeriodStart: p.Start}}
 		err = h.seg.Create(ctx, t)
 		if errors.Is(err, segment.ErrLimit) { // START below the mark (a pruned or known row): start at the mark
 			t.MaxID = 0
@@ -419,8 +426,11 @@ func (h *Handler) createShaped(tag string, spec shape.Spec) error {
 	if len(tag)+1+10 > segment.MaxTagLen {
 		return replyError(fmt.Sprintf("BADTAG a shaped tag's name is at most %d bytes (its rows add @period)", segment.MaxTagLen-11))
 	}
-	s, err := shape.Compile(strings.Clone(tag), spec, h.cfg.IDKey)
+	s, err := shape.Compile(strings.Clone(tag), h.fixStep(spec), h.cfg.IDKey)
 	if err != nil {
+		return err
+	}
+	if err := h.checkFailoverRoom(s); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), h.cfg.CreateTimeout)
@@ -558,14 +568,16 @@ func (h *Handler) counterRow(tag string, n int64) error {
 	if e == nil && h.cfg.Shapes != nil && !h.seg.Serves(tag, n) {
 		var err error
 		if e, err = h.learnShape(base); err != nil {
+			if errors.Is(err, shape.ErrKey) || errors.Is(err, shape.ErrTemplate) {
+				return errCounterRow(tag, base) // shaped, but not servable here (no key)
+			}
 			return err // cannot tell: refuse rather than perhaps leak an opaque tag's counter
 		}
 	}
 	if e == nil {
 		return nil
 	}
-	return &segment.TagError{Tag: strings.Clone(tag), Err: segment.ErrShaped,
-		Detail: "a counter row of the shaped tag '" + base + "' is served only through it: use IDS.NEXT or INCR " + base}
+	return errCounterRow(tag, base)
 }
 
 // nextFormatted takes one counter of e's current period and renders it (the HTTP API).

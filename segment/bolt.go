@@ -284,8 +284,8 @@ func (s *BoltStore) Create(ctx context.Context, t Tag) error {
 		if b.Get(key) != nil {
 			return fmt.Errorf("%w: %q", ErrTagExists, t.Name)
 		}
-		if boltShaped(tx, t.Name) {
-			return tagError(t.Name, ErrShaped, "its counters are the rows "+t.Name+"@<period>")
+		if err := boltShapedName(tx, t); err != nil {
+			return err
 		}
 		r := boltRow{maxID: t.MaxID, step: t.Step, updated: s.now(), desc: t.Description}
 		if t.Ordered {
@@ -329,8 +329,8 @@ func (s *BoltStore) CreateAllocate(ctx context.Context, t Tag, step, floor int64
 				return fmt.Errorf("segment: tag %q: %w", t.Name, err)
 			}
 		} else {
-			if boltShaped(tx, t.Name) {
-				return tagError(t.Name, ErrShaped, "its counters are the rows "+t.Name+"@<period>")
+			if err := boltShapedName(tx, t); err != nil {
+				return err
 			}
 			r = boltRow{maxID: t.MaxID, step: t.Step, desc: t.Description}
 			created = true

@@ -108,6 +108,7 @@ type buffer struct {
 	mark       int64         // highest range end granted (durable in Marks)
 	step       int64         // size of the latest segment (the current dynamic step)
 	minStep    int64         // the stored step (leaf_alloc.step) at the latest load
+	fixed      int8          // 1: a shaped tag's counter row, leased at its stored step only; -1: not; 0: not known yet
 	lastRefill time.Time
 	since      time.Time     // when cur became current (the demand is measured from there)
 	rate       int64         // demand (IDs per second) measured at the latest load, or remembered

@@ -153,6 +153,10 @@ func (s *MySQLStore) fence(ctx context.Context, tx *sql.Tx, tag string, step, fl
 	r.owner = serverIdent{mysqlcluster.ID(ownerID.Int64), mysqlcluster.Name(ownerUUID.String)}
 	r.epoch = epoch.Int64
 	r.maxEnd = maxEnd.Int64
+	shaped, err := s.shapedRowStep(ctx, tx, tag, r.step, step) // shaperow.go
+	if err != nil {
+		return fenceRow{}, err
+	}
 
 	if !r.found {
 		// A row leafd never fenced (Leaf's, inserted by hand) or whose adoption or first
@@ -188,9 +192,11 @@ func (s *MySQLStore) fence(ctx context.Context, tx *sql.Tx, tag string, step, fl
 		return r, nil
 	}
 
-	gap, err := s.takeoverGap(ctx, tx, r.step, step)
-	if err != nil {
-		return fenceRow{}, err
+	gap := s.failoverAllocs * r.step // a shaped tag's row: leased at its stored step only
+	if !shaped {
+		if gap, err = s.takeoverGap(ctx, tx, r.step, step); err != nil {
+			return fenceRow{}, err
+		}
 	}
 	next := max(r.epoch, seen) + 1
 	newMax := max(max(r.maxID, r.maxEnd)+gap, floor)
@@ -319,14 +325,17 @@ func (s *MySQLStore) recordGapOf(ctx context.Context, g int64, warn bool) error 
 // then taken over (next epoch) in the same transaction. Every tag created in epoch e starts
 // (e-1) gaps above its START (createOffset): the jump is not only for the first creation
 // after the failover, since any later one may re-create a lost tag too.
-func (s *MySQLStore) createFence(ctx context.Context, tx *sql.Tx, step int64) (int64, error) {
+//
+// It also returns the database row's epoch, from which a shaped tag's row computes its own
+// offset (rowOffset, shaperow.go); a takeover records its instant for that.
+func (s *MySQLStore) createFence(ctx context.Context, tx *sql.Tx, step int64) (int64, int64, error) {
 	expr, err := s.identExpr(ctx)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	var self serverIdent
 	if err := tx.QueryRowContext(ctx, "SELECT "+expr).Scan(&self.id, &self.uuid); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	var owner serverIdent
 	var epoch, recorded int64
@@ -336,7 +345,7 @@ func (s *MySQLStore) createFence(ctx context.Context, tx *sql.Tx, step int64) (i
 	if errors.Is(err, sql.ErrNoRows) {
 		found = false
 	} else if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	seen := s.seenEpoch(dbFenceKey)
 	// g only grows in the row: every generation's offset is at least the last one's plus the
@@ -349,7 +358,7 @@ func (s *MySQLStore) createFence(ctx context.Context, tx *sql.Tx, step int64) (i
 		var others, tagGap int64
 		if err := tx.QueryRowContext(ctx, "SELECT COUNT(*), COALESCE(MAX(gap), 0) FROM leafd_fence WHERE biz_tag <> ?", dbFenceKey).
 			Scan(&others, &tagGap); err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 		g = max(g, tagGap)
 		if others > 0 {
@@ -363,10 +372,10 @@ func (s *MySQLStore) createFence(ctx context.Context, tx *sql.Tx, step int64) (i
 		s.noteEpoch(dbFenceKey, epoch)
 		if g > recorded {
 			if _, err := tx.ExecContext(ctx, "UPDATE leafd_fence SET gap = ? WHERE biz_tag = ?", g, dbFenceKey); err != nil {
-				return 0, err
+				return 0, 0, err
 			}
 		}
-		return createOffset(g, epoch), nil
+		return createOffset(g, epoch), epoch, nil
 	}
 	next := max(epoch, seen) + 1
 	if reason != "" {
@@ -376,15 +385,18 @@ func (s *MySQLStore) createFence(ctx context.Context, tx *sql.Tx, step int64) (i
 		" ON DUPLICATE KEY UPDATE server_id = VALUES(server_id), server_uuid = VALUES(server_uuid), epoch = VALUES(epoch), token = VALUES(token), gap = VALUES(gap)",
 		dbFenceKey, self.id, self.uuid, next, randToken(), g)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	if reason != "" {
+		if err := s.recordTakeover(ctx, tx, self, next); err != nil { // shaperow.go
+			return 0, 0, err
+		}
 		s.log.Warn("segment: failover fence: database changed since the last tag creation; tags created from now on start past one more safety gap",
 			zap.String("reason", reason), zap.String("server", self.String()), zap.Int64("gap", g), zap.Int64("epoch", next),
 			zap.Int64("offset", createOffset(g, next)))
 	}
 	s.pendingEpoch(dbFenceKey, next)
-	return createOffset(g, next), nil
+	return createOffset(g, next), next, nil
 }
 
 // createOffset is how far above its START a tag created in database generation epoch starts:

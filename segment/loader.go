@@ -167,7 +167,7 @@ func (g *Generator) fetch(ctx context.Context, b *buffer) (*seg, error) {
 	defer gd.mu.Unlock()
 
 	b.mu.Lock()
-	first, step, minStep, last, dead := !b.initOK, b.step, b.minStep, b.lastRefill, b.dead
+	first, step, minStep, last, dead, fixed := !b.initOK, b.step, b.minStep, b.lastRefill, b.dead, b.fixed
 	rate, took := b.rate, b.loadTook
 	if cur := b.cur.Load(); cur != nil && !b.since.IsZero() {
 		// The demand now: what was taken from the current segment since it became current.
@@ -228,9 +228,21 @@ func (g *Generator) fetch(ctx context.Context, b *buffer) (*seg, error) {
 		}
 	}
 
+	if fixed == 0 {
+		// A shaped tag's counter row keeps its stored step: its width holds a few failover
+		// gaps of that step (docs/SHAPES.md), not of --max-step. Asked once per buffer.
+		fixed = -1
+		if g.counterRow(ctx, b.tag) {
+			fixed = 1
+		}
+		b.mu.Lock()
+		b.fixed = fixed
+		b.mu.Unlock()
+	}
 	now := g.cfg.Clock.Now()
 	var req int64 // 0: the stored step (a first load with nothing remembered, like Leaf)
 	switch {
+	case fixed > 0:
 	case !first:
 		req = nextStep(step, minStep, g.cfg.MaxStep, now.Sub(last), g.cfg.SegmentDuration)
 	case hint.Step > 0:
@@ -243,7 +255,7 @@ func (g *Generator) fetch(ctx context.Context, b *buffer) (*seg, error) {
 	if req > 0 && d > req {
 		req = d
 	}
-	if capped {
+	if capped && fixed < 0 {
 		g.stepCapped(b.tag, rate, took)
 	}
 	started := now

@@ -80,6 +80,10 @@ type MySQLConfig struct {
 	// semi-synchronously (Rpl_semi_sync_master_status or _source_status ON) before the
 	// allocation and no commit went unacknowledged while it ran. Default false.
 	RequireSemiSync bool
+	// Now is the clock of the instants recorded at takeovers of the database fence row, which
+	// decide which shaped tags' rows a takeover may have lost (shaperow.go): the clock that
+	// picks their periods. Default time.Now.
+	Now func() time.Time
 }
 
 // DefaultMySQLConfig returns the defaults; set DSN before use.
@@ -237,6 +241,7 @@ type MySQLStore struct {
 	// per tag: when a refusal as not adopted was last logged
 	refusedAt map[string]time.Time
 
+	now     func() time.Time
 	creates createGroup // creations committed together (mysqlbatch.go)
 	hooks   mysqlHooks  // test seams; zero in production
 }
@@ -293,9 +298,13 @@ func OpenMySQL(ctx context.Context, cfg MySQLConfig, log *zap.Logger) (*MySQLSto
 		failoverAllocs:  cfg.FailoverAllocs,
 		maxStep:         cfg.MaxStep,
 		requireSemiSync: cfg.RequireSemiSync,
+		now:             cfg.Now,
 		epochs:          map[string]int64{},
 		pending:         map[string]int64{},
 		refusedAt:       map[string]time.Time{},
+	}
+	if s.now == nil {
+		s.now = time.Now
 	}
 	if s.createTable {
 		ctx, cancel := context.WithTimeout(ctx, s.timeout)
@@ -623,6 +632,15 @@ func (s *MySQLStore) createUncommitted(ctx context.Context, t Tag) (*sql.Tx, err
 		}
 		return nil, tagError(t.Name, ErrShaped, "its counters are the rows "+t.Name+"@<period>")
 	}
+	if base, ok := shapedBase(t); ok {
+		if shaped, err := s.shapedLocked(ctx, tx, base); err != nil || shaped {
+			_ = tx.Rollback()
+			if err != nil {
+				return nil, fmt.Errorf("check shape: %w", err)
+			}
+			return nil, errRowNotShaped(t.Name, base)
+		}
+	}
 	if h := s.hooks.afterShapeLock; h != nil {
 		if err := h(ctx); err != nil {
 			_ = tx.Rollback()
@@ -630,7 +648,10 @@ func (s *MySQLStore) createUncommitted(ctx context.Context, t Tag) (*sql.Tx, err
 		}
 	}
 	if s.failoverAllocs > 0 {
-		jump, err := s.createFence(ctx, tx, t.Step)
+		jump, epoch, err := s.createFence(ctx, tx, t.Step)
+		if err == nil && t.Row != nil {
+			jump, err = s.rowOffset(ctx, tx, epoch, t) // sized by the row's own step (shaperow.go)
+		}
 		if err != nil {
 			_ = tx.Rollback()
 			s.dropPending(dbFenceKey)

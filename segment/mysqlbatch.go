@@ -243,8 +243,15 @@ func (s *MySQLStore) createBatchUncommitted(ctx context.Context, ops []*createOp
 	}
 	in := "(" + strings.TrimSuffix(strings.Repeat("?, ", len(ops)), ", ") + ")"
 
-	// The shape check (shapedLocked for each name).
-	found, err := lockedNames(ctx, tx, "SELECT biz_tag FROM leafd_tag_shape WHERE biz_tag IN "+in+" FOR UPDATE", names)
+	// The shape check (shapedLocked for each name, and for the prefix of a plain tag@x).
+	shapeNames := names
+	for _, op := range ops {
+		if base, ok := shapedBase(op.t); ok {
+			shapeNames = append(shapeNames[:len(shapeNames):len(shapeNames)], base)
+		}
+	}
+	shapeIn := "(" + strings.TrimSuffix(strings.Repeat("?, ", len(shapeNames)), ", ") + ")"
+	found, err := lockedNames(ctx, tx, "SELECT biz_tag FROM leafd_tag_shape WHERE biz_tag IN "+shapeIn+" FOR UPDATE", shapeNames)
 	var me *mysql.MySQLError
 	if errors.As(err, &me) && me.Number == mysqlErrNoSuchTable {
 		found, err = nil, nil
@@ -255,14 +262,14 @@ func (s *MySQLStore) createBatchUncommitted(ctx context.Context, ops []*createOp
 	if len(found) > 0 {
 		return nil, errBatchFallback
 	}
-	var jump int64
+	var jump, epoch int64
 	var self serverIdent
 	if s.failoverAllocs > 0 {
 		var most int64
 		for _, op := range ops {
 			most = max(most, op.t.Step)
 		}
-		if jump, err = s.createFence(ctx, tx, most); err != nil {
+		if jump, epoch, err = s.createFence(ctx, tx, most); err != nil {
 			return nil, fmt.Errorf("fence: %w", err)
 		}
 		expr, err := s.identExpr(ctx)
@@ -312,8 +319,22 @@ func (s *MySQLStore) createBatchUncommitted(ctx context.Context, ops []*createOp
 	var rows, fences strings.Builder
 	var rowArgs, fenceArgs []any
 	n := 0
+	type rowKey struct{ start, step int64 }
+	rowJumps := map[rowKey]int64{} // shaped tags' rows of one period and step share a jump
 	for _, op := range insert {
 		t := op.t
+		jump := jump
+		if t.Row != nil && s.failoverAllocs > 0 {
+			k := rowKey{t.Row.PeriodStart.UnixNano(), t.Step}
+			j, ok := rowJumps[k]
+			if !ok {
+				if j, err = s.rowOffset(ctx, tx, epoch, t); err != nil {
+					return nil, fmt.Errorf("fence: %w", err)
+				}
+				rowJumps[k] = j
+			}
+			jump = j
+		}
 		if jump > maxRangeEnd-t.MaxID {
 			op.err = fmt.Errorf("%w: start %d + failover gap %d overflows", ErrLimit, t.MaxID, jump)
 			continue

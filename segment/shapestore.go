@@ -1,6 +1,7 @@
 package segment
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"errors"
@@ -138,6 +139,16 @@ func (s *MySQLStore) createShapeUncommitted(ctx context.Context, tag string, spe
 	if !errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("check leaf_alloc: %w", err)
 	}
+	// Rows tag@... that this shape did not create: a locking range read, so a concurrent plain
+	// creation of one waits for this transaction and then finds the shape (shapedLocked).
+	var row string
+	err = tx.QueryRowContext(ctx, "SELECT biz_tag FROM leaf_alloc WHERE biz_tag LIKE ? ESCAPE '!' LIMIT 1 FOR UPDATE", likePrefix(tag+"@")).Scan(&row)
+	if err == nil {
+		return nil, errRowsExist(tag)
+	}
+	if !errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("check leaf_alloc rows: %w", err)
+	}
 	if h := s.hooks.afterShapeCheck; h != nil {
 		if err := h(ctx); err != nil {
 			return nil, err
@@ -147,6 +158,12 @@ func (s *MySQLStore) createShapeUncommitted(ctx context.Context, tag string, spe
 		return nil, err
 	}
 	return tx, nil
+}
+
+// likePrefix is a LIKE pattern (escape '!') matching the names that start with p.
+func likePrefix(p string) string {
+	r := strings.NewReplacer("!", "!!", "%", "!%", "_", "!_")
+	return r.Replace(p) + "%"
 }
 
 // shapedLocked reports, inside Create's transaction, whether name is a shaped tag, locking
@@ -225,6 +242,9 @@ func (s *BoltStore) CreateShape(ctx context.Context, tag string, spec []byte) er
 		if boltShaped(tx, tag) {
 			return tagError(tag, ErrTagExists, "tag already exists")
 		}
+		if boltHasRows(tx, tag) {
+			return errRowsExist(tag)
+		}
 		// Refusals before the first write: the transaction is shared (group commit).
 		b, err := tx.CreateBucketIfNotExists(boltShapeBucket)
 		if err != nil {
@@ -238,6 +258,44 @@ func (s *BoltStore) CreateShape(ctx context.Context, tag string, spec []byte) er
 func boltShaped(tx *bolt.Tx, name string) bool {
 	b := tx.Bucket(boltShapeBucket)
 	return b != nil && b.Get([]byte(name)) != nil
+}
+
+// boltShapedName is Create's check of a name against the shapes (see shapedBase).
+func boltShapedName(tx *bolt.Tx, t Tag) error {
+	if boltShaped(tx, t.Name) {
+		return tagError(t.Name, ErrShaped, "its counters are the rows "+t.Name+"@<period>")
+	}
+	if base, ok := shapedBase(t); ok && boltShaped(tx, base) {
+		return errRowNotShaped(t.Name, base)
+	}
+	return nil
+}
+
+// boltHasRows reports whether leaf_alloc has a row tag@....
+func boltHasRows(tx *bolt.Tx, tag string) bool {
+	prefix := []byte(tag + "@")
+	k, _ := tx.Bucket(boltAllocBucket).Cursor().Seek(prefix)
+	return k != nil && bytes.HasPrefix(k, prefix)
+}
+
+// shapedBase returns the prefix before the first '@' of a name that a plain creation (not a
+// shaped tag's own row) must not take when that prefix is a shaped tag: a plain row tag@x
+// would be served as the shaped tag's counter of period x, from a START it did not choose.
+func shapedBase(t Tag) (string, bool) {
+	i := strings.IndexByte(t.Name, '@')
+	if i <= 0 || t.Row != nil {
+		return "", false
+	}
+	return t.Name[:i], true
+}
+
+func errRowNotShaped(name, base string) error {
+	return tagError(name, ErrShaped, "'"+base+"' is a shaped tag and its counter rows are created only through it (IDS.NEXT "+base+")")
+}
+
+// errRowsExist: CreateShape of a name that has rows tag@... it did not create.
+func errRowsExist(tag string) error {
+	return tagError(tag, ErrTagExists, "rows '"+tag+"@...' exist: a shaped tag would take them over as its counters; choose another name")
 }
 
 // LoadShape reads tag's shape.

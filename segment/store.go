@@ -16,6 +16,17 @@ type Tag struct {
 	// Ordered (for Create): the tag is ORDERED, recorded in the creating transaction
 	// (MySQL: its leafd_leader row; embedded: the "ordered" bucket). See package ordered.
 	Ordered bool
+	// Row (for Create): the tag is a counter row tag@period of the shaped tag before its '@',
+	// created by that tag's shaped path (see Shapes). Any other creation of a name whose
+	// prefix is a shaped tag is ErrShaped.
+	Row *ShapeRow
+}
+
+// ShapeRow describes a shaped tag's counter row to Create.
+type ShapeRow struct {
+	// PeriodStart is the first instant of the row's period (zero: a tag without reset, whose
+	// one row may be created at any time).
+	PeriodStart time.Time
 }
 
 // Alloc is the row after one allocation. The leased range is [MaxID-step, MaxID) where step is

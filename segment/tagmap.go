@@ -262,3 +262,6 @@ func (g *Generator) drop(b *buffer) {
 		g.stats.droppedIDs.Add(b.issued())
 	}
 }
+
+// DefaultStep is the step of a tag created without one (Config.DefaultStep).
+func (g *Generator) DefaultStep() int64 { return g.cfg.DefaultStep }

@@ -179,14 +179,11 @@ func Compile(tag string, spec Spec, key []byte) (*Shape, error) {
 	if s.tmpl != nil && s.tmpl.has(fYear2) && s.tmpl.has(fYear4) {
 		return nil, bad("both yyyy and yy")
 	}
-	s.loc = time.UTC
-	if spec.TZ != "" {
-		if s.reset == ResetNone {
-			return nil, bad("TZ needs RESET")
-		}
-		if s.loc, err = time.LoadLocation(spec.TZ); err != nil {
-			return nil, bad("TZ %q: unknown time zone", spec.TZ)
-		}
+	if spec.TZ != "" && s.reset == ResetNone {
+		return nil, bad("TZ needs RESET")
+	}
+	if s.loc, err = CheckZone(spec.TZ); err != nil {
+		return nil, bad("%v", err)
 	}
 	if s.start > s.cap {
 		return nil, bad("START %d does not fit the counter's width (at most %d)", s.start, s.cap)
@@ -261,7 +258,12 @@ func (s *Shape) PeriodAt(t time.Time) *Period {
 	if p := s.cur.Load(); p != nil && (s.reset == ResetNone || !t.Before(p.Start) && t.Before(p.End)) {
 		return p
 	}
-	p := s.period(s.periodStart(t.In(s.loc)))
+	var p *Period
+	if s.reset == ResetNone {
+		p = s.period(time.Time{}, time.Time{})
+	} else {
+		p = s.periodAround(t)
+	}
 	s.cur.Store(p)
 	return p
 }
@@ -272,39 +274,20 @@ func (s *Shape) NextPeriod(p *Period) *Period {
 	if s.reset == ResetNone || p == nil {
 		return nil
 	}
-	return s.period(s.periodStart(p.End.In(s.loc)))
+	return s.periodAround(p.End)
 }
 
-func (s *Shape) periodStart(t time.Time) time.Time {
-	y, m, d := t.Date()
+// period builds the period [start, end) (in the tag's zone; zero for a tag without reset).
+func (s *Shape) period(start, end time.Time) *Period {
+	p := &Period{Start: start, End: end}
 	switch s.reset {
 	case ResetHour:
-		return time.Date(y, m, d, t.Hour(), 0, 0, 0, s.loc)
-	case ResetDay:
-		return time.Date(y, m, d, 0, 0, 0, 0, s.loc)
-	case ResetMonth:
-		return time.Date(y, m, 1, 0, 0, 0, 0, s.loc)
-	case ResetYear:
-		return time.Date(y, 1, 1, 0, 0, 0, 0, s.loc)
-	}
-	return time.Time{}
-}
-
-// period builds the period starting at start (in the tag's zone).
-func (s *Shape) period(start time.Time) *Period {
-	p := &Period{Start: start}
-	switch s.reset {
-	case ResetHour:
-		p.End = start.Add(time.Hour)
 		p.Key = start.Format("2006010215")
 	case ResetDay:
-		p.End = start.AddDate(0, 0, 1)
 		p.Key = start.Format("20060102")
 	case ResetMonth:
-		p.End = start.AddDate(0, 1, 0)
 		p.Key = start.Format("200601")
 	case ResetYear:
-		p.End = start.AddDate(1, 0, 0)
 		p.Key = start.Format("2006")
 	}
 	p.Row = s.tag + RowSep + p.Key
@@ -425,7 +408,7 @@ func (s *Shape) Parse(id string) (Parsed, error) {
 		if err != nil || v == 0 || v > uint64(s.cap) || strconv.FormatUint(v, 10) != id {
 			return fail("not a decimal integer in the tag's domain")
 		}
-		p := s.period(time.Time{})
+		p := s.period(time.Time{}, time.Time{})
 		c, err := s.counter(p, v)
 		if err != nil || c < s.start {
 			return fail("outside the tag's counters")
@@ -473,10 +456,10 @@ func (s *Shape) Parse(id string) (Parsed, error) {
 	if s.reset == ResetNone {
 		p = s.PeriodAt(time.Time{})
 	} else {
-		p = s.period(s.periodStart(time.Date(year, time.Month(month), day, hour, 0, 0, 0, s.loc)))
-		// The date must be exactly the period's (no 13th month, no 31 February): rendering the
-		// period again gives the same text.
-		if string(p.prefix) != id[:len(p.prefix)] || string(p.suffix) != id[len(id)-len(p.suffix):] {
+		// The date must be exactly a period's (no 13th month, no 31 February, no hour a
+		// spring-forward skips): rendering the period again gives the same text.
+		p = s.periodOfLabel(s.labelOfFields(year, month, day, hour))
+		if p == nil || string(p.prefix) != id[:len(p.prefix)] || string(p.suffix) != id[len(id)-len(p.suffix):] {
 			return fail("not a valid date of a period")
 		}
 	}

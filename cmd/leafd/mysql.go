@@ -27,6 +27,7 @@ func openMySQL(ctx context.Context, cfg Config, log *zap.Logger) (segment.Store,
 	mcfg.FailoverAllocs = cfg.MySQLFailover
 	mcfg.MaxStep = cfg.MaxStep
 	mcfg.RequireSemiSync = cfg.MySQLSemiSync
+	mcfg.Now = periodClock(cfg.PeriodClockOffset) // takeover instants are compared with periods
 	st, err := segment.OpenMySQL(ctx, mcfg, log.Named("mysql"))
 	if err != nil {
 		_ = marks.Close()
