@@ -13,6 +13,7 @@ import (
 	"unsafe"
 
 	"github.com/leafd/leafd/internal/limits"
+	"github.com/leafd/leafd/internal/storeerr"
 	"github.com/leafd/leafd/ordered"
 	"github.com/leafd/leafd/resp"
 	"github.com/leafd/leafd/segment"
@@ -418,6 +419,11 @@ func (h *Handler) errorCode(err error) (code, msg string) {
 		return "TAGEXISTS", fmt.Sprintf("tag '%s' already exists", tag)
 	case errors.Is(err, segment.ErrUnavailable):
 		h.log.Debug("segment unavailable", zap.String("tag", tag), zap.Error(err))
+		if c := storeerr.Classify(err); c != storeerr.None && !c.Transient() {
+			return "STORE", fmt.Sprintf("no segment ready for tag '%s': %s", tag, storeerr.Describe(err))
+		} else if waited == "" && c != storeerr.None {
+			waited = storeerr.Describe(err)
+		}
 		if waited == "" {
 			waited = "store unreachable or slow"
 		}
@@ -448,11 +454,24 @@ func (h *Handler) errorCode(err error) (code, msg string) {
 		return "CLOCKBACK", strings.TrimPrefix(err.Error(), "snowflake: ")
 	case errors.Is(err, snowflake.ErrNoWorker):
 		h.log.Debug("no worker id", zap.Error(err))
+		if c := storeerr.ClassifyText(err.Error()); c != storeerr.None && !c.Transient() {
+			return "NOWORKER", "no usable worker id: the worker-id store fails: " + storeerr.DescribeText(err.Error())
+		} else if c != storeerr.None {
+			return "NOWORKER", "no usable worker id: the worker-id store fails: " + storeerr.DescribeText(err.Error()) + "; retry later"
+		}
 		return "NOWORKER", "no usable worker id: " + snowflake.Waiting(err) + "; retry later"
 	case errors.Is(err, snowflake.ErrOverflow):
 		return "OVERFLOW", "the timestamp no longer fits the snowflake layout; check the epoch and the clock"
 	case errors.Is(err, snowflake.ErrLimit):
 		return "LIMIT", strings.TrimPrefix(err.Error(), "snowflake: ")
+	}
+	// A store failure of any command (IDS.CREATE, IDS.INFO, a shape's row) says its cause.
+	if c := storeerr.Classify(err); c != storeerr.None {
+		h.log.Debug("store error", zap.String("cause", c.String()), zap.Error(err))
+		if c.Transient() {
+			return "UNAVAILABLE", storeerr.Describe(err) + "; retry later"
+		}
+		return "STORE", storeerr.Describe(err)
 	}
 	h.log.Error("command failed", zap.Error(err))
 	return "ERR", msgInternal

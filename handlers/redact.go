@@ -1,6 +1,10 @@
 package handlers
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/leafd/leafd/internal/storeerr"
+)
 
 // The raw errors the cores keep for display (a tag's last load error, the snowflake status)
 // can carry a database or ZooKeeper address, a DSN's user or a file path. The server logs
@@ -23,6 +27,11 @@ func publicLoadError(s string) string {
 		return "too many loads at once" + seeLog
 	case strings.Contains(l, "closed"):
 		return "shutting down"
+	}
+	if d := storeerr.DescribeText(s); d != "" { // the cause, in words (no address, no user)
+		return d + seeLog
+	}
+	switch {
 	case containsAny(l, "timeout", "deadline exceeded", "timed out"):
 		return "store timed out" + seeLog
 	case containsAny(l, "refused", "no such host", "unreachable", "reset by peer", "broken pipe",
@@ -39,6 +48,9 @@ func publicStoreError(s string) string {
 		return ""
 	}
 	if strings.HasPrefix(s, "regression marks: ") { // segment's marksAnswered
+		if d := storeerr.DescribeText(s); d != "" {
+			return "the marks file failed: " + d + seeLog
+		}
 		return "the marks file failed" + seeLog
 	}
 	return publicLoadError(s)
@@ -71,6 +83,9 @@ func publicStatus(s string) string {
 		return "no worker id: the time bound could not be extended" + seeLog
 	case strings.Contains(l, "acquiring worker id"):
 		return "no worker id yet: acquiring one"
+	}
+	if d := storeerr.DescribeText(s); d != "" {
+		return "no worker id: the worker-id store fails: " + d + seeLog
 	}
 	return "no worker id: worker-id source unavailable" + seeLog
 }
