@@ -9,6 +9,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"github.com/leafd/leafd/internal/storeerr"
 	"math"
 	mrand "math/rand/v2"
 	"strconv"
@@ -99,8 +100,8 @@ func (c MySQLConfig) Validate() error {
 	if c.DSN == "" {
 		return errors.New("segment: mysql DSN is empty")
 	}
-	if _, err := mysql.ParseDSN(c.DSN); err != nil {
-		return fmt.Errorf("segment: mysql DSN: %w", err)
+	if _, err := storeerr.ParseDSN(c.DSN); err != nil {
+		return fmt.Errorf("segment: %w", err)
 	}
 	switch {
 	case c.MaxOpenConns < 0:
@@ -161,9 +162,9 @@ func idleSessionTimeout(query time.Duration) time.Duration {
 //     prepared statements for the character sets where interpolation is not safe (it refuses
 //     to interpolate them), and escapes by the session's NO_BACKSLASH_ESCAPES mode.
 func driverConfig(cfg MySQLConfig) (*mysql.Config, error) {
-	dcfg, err := mysql.ParseDSN(cfg.DSN)
+	dcfg, err := storeerr.ParseDSN(cfg.DSN)
 	if err != nil {
-		return nil, fmt.Errorf("segment: mysql DSN: %w", err)
+		return nil, fmt.Errorf("segment: %w", err)
 	}
 	if dcfg.Timeout == 0 {
 		dcfg.Timeout = cfg.QueryTimeout

@@ -16,6 +16,7 @@ import (
 	"context"
 	"database/sql/driver"
 	"errors"
+	"fmt"
 	"net"
 	"regexp"
 	"strconv"
@@ -305,4 +306,15 @@ func byErrno(e syscall.Errno) Class {
 		return Unreachable
 	}
 	return None
+}
+
+// ParseDSN is mysql.ParseDSN whose error is a DSN Error that shows the expected form (the
+// driver's own text, e.g. "default addr for network 'db:3306' unknown" for a DSN without
+// tcp(...), does not say what it wants).
+func ParseDSN(dsn string) (*mysql.Config, error) {
+	c, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		return nil, &Error{Class: DSN, Err: fmt.Errorf("mysql DSN: %w; write it as %s", err, DSNForm)}
+	}
+	return c, nil
 }
