@@ -12,6 +12,8 @@ import (
 	"time"
 	"unsafe"
 
+	"go.uber.org/zap"
+
 	"github.com/leafd/leafd/internal/limits"
 	"github.com/leafd/leafd/internal/storeerr"
 	"github.com/leafd/leafd/ordered"
@@ -19,7 +21,6 @@ import (
 	"github.com/leafd/leafd/segment"
 	"github.com/leafd/leafd/shape"
 	"github.com/leafd/leafd/snowflake"
-	"go.uber.org/zap"
 )
 
 // Segments is what the segment commands need from the segment core.

@@ -9,7 +9,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"github.com/leafd/leafd/internal/storeerr"
 	"math"
 	mrand "math/rand/v2"
 	"strconv"
@@ -20,6 +19,10 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/leafd/leafd/internal/quietlog"
+	"github.com/leafd/leafd/internal/storeerr"
 )
 
 var (
@@ -218,6 +221,7 @@ type MySQLStore struct {
 	db      *sql.DB
 	timeout time.Duration
 	log     *zap.Logger
+	quiet   *quietlog.Log
 
 	createTable bool
 	tableReady  atomic.Bool   // CREATE TABLE done, or refused by the server: stop trying
@@ -287,6 +291,7 @@ func OpenMySQL(ctx context.Context, cfg MySQLConfig, log *zap.Logger) (*MySQLSto
 		db:          db,
 		timeout:     cfg.QueryTimeout,
 		log:         log,
+		quiet:       quietlog.New(log, quietlog.DefaultEvery, nil),
 		createTable: cfg.CreateTable,
 		tableSem:    make(chan struct{}, 1),
 
@@ -710,6 +715,10 @@ func (s *MySQLStore) beforeTx(ctx context.Context) error {
 	return err
 }
 
+// msgGapFailed is the kind (quietlog) of a failed record of the safety gap, tried at every
+// allocation until it succeeds.
+const msgGapFailed = "segment: cannot record the safety gap in leafd_fence; retrying at the next allocation"
+
 // ensureGap records this instance's safety gap in the database fence row once (failover.go).
 // A failure is logged and retried at the next call.
 func (s *MySQLStore) ensureGap(ctx context.Context) {
@@ -717,10 +726,11 @@ func (s *MySQLStore) ensureGap(ctx context.Context) {
 		return
 	}
 	if err := s.recordGap(ctx); err != nil {
-		s.log.Warn("segment: cannot record the safety gap in leafd_fence; retrying at the next allocation", zap.Error(err))
+		s.quiet.Fail(zapcore.WarnLevel, msgGapFailed, err, zap.String("cause", storeerr.Classify(err).String()))
 		return
 	}
 	s.gapRecorded.Store(true)
+	s.quiet.OK(msgGapFailed, "segment: safety gap recorded in leafd_fence")
 }
 
 // Close closes the connection pool and waits for the creation committer. It is idempotent.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/leafd/leafd/internal/quietlog"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -13,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/leafd/leafd/internal/clock"
+	"github.com/leafd/leafd/internal/quietlog"
 )
 
 // Info is a snapshot of the generator's state (INFO snowflake, /status).

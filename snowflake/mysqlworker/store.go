@@ -5,12 +5,13 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"github.com/leafd/leafd/internal/storeerr"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+
+	"github.com/leafd/leafd/internal/storeerr"
 )
 
 // Table is the name of the worker-id table, in the database of the DSN, beside leaf_alloc.
