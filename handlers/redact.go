@@ -79,13 +79,18 @@ func publicStatus(s string) string {
 		return "no worker id yet: waiting for the clock to pass the start bound persisted by an earlier run"
 	case strings.Contains(l, "start bound") && strings.Contains(l, "ahead of the clock"):
 		return "no worker id: the start bound is further ahead of the clock than --start-wait-max" + seeLog
+	}
+	if d := storeerr.DescribeText(s); d != "" { // the worker-id store's cause, when it has one
+		if strings.Contains(l, "extending lease") {
+			return "no worker id: the time bound could not be extended: " + d + seeLog
+		}
+		return "no worker id: the worker-id store fails: " + d + seeLog
+	}
+	switch {
 	case strings.Contains(l, "extending lease"):
 		return "no worker id: the time bound could not be extended" + seeLog
 	case strings.Contains(l, "acquiring worker id"):
 		return "no worker id yet: acquiring one"
-	}
-	if d := storeerr.DescribeText(s); d != "" {
-		return "no worker id: the worker-id store fails: " + d + seeLog
 	}
 	return "no worker id: worker-id source unavailable" + seeLog
 }

@@ -182,7 +182,11 @@ func (g *Generator) extend(ctx context.Context, until int64) (lost bool) {
 		if errors.Is(err, ErrWorkerLost) && !g.closed {
 			// Stop at once (the IDs issued so far are below the lease the successor started
 			// above), then acquire again above every bound, like a new start.
-			g.log.Error("snowflake: worker id lost; acquiring a worker id again", zap.Int64("worker_id", g.workerID), zap.Error(err))
+			if errors.Is(err, ErrLeaseLapsed) {
+				g.log.Warn("snowflake: worker id lease lapsed (nobody took it over); acquiring it again", zap.Int64("worker_id", g.workerID), zap.Error(err))
+			} else {
+				g.log.Error("snowflake: worker id lost; acquiring a worker id again", zap.Int64("worker_id", g.workerID), zap.Error(err))
+			}
 			g.haveWorker, g.workerID = false, -1
 			g.lease.Store(0)
 			g.setStatus(fmt.Errorf("%w; acquiring a worker id again", err))
