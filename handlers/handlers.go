@@ -110,6 +110,9 @@ type Config struct {
 	// creates the next period's row and loads its first segment in the background, so that
 	// at the boundary the tag serves from memory. Default 30s; negative turns it off.
 	PeriodLead time.Duration
+	// MetricsMaxTags bounds the tags with per-tag series in /metrics (default
+	// DefaultMetricsMaxTags; negative: none, totals only). See metrictags.go.
+	MetricsMaxTags int
 	// Now is the clock (default time.Now); Sleep waits (default time.Sleep).
 	Now   func() time.Time
 	Sleep func(time.Duration)
@@ -148,6 +151,7 @@ func DefaultConfig() Config {
 		AuthMaxFailures: DefaultAuthMaxFailures,
 		AuthFailRate:    DefaultAuthFailRate,
 		AuthFailBurst:   DefaultAuthFailBurst,
+		MetricsMaxTags:  DefaultMetricsMaxTags,
 		Now:             time.Now,
 		Sleep:           time.Sleep,
 	}
@@ -203,6 +207,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.AuthFailBurst <= 0 {
 		c.AuthFailBurst = d.AuthFailBurst
+	}
+	if c.MetricsMaxTags == 0 {
+		c.MetricsMaxTags = d.MetricsMaxTags
 	}
 	return c
 }

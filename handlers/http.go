@@ -364,20 +364,33 @@ func (h *Handler) readyReport() readyReport {
 	return h.modeReport(!h.cfg.NoSegment, !h.cfg.NoSnowflake)
 }
 
+// ready is readyReport().Ready without the list of tags (/metrics and /status at any tag
+// count).
+func (h *Handler) ready() bool {
+	return h.modeReadiness(!h.cfg.NoSegment, !h.cfg.NoSnowflake, false).Ready
+}
+
 // modeReport is the readiness of the modes asked for (each enabled).
 func (h *Handler) modeReport(seg, snow bool) readyReport {
+	return h.modeReadiness(seg, snow, true)
+}
+
+// modeReadiness is modeReport, with the held tags listed when withTags.
+func (h *Handler) modeReadiness(seg, snow, withTags bool) readyReport {
 	rep := readyReport{Ready: true, Alive: true, Modes: []string{}, Segment: []tagReadiness{}}
 	if seg {
 		health := h.seg.Health()
 		rep.Modes = append(rep.Modes, "segment")
 		rep.Ready, rep.Store, rep.StoreError, rep.Warming = health.Ready(), health.StoreOK, publicStoreError(health.StoreError), health.Warming
 		rep.StoreCause = storeCause(health.StoreError)
-		for _, tag := range h.seg.Tags() {
-			in, err := h.seg.Info(tag)
-			if err != nil {
-				continue // dropped since Tags
+		if withTags {
+			for _, tag := range h.seg.Tags() {
+				in, err := h.seg.Info(tag)
+				if err != nil {
+					continue // dropped since Tags
+				}
+				rep.Segment = append(rep.Segment, readiness(in))
 			}
-			rep.Segment = append(rep.Segment, readiness(in))
 		}
 	}
 	sf := &snowflakeReadiness{WorkerID: -1}

@@ -176,7 +176,7 @@ func (h *Handler) serveStatusJSON(w http.ResponseWriter, r *http.Request) {
 	}
 	filter := q.Get("filter")
 	rep := statusReport{Version: h.cfg.Version, Store: h.cfg.StoreName, NowMs: now.UnixMilli(),
-		Ready: h.readyReport().Ready, Sort: order, Filter: filter, Tags: []statusTag{}}
+		Ready: h.ready(), Sort: order, Filter: filter, Tags: []statusTag{}}
 	tags := h.seg.Tags()
 	infos := make([]segment.Info, 0, len(tags))
 	issued := make(map[string]int64, len(tags))

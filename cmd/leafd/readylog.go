@@ -57,3 +57,12 @@ func logStart(log *zap.Logger, seg *segment.Generator, segmentOn bool, fields []
 	}()
 	return func() { close(quit); <-done }
 }
+
+// metricsMaxTags maps --metrics-max-tags (0: none) to handlers.Config.MetricsMaxTags
+// (0: the default, negative: none).
+func metricsMaxTags(n int) int {
+	if n == 0 {
+		return -1
+	}
+	return n
+}

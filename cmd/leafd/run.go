@@ -143,6 +143,7 @@ func run(ctx context.Context, cfg Config, log *zap.Logger, ready func(net.Addr))
 		Ordered:        ord,
 		Forward:        fwd,
 		PeriodNow:      periodClock(cfg.PeriodClockOffset),
+		MetricsMaxTags: metricsMaxTags(cfg.MetricsMaxTags),
 	}, seg, snow, log.Named("handlers"))
 
 	rcfg := resp.DefaultConfig()
