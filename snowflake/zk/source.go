@@ -158,7 +158,7 @@ func NewSource(cfg Config) (*Source, error) {
 type zkLogger struct{ q *quietlog.Log }
 
 func (z zkLogger) Printf(format string, args ...any) {
-	z.q.Fail(zapcore.DebugLevel, "zookeeper client: "+strings.TrimSpace(format), errors.New(fmt.Sprintf(format, args...)))
+	z.q.Fail(zapcore.DebugLevel, "zookeeper client: "+strings.TrimSpace(format), fmt.Errorf(format, args...))
 }
 
 // call runs one ZooKeeper operation of s bounded by ctx (the client itself only gives up after a
