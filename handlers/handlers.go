@@ -13,8 +13,10 @@ import (
 	"unsafe"
 
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	"github.com/leafd/leafd/internal/limits"
+	"github.com/leafd/leafd/internal/quietlog"
 	"github.com/leafd/leafd/internal/storeerr"
 	"github.com/leafd/leafd/ordered"
 	"github.com/leafd/leafd/resp"
@@ -126,6 +128,7 @@ type Handler struct {
 	snow  Snowflakes // nil when snowflake mode is off
 	srv   *resp.Server
 	log   *zap.Logger
+	quiet *quietlog.Log // store errors of commands: one line per kind, then a summary per 10 s
 	table map[string]*command
 	// waiters[n] are the commands of the table with a mayWait flag whose name is n bytes
 	// long (MayBlock's look-up, made from the table in New).
@@ -218,7 +221,8 @@ func (c Config) withDefaults() Config {
 // fields of cfg take their defaults (DefaultConfig).
 func New(cfg Config, seg Segments, snow Snowflakes, log *zap.Logger) *Handler {
 	cfg = cfg.withDefaults()
-	h := &Handler{cfg: cfg, seg: seg, snow: snow, log: log, now: cfg.Now, ord: cfg.Ordered, fwd: cfg.Forward}
+	h := &Handler{cfg: cfg, seg: seg, snow: snow, log: log, now: cfg.Now, ord: cfg.Ordered, fwd: cfg.Forward,
+		quiet: quietlog.New(log, quietlog.DefaultEvery, cfg.Now)}
 	h.table = make(map[string]*command)
 	cmds := commands()
 	for i, c := range cmds {
@@ -475,7 +479,7 @@ func (h *Handler) errorCode(err error) (code, msg string) {
 	}
 	// A store failure of any command (IDS.CREATE, IDS.INFO, a shape's row) says its cause.
 	if c := storeerr.Classify(err); c != storeerr.None {
-		h.log.Debug("store error", zap.String("cause", c.String()), zap.Error(err))
+		h.quiet.Fail(zapcore.WarnLevel, "command failed: store error", err, zap.String("cause", c.String()))
 		if c.Transient() {
 			return "UNAVAILABLE", storeerr.Describe(err) + "; retry later"
 		}
