@@ -414,7 +414,11 @@ func (h *Handler) errorCode(err error) (code, msg string) {
 	detail := ""
 	waited := ""
 	var te *segment.TagError
-	if errors.As(err, &te) {
+	if errors.As(err, &te) && errors.Is(te.Err, segment.ErrUnknownTag) && errors.Is(te.Cause, segment.ErrUnavailable) {
+		err = te.Cause // IDS.INFO of a tag not held whose first load just failed: why it failed
+		errors.As(err, &te)
+	}
+	if te != nil {
 		tag, detail, waited = te.Tag, te.Detail, te.Waited
 	}
 	switch {

@@ -44,18 +44,19 @@ func segInfo(s *seg) SegmentInfo {
 }
 
 // Info returns the buffer state of tag (IDS.INFO). It does not load anything; a tag not held
-// fails with ErrUnknownTag, or, when its first load failed moments ago (the negative cache),
-// with that load's error (ErrUnavailable with the store's cause).
+// fails with ErrUnknownTag. When its first load failed moments ago (the negative cache), that
+// load's error (ErrUnavailable, with the store's cause) is the TagError's Cause.
 func (g *Generator) Info(tag string) (Info, error) {
 	b := g.tags.load(tag)
 	if b == nil {
 		if err := ValidateTag(tag); err != nil {
 			return Info{}, err
 		}
+		te := tagError(tag, ErrUnknownTag, "tag not held by this instance")
 		if err := g.negative(tag); err != nil && errors.Is(err, ErrUnavailable) {
-			return Info{}, err
+			te.Cause = err
 		}
-		return Info{}, tagError(tag, ErrUnknownTag, "tag not held by this instance")
+		return Info{}, te
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()

@@ -40,7 +40,9 @@ type TagError struct {
 	// the cause is the store's last failed load, or unknown.
 	Waited string
 	// Cause is, for ErrUnavailable, the error of the tag's last failed load (nil when
-	// none): its chain says what the store answered (internal/storeerr reads it).
+	// none): its chain says what the store answered (internal/storeerr reads it). For
+	// ErrUnknownTag from Info, the ErrUnavailable error of a first load that failed moments
+	// ago, when there is one.
 	Cause error
 }
 
