@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"sync/atomic"
 	"time"
+
+	"github.com/leafd/leafd/internal/mysqlcluster"
 )
 
 // mysqlCreateLeader is leafd's table of ORDERED tags and their leader leases: a row marks the
@@ -17,7 +19,7 @@ const mysqlCreateLeader = "CREATE TABLE IF NOT EXISTS `leafd_leader` (\n" +
 	"  `holder` varchar(255) NOT NULL DEFAULT '' COMMENT 'the instance holding the lease',\n" +
 	"  `epoch` bigint NOT NULL DEFAULT 0 COMMENT 'term: grows by one at each change of holder or lapse',\n" +
 	"  `expires` datetime(3) NOT NULL DEFAULT '1970-01-02 00:00:00.000' COMMENT 'database clock',\n" +
-	"  `server_id` bigint NOT NULL DEFAULT 0 COMMENT '@@server_id of the server that granted the lease (a change: a failover)',\n" +
+	"  `server_id` bigint NOT NULL DEFAULT 0 COMMENT '@@server_id of the server that granted the lease (a change: a failover); on Galera, of the cluster',\n" +
 	"  PRIMARY KEY (`biz_tag`)\n" +
 	") ENGINE=InnoDB"
 
@@ -25,7 +27,8 @@ const mysqlCreateLeader = "CREATE TABLE IF NOT EXISTS `leafd_leader` (\n" +
 type MySQLLeases struct {
 	db      *sql.DB
 	timeout time.Duration
-	ensured atomic.Bool // leafd_leader exists
+	ensured atomic.Bool            // leafd_leader exists
+	ident   atomic.Pointer[string] // SQL of the database's identity (mysqlcluster), once known
 }
 
 // NewMySQLLeases uses db (owned by the caller) with timeout per call.
@@ -108,27 +111,57 @@ func (m *MySQLLeases) Release(ctx context.Context, tag, holder string) error {
 // renewed (same holder, live: same epoch), taken (lapsed: next epoch) or refused (live, held
 // by another). A row last granted by another server (server_id: a failover since, perhaps to
 // a replica that missed the latest renewals) is a new term that must settle (Grant.Settle).
-func (m *MySQLLeases) Acquire(ctx context.Context, tag, holder string, length time.Duration) (Grant, error) {
+//
+// The database's identity is the cluster's on a Galera member (identExpr): a renewal through
+// another member is no failover. A transaction the server rolled back whole (a certification
+// conflict at COMMIT, a deadlock victim) runs again (mysqlcluster.Retry).
+func (m *MySQLLeases) Acquire(ctx context.Context, tag, holder string, length time.Duration) (g Grant, err error) {
 	ctx, cancel := context.WithTimeout(ctx, m.timeout)
 	defer cancel()
+	self, err := m.identExpr(ctx)
+	if err != nil {
+		return Grant{}, err
+	}
+	err = mysqlcluster.Retry(ctx, nil, func(ctx context.Context) error {
+		g, err = m.acquire(ctx, tag, holder, length, self)
+		return err
+	})
+	return g, err
+}
+
+// identExpr is the SQL of the database's identity, one BIGINT (mysqlcluster.Detect).
+func (m *MySQLLeases) identExpr(ctx context.Context) (string, error) {
+	if p := m.ident.Load(); p != nil {
+		return *p, nil
+	}
+	id, err := mysqlcluster.Detect(ctx, m.db)
+	if err != nil {
+		return "", err
+	}
+	m.ident.Store(&id.ID)
+	return id.ID, nil
+}
+
+func (m *MySQLLeases) acquire(ctx context.Context, tag, holder string, length time.Duration, self string) (Grant, error) {
 	tx, err := m.db.BeginTx(ctx, nil)
 	if err != nil {
 		return Grant{}, err
 	}
 	defer func() { _ = tx.Rollback() }()
 	var cur string
-	var epoch, server, self, left int64
+	var epoch, server, left int64
+	var me mysqlcluster.ID // NULL: mysqlcluster.ErrNoIdentity, retried
 	var live bool
 	err = tx.QueryRowContext(ctx,
-		"SELECT holder, epoch, expires >= UTC_TIMESTAMP(3), server_id, @@server_id, GREATEST(0, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(3), expires)) "+
-			"FROM leafd_leader WHERE biz_tag = ? FOR UPDATE", tag).Scan(&cur, &epoch, &live, &server, &self, &left)
+		"SELECT holder, epoch, expires >= UTC_TIMESTAMP(3), server_id, "+self+", GREATEST(0, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(3), expires)) "+
+			"FROM leafd_leader WHERE biz_tag = ? FOR UPDATE", tag).Scan(&cur, &epoch, &live, &server, &me, &left)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Grant{}, fmt.Errorf("%w: %q", ErrNotOrdered, tag)
 	}
 	if err != nil {
 		return Grant{}, err
 	}
-	moved := cur != "" && server != self
+	moved := cur != "" && server != int64(me)
 	if live && cur != holder && !moved {
 		return Grant{Holder: cur, Epoch: epoch, Remaining: time.Duration(left) * time.Microsecond}, nil
 	}
@@ -139,7 +172,7 @@ func (m *MySQLLeases) Acquire(ctx context.Context, tag, holder string, length ti
 		epoch++
 	}
 	_, err = tx.ExecContext(ctx,
-		"UPDATE leafd_leader SET holder = ?, epoch = ?, expires = UTC_TIMESTAMP(3) + INTERVAL ? MICROSECOND, server_id = @@server_id WHERE biz_tag = ?",
+		"UPDATE leafd_leader SET holder = ?, epoch = ?, expires = UTC_TIMESTAMP(3) + INTERVAL ? MICROSECOND, server_id = "+self+" WHERE biz_tag = ?",
 		holder, epoch, length.Microseconds(), tag)
 	if err != nil {
 		return Grant{}, err
