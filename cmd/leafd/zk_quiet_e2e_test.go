@@ -13,9 +13,9 @@ import (
 // connection reset, as a down server). The lease extension is retried every 100 ms (about
 // 120 tries); each kind of failure logs once, then a summary per 10 s, then its recovery, so
 // the outage writes at most 2 kinds x (1 + 12 s / 10 s) + 2 recoveries + the session's own
-// line = 9 warnings, where one line per try was 120 (the same rate bound gives 10 lines for
-// a 60 s outage of one kind: 1 + 6 summaries + the recovery, as TestOutageLogsQuietly checks
-// on an injected clock).
+// line = 9 warnings, where one line per try was 120 (the same rate bound gives at most 8
+// lines for a 60 s outage of one kind: the first, 6 summaries, the recovery;
+// TestOutageLogsQuietly checks 60 s on an injected clock).
 func TestZKOutageLogsQuietly(t *testing.T) {
 	zkAddr := testenv.ZKAddr(t)
 	px := e2e.StartProxy(t, zkAddr)
