@@ -5,7 +5,7 @@ import "sync/atomic"
 // errorCodes are the codes errorCode returns; leafd_command_errors_total has one series each.
 var errorCodes = [...]string{"ERR", "NOTAG", "TAGEXISTS", "BADTAG", "UNAVAILABLE", "REGRESSION",
 	"LIMIT", "CLOCKBACK", "NOWORKER", "OVERFLOW", "NOPERM", "NOPROTO", "WRONGPASS",
-	"NOTADOPTED", "DISABLED"}
+	"NOTADOPTED", "DISABLED", "STORE"}
 
 // errorCounts counts the error replies of commands (RESP and HTTP) by code. Only error paths
 // touch it.

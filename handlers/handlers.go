@@ -12,13 +12,17 @@ import (
 	"time"
 	"unsafe"
 
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
 	"github.com/leafd/leafd/internal/limits"
+	"github.com/leafd/leafd/internal/quietlog"
+	"github.com/leafd/leafd/internal/storeerr"
 	"github.com/leafd/leafd/ordered"
 	"github.com/leafd/leafd/resp"
 	"github.com/leafd/leafd/segment"
 	"github.com/leafd/leafd/shape"
 	"github.com/leafd/leafd/snowflake"
-	"go.uber.org/zap"
 )
 
 // Segments is what the segment commands need from the segment core.
@@ -108,6 +112,9 @@ type Config struct {
 	// creates the next period's row and loads its first segment in the background, so that
 	// at the boundary the tag serves from memory. Default 30s; negative turns it off.
 	PeriodLead time.Duration
+	// MetricsMaxTags bounds the tags with per-tag series in /metrics (default
+	// DefaultMetricsMaxTags; negative: none, totals only). See metrictags.go.
+	MetricsMaxTags int
 	// Now is the clock (default time.Now); Sleep waits (default time.Sleep).
 	Now   func() time.Time
 	Sleep func(time.Duration)
@@ -121,6 +128,7 @@ type Handler struct {
 	snow  Snowflakes // nil when snowflake mode is off
 	srv   *resp.Server
 	log   *zap.Logger
+	quiet *quietlog.Log // store errors of commands: one line per kind, then a summary per 10 s
 	table map[string]*command
 	// waiters[n] are the commands of the table with a mayWait flag whose name is n bytes
 	// long (MayBlock's look-up, made from the table in New).
@@ -146,6 +154,7 @@ func DefaultConfig() Config {
 		AuthMaxFailures: DefaultAuthMaxFailures,
 		AuthFailRate:    DefaultAuthFailRate,
 		AuthFailBurst:   DefaultAuthFailBurst,
+		MetricsMaxTags:  DefaultMetricsMaxTags,
 		Now:             time.Now,
 		Sleep:           time.Sleep,
 	}
@@ -202,6 +211,9 @@ func (c Config) withDefaults() Config {
 	if c.AuthFailBurst <= 0 {
 		c.AuthFailBurst = d.AuthFailBurst
 	}
+	if c.MetricsMaxTags == 0 {
+		c.MetricsMaxTags = d.MetricsMaxTags
+	}
 	return c
 }
 
@@ -209,7 +221,8 @@ func (c Config) withDefaults() Config {
 // fields of cfg take their defaults (DefaultConfig).
 func New(cfg Config, seg Segments, snow Snowflakes, log *zap.Logger) *Handler {
 	cfg = cfg.withDefaults()
-	h := &Handler{cfg: cfg, seg: seg, snow: snow, log: log, now: cfg.Now, ord: cfg.Ordered, fwd: cfg.Forward}
+	h := &Handler{cfg: cfg, seg: seg, snow: snow, log: log, now: cfg.Now, ord: cfg.Ordered, fwd: cfg.Forward,
+		quiet: quietlog.New(log, quietlog.DefaultEvery, cfg.Now)}
 	h.table = make(map[string]*command)
 	cmds := commands()
 	for i, c := range cmds {
@@ -402,7 +415,11 @@ func (h *Handler) errorCode(err error) (code, msg string) {
 	detail := ""
 	waited := ""
 	var te *segment.TagError
-	if errors.As(err, &te) {
+	if errors.As(err, &te) && errors.Is(te.Err, segment.ErrUnknownTag) && errors.Is(te.Cause, segment.ErrUnavailable) {
+		err = te.Cause // IDS.INFO of a tag not held whose first load just failed: why it failed
+		errors.As(err, &te)
+	}
+	if te != nil {
 		tag, detail, waited = te.Tag, te.Detail, te.Waited
 	}
 	switch {
@@ -419,6 +436,11 @@ func (h *Handler) errorCode(err error) (code, msg string) {
 		return "TAGEXISTS", fmt.Sprintf("tag '%s' already exists", tag)
 	case errors.Is(err, segment.ErrUnavailable):
 		h.log.Debug("segment unavailable", zap.String("tag", tag), zap.Error(err))
+		if c := storeerr.Classify(err); c != storeerr.None && !c.Transient() {
+			return "STORE", fmt.Sprintf("no segment ready for tag '%s': %s", tag, storeerr.Describe(err))
+		} else if waited == "" && c != storeerr.None {
+			waited = storeerr.Describe(err)
+		}
 		if waited == "" {
 			waited = "store unreachable or slow"
 		}
@@ -449,11 +471,24 @@ func (h *Handler) errorCode(err error) (code, msg string) {
 		return "CLOCKBACK", strings.TrimPrefix(err.Error(), "snowflake: ")
 	case errors.Is(err, snowflake.ErrNoWorker):
 		h.log.Debug("no worker id", zap.Error(err))
+		if c := storeerr.ClassifyText(err.Error()); c != storeerr.None && !c.Transient() {
+			return "NOWORKER", "no usable worker id: the worker-id store fails: " + storeerr.DescribeText(err.Error())
+		} else if c != storeerr.None {
+			return "NOWORKER", "no usable worker id: the worker-id store fails: " + storeerr.DescribeText(err.Error()) + "; retry later"
+		}
 		return "NOWORKER", "no usable worker id: " + snowflake.Waiting(err) + "; retry later"
 	case errors.Is(err, snowflake.ErrOverflow):
 		return "OVERFLOW", "the timestamp no longer fits the snowflake layout; check the epoch and the clock"
 	case errors.Is(err, snowflake.ErrLimit):
 		return "LIMIT", strings.TrimPrefix(err.Error(), "snowflake: ")
+	}
+	// A store failure of any command (IDS.CREATE, IDS.INFO, a shape's row) says its cause.
+	if c := storeerr.Classify(err); c != storeerr.None {
+		h.quiet.Fail(zapcore.WarnLevel, "command failed: store error", err, zap.String("cause", c.String()))
+		if c.Transient() {
+			return "UNAVAILABLE", storeerr.Describe(err) + "; retry later"
+		}
+		return "STORE", storeerr.Describe(err)
 	}
 	h.log.Error("command failed", zap.Error(err))
 	return "ERR", msgInternal

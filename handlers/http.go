@@ -63,7 +63,7 @@ func httpStatus(code, msg string) int {
 		return http.StatusNotFound
 	case "BADTAG", "LIMIT", "BADFORMAT", "BADID", "NOSHAPE", "SHAPED":
 		return http.StatusBadRequest
-	case "UNAVAILABLE", "TRYAGAIN", "NOWORKER", "CLOCKBACK", "NOKEY":
+	case "UNAVAILABLE", "TRYAGAIN", "NOWORKER", "CLOCKBACK", "NOKEY", "STORE":
 		return http.StatusServiceUnavailable
 	case "REGRESSION", "TAGEXISTS", "NOTADOPTED":
 		return http.StatusConflict
@@ -82,7 +82,7 @@ func httpStatus(code, msg string) int {
 func (h *Handler) writeHTTPError(w http.ResponseWriter, err error) {
 	code, msg := h.errorCode(err)
 	status := httpStatus(code, msg)
-	if status == http.StatusServiceUnavailable {
+	if status == http.StatusServiceUnavailable && code != "STORE" { // STORE waits for a fix
 		w.Header().Set("Retry-After", "1")
 	}
 	h.writeJSON(w, status, struct {
@@ -263,11 +263,13 @@ type readyReport struct {
 	// Modes are the modes this report covers: every enabled one, or the one ?mode= asks.
 	Modes []string `json:"modes"`
 	// Store: the segment store answered its latest call; StoreError when it did not.
-	Store      bool                `json:"store"`
-	StoreError string              `json:"store_error,omitempty"`
-	Warming    bool                `json:"warming"`
-	Segment    []tagReadiness      `json:"segment"`
-	Snowflake  *snowflakeReadiness `json:"snowflake,omitempty"`
+	Store      bool   `json:"store"`
+	StoreError string `json:"store_error,omitempty"`
+	StoreCause string `json:"store_cause,omitempty"` // internal/storeerr's class
+
+	Warming   bool                `json:"warming"`
+	Segment   []tagReadiness      `json:"segment"`
+	Snowflake *snowflakeReadiness `json:"snowflake,omitempty"`
 }
 
 // serveReady answers 200 when the instance can serve, 503 otherwise. Ready means, for each
@@ -320,7 +322,7 @@ func (h *Handler) serveReady(w http.ResponseWriter, r *http.Request) {
 func (h *Handler) serveReadyTag(w http.ResponseWriter, r *http.Request, tag string) {
 	health := h.seg.Health()
 	rep := readyReport{Alive: true, Modes: []string{"segment"}, Store: health.StoreOK, StoreError: publicStoreError(health.StoreError),
-		Warming: health.Warming, Segment: []tagReadiness{}}
+		StoreCause: storeCause(health.StoreError), Warming: health.Warming, Segment: []tagReadiness{}}
 	in, err := h.seg.Info(tag)
 	switch {
 	case err == nil:
@@ -344,7 +346,7 @@ func (h *Handler) serveReadyTag(w http.ResponseWriter, r *http.Request, tag stri
 		rep.Segment = append(rep.Segment, t)
 		rep.Ready = t.CanRefill
 		health = h.seg.Health() // CanLoad asked the store
-		rep.Store, rep.StoreError = health.StoreOK, publicStoreError(health.StoreError)
+		rep.Store, rep.StoreError, rep.StoreCause = health.StoreOK, publicStoreError(health.StoreError), storeCause(health.StoreError)
 	default:
 		h.writeHTTPError(w, err)
 		return
@@ -362,19 +364,33 @@ func (h *Handler) readyReport() readyReport {
 	return h.modeReport(!h.cfg.NoSegment, !h.cfg.NoSnowflake)
 }
 
+// ready is readyReport().Ready without the list of tags (/metrics and /status at any tag
+// count).
+func (h *Handler) ready() bool {
+	return h.modeReadiness(!h.cfg.NoSegment, !h.cfg.NoSnowflake, false).Ready
+}
+
 // modeReport is the readiness of the modes asked for (each enabled).
 func (h *Handler) modeReport(seg, snow bool) readyReport {
+	return h.modeReadiness(seg, snow, true)
+}
+
+// modeReadiness is modeReport, with the held tags listed when withTags.
+func (h *Handler) modeReadiness(seg, snow, withTags bool) readyReport {
 	rep := readyReport{Ready: true, Alive: true, Modes: []string{}, Segment: []tagReadiness{}}
 	if seg {
 		health := h.seg.Health()
 		rep.Modes = append(rep.Modes, "segment")
 		rep.Ready, rep.Store, rep.StoreError, rep.Warming = health.Ready(), health.StoreOK, publicStoreError(health.StoreError), health.Warming
-		for _, tag := range h.seg.Tags() {
-			in, err := h.seg.Info(tag)
-			if err != nil {
-				continue // dropped since Tags
+		rep.StoreCause = storeCause(health.StoreError)
+		if withTags {
+			for _, tag := range h.seg.Tags() {
+				in, err := h.seg.Info(tag)
+				if err != nil {
+					continue // dropped since Tags
+				}
+				rep.Segment = append(rep.Segment, readiness(in))
 			}
-			rep.Segment = append(rep.Segment, readiness(in))
 		}
 	}
 	sf := &snowflakeReadiness{WorkerID: -1}

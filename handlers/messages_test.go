@@ -62,10 +62,13 @@ func TestMessagesSayWhatToDo(t *testing.T) {
 func TestPublicStoreError(t *testing.T) {
 	for raw, want := range map[string]string{
 		"":                                    "",
-		"invalid connection":                  "store unreachable" + seeLog,
-		"dial tcp 10.0.0.7:3306: i/o timeout": "store timed out" + seeLog,
-		"regression marks: raising mark of t: disk full": "the marks file failed" + seeLog,
-		"Error 1045: Access denied for user 'leaf'":      "store error" + seeLog,
+		"invalid connection":                  "the connection to the store failed or was lost" + seeLog,
+		"dial tcp 10.0.0.7:3306: i/o timeout": "the store did not answer in time" + seeLog,
+		"regression marks: raising mark of t: disk full":                     "the marks file failed" + seeLog,
+		"regression marks: raise t: write marks.db: no space left on device": "the marks file failed: the store's disk is full; free space on the store's disk" + seeLog,
+		"Error 1045: Access denied for user 'leaf'":                          "the database refused leafd's user or password (MySQL error 1045); fix the user or password in --mysql-dsn, or the account's allowed host" + seeLog,
+		"segment: mysql tags: Error 1049 (42000): Unknown database 'x'":      "the database named in the DSN does not exist (MySQL error 1049); create the database, or fix its name in --mysql-dsn" + seeLog,
+		"something else": "store error" + seeLog,
 	} {
 		if got := publicStoreError(raw); got != want {
 			t.Errorf("publicStoreError(%q) = %q, want %q", raw, got, want)

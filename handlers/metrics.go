@@ -21,29 +21,35 @@ func desc(name, help string, labels ...string) *prometheus.Desc {
 }
 
 var (
-	descSegIDs         = desc("segment_ids_total", "Segment IDs handed out (an estimate: unused INCRBY remainders are subtracted).")
-	descSegLoads       = desc("segment_loads_total", "Segment range loads from the store, by result (ok, failed, rejected).", "result")
-	descSegRegressions = desc("segment_regressions_total", "Ranges refused by the regression guard.")
-	descSegUnavailable = desc("segment_unavailable_total", "Requests failed with UNAVAILABLE.")
-	descSegUnknown     = desc("segment_unknown_tag_total", "Requests failed with NOTAG.")
-	descSegPanics      = desc("segment_load_panics_total", "Segment loads that panicked (recovered; counted as failed loads too).")
-	descSegWaits       = desc("segment_load_waits_total", "Requests that found no segment ready and waited for a load from the store.")
-	descSegStepCapped  = desc("segment_step_capped_total", "Loads whose demand needed a larger segment than --max-step to outlast the next load (requests wait at switches; raise --max-step).")
-	descSegWarmLoads   = desc("segment_warm_loads_total", "First segments loaded by the warm start (tags served before the restart).")
-	descSegTags        = desc("segment_tags", "Tags held by this instance.")
-	descSegRemainder   = desc("segment_remainder_ids_total", "IDs of the previous graceful shutdown's remainder file, by outcome (resumed: served first; discarded: refused by a fence, a gap).", "outcome")
-	descTagRemaining   = desc("segment_tag_remaining", "IDs left in the tag's current and next segments.", "tag")
-	descTagStep        = desc("segment_tag_step", "The tag's current dynamic step.", "tag")
-	descTagCanServe    = desc("segment_tag_can_serve", "1 when the tag's current segment has IDs left or the next one is ready.", "tag")
-	descTagCanRefill   = desc("segment_tag_can_refill", "1 when the tag's latest load did not fail.", "tag")
-	descTagIDs         = desc("segment_tag_ids_total", "Segment IDs handed out for the tag by this instance (an estimate, as leafd_segment_ids_total).", "tag")
-	descTagCurRemain   = desc("segment_tag_current_remaining", "IDs left in the tag's current segment only.", "tag")
-	descTagNextReady   = desc("segment_tag_next_ready", "1 when the tag's next segment is loaded.", "tag")
-	descTagLoading     = desc("segment_tag_loading", "1 while a load of the tag's next segment is queued or running.", "tag")
-	descSegLoadSeconds = desc("segment_load_duration_seconds", "Time of segment loads from the store (failed ones included), mark checks included.")
-	descCmdErrors      = desc("command_errors_total", "Error replies of commands (RESP and HTTP API) by code; unknown-command, arity and NOAUTH replies are not counted.", "code")
-	descReady          = desc("ready", "1 when /readyz answers 200 (the instance can serve), 0 otherwise.")
-	descCmdDuration    = desc("command_duration_seconds", "Server-side latency of RESP commands by command: from the read of the batch of pipelined commands to its replies written.", "command")
+	descSegIDs          = desc("segment_ids_total", "Segment IDs handed out (an estimate: unused INCRBY remainders are subtracted).")
+	descSegLoads        = desc("segment_loads_total", "Segment range loads from the store, by result (ok, failed, rejected).", "result")
+	descSegRegressions  = desc("segment_regressions_total", "Ranges refused by the regression guard.")
+	descSegUnavailable  = desc("segment_unavailable_total", "Requests failed with UNAVAILABLE.")
+	descSegUnknown      = desc("segment_unknown_tag_total", "Requests failed with NOTAG.")
+	descSegPanics       = desc("segment_load_panics_total", "Segment loads that panicked (recovered; counted as failed loads too).")
+	descSegWaits        = desc("segment_load_waits_total", "Requests that found no segment ready and waited for a load from the store.")
+	descSegStepCapped   = desc("segment_step_capped_total", "Loads whose demand needed a larger segment than --max-step to outlast the next load (requests wait at switches; raise --max-step).")
+	descSegWarmLoads    = desc("segment_warm_loads_total", "First segments loaded by the warm start (tags served before the restart).")
+	descSegTags         = desc("segment_tags", "Tags held by this instance.")
+	descSegRemainder    = desc("segment_remainder_ids_total", "IDs of the previous graceful shutdown's remainder file, by outcome (resumed: served first; discarded: refused by a fence, a gap).", "outcome")
+	descTagsExported    = desc("segment_tags_exported", "Tags with per-tag series in this scrape (at most --metrics-max-tags: those that cannot serve, failing, running out, then the busiest).")
+	descTagsCannotServe = desc("segment_tags_cannot_serve", "Held tags with no ID left in memory (no current IDs, no next segment).")
+	descTagsFailing     = desc("segment_tags_failing", "Held tags whose latest load failed.")
+	descTagsNoNext      = desc("segment_tags_no_next", "Held tags without a loaded next segment.")
+	descTagsLoading     = desc("segment_tags_loading", "Held tags with a load queued or running.")
+	descSegRemaining    = desc("segment_remaining", "IDs left in memory over every held tag (current and next segments).")
+	descTagRemaining    = desc("segment_tag_remaining", "IDs left in the tag's current and next segments.", "tag")
+	descTagStep         = desc("segment_tag_step", "The tag's current dynamic step.", "tag")
+	descTagCanServe     = desc("segment_tag_can_serve", "1 when the tag's current segment has IDs left or the next one is ready.", "tag")
+	descTagCanRefill    = desc("segment_tag_can_refill", "1 when the tag's latest load did not fail.", "tag")
+	descTagIDs          = desc("segment_tag_ids_total", "Segment IDs handed out for the tag by this instance (an estimate, as leafd_segment_ids_total).", "tag")
+	descTagCurRemain    = desc("segment_tag_current_remaining", "IDs left in the tag's current segment only.", "tag")
+	descTagNextReady    = desc("segment_tag_next_ready", "1 when the tag's next segment is loaded.", "tag")
+	descTagLoading      = desc("segment_tag_loading", "1 while a load of the tag's next segment is queued or running.", "tag")
+	descSegLoadSeconds  = desc("segment_load_duration_seconds", "Time of segment loads from the store (failed ones included), mark checks included.")
+	descCmdErrors       = desc("command_errors_total", "Error replies of commands (RESP and HTTP API) by code; unknown-command, arity and NOAUTH replies are not counted.", "code")
+	descReady           = desc("ready", "1 when /readyz answers 200 (the instance can serve), 0 otherwise.")
+	descCmdDuration     = desc("command_duration_seconds", "Server-side latency of RESP commands by command: from the read of the batch of pipelined commands to its replies written.", "command")
 
 	descSnowEnabled    = desc("snowflake_enabled", "1 when snowflake mode is on.")
 	descSnowHasWorker  = desc("snowflake_has_worker", "1 when the instance holds a worker id.")
@@ -82,6 +88,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		descSegIDs, descSegLoads, descSegRegressions, descSegUnavailable, descSegUnknown, descSegTags,
 		descSegPanics, descSegWaits, descSegWarmLoads, descSegStepCapped, descSegRemainder,
+		descTagsExported, descTagsCannotServe, descTagsFailing, descTagsNoNext, descTagsLoading, descSegRemaining,
 		descTagRemaining, descTagStep, descTagCanServe, descTagCanRefill,
 		descTagIDs, descTagCurRemain, descTagNextReady, descTagLoading, descSegLoadSeconds, descReady, descCmdErrors,
 		descCmdDuration,
@@ -131,14 +138,18 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		buckets[le] = st.LoadSeconds.Counts[i]
 	}
 	ch <- prometheus.MustNewConstHistogram(descSegLoadSeconds, st.LoadSeconds.Count, st.LoadSeconds.Sum, buckets)
-	gauge(descReady, float64(b2i(h.readyReport().Ready)))
+	gauge(descReady, float64(b2i(h.ready())))
 	h.errs.each(func(code string, n uint64) { counter(descCmdErrors, float64(n), code) })
 	h.collectOrdered(counter, gauge)
-	for _, tag := range h.seg.Tags() {
-		in, err := h.seg.Info(tag)
-		if err != nil {
-			continue // dropped since Tags
-		}
+	infos, tot := pickTags(h.seg, h.cfg.MetricsMaxTags)
+	gauge(descTagsExported, float64(tot.exported))
+	gauge(descTagsCannotServe, float64(tot.cannotServe))
+	gauge(descTagsFailing, float64(tot.failing))
+	gauge(descTagsNoNext, float64(tot.noNext))
+	gauge(descTagsLoading, float64(tot.loading))
+	gauge(descSegRemaining, float64(tot.remaining))
+	for _, in := range infos {
+		tag := in.Tag
 		t := readiness(in)
 		gauge(descTagRemaining, float64(in.Current.Remaining+in.Next.Remaining), tag)
 		gauge(descTagStep, float64(in.Step), tag)

@@ -1,6 +1,10 @@
 package handlers
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/leafd/leafd/internal/storeerr"
+)
 
 // The raw errors the cores keep for display (a tag's last load error, the snowflake status)
 // can carry a database or ZooKeeper address, a DSN's user or a file path. The server logs
@@ -23,6 +27,11 @@ func publicLoadError(s string) string {
 		return "too many loads at once" + seeLog
 	case strings.Contains(l, "closed"):
 		return "shutting down"
+	}
+	if d := storeerr.DescribeText(s); d != "" { // the cause, in words (no address, no user)
+		return d + seeLog
+	}
+	switch {
 	case containsAny(l, "timeout", "deadline exceeded", "timed out"):
 		return "store timed out" + seeLog
 	case containsAny(l, "refused", "no such host", "unreachable", "reset by peer", "broken pipe",
@@ -39,6 +48,9 @@ func publicStoreError(s string) string {
 		return ""
 	}
 	if strings.HasPrefix(s, "regression marks: ") { // segment's marksAnswered
+		if d := storeerr.DescribeText(s); d != "" {
+			return "the marks file failed: " + d + seeLog
+		}
 		return "the marks file failed" + seeLog
 	}
 	return publicLoadError(s)
@@ -67,6 +79,14 @@ func publicStatus(s string) string {
 		return "no worker id yet: waiting for the clock to pass the start bound persisted by an earlier run"
 	case strings.Contains(l, "start bound") && strings.Contains(l, "ahead of the clock"):
 		return "no worker id: the start bound is further ahead of the clock than --start-wait-max" + seeLog
+	}
+	if d := storeerr.DescribeText(s); d != "" { // the worker-id store's cause, when it has one
+		if strings.Contains(l, "extending lease") {
+			return "no worker id: the time bound could not be extended: " + d + seeLog
+		}
+		return "no worker id: the worker-id store fails: " + d + seeLog
+	}
+	switch {
 	case strings.Contains(l, "extending lease"):
 		return "no worker id: the time bound could not be extended" + seeLog
 	case strings.Contains(l, "acquiring worker id"):

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/leafd/leafd/internal/storeerr"
 	"github.com/leafd/leafd/segment"
 	"github.com/leafd/leafd/snowflake"
 )
@@ -120,7 +121,17 @@ type statusReport struct {
 	Matched   int              `json:"matched"`
 	Tags      []statusTag      `json:"tags"`
 	Snowflake *statusSnowflake `json:"snowflake"` // null when snowflake mode is off
-	Ordered   *statusOrdered   `json:"ordered"`   // null without ordered tags (ordered.go)
+	// StoreHealth is the segment store's latest answer (null when segment mode is off).
+	StoreHealth *statusStore   `json:"store_health"`
+	Ordered     *statusOrdered `json:"ordered"` // null without ordered tags (ordered.go)
+}
+
+// statusStore is the store panel: whether the latest store call was answered and, when it
+// was not, its cause (internal/storeerr's class) and what failed, in words.
+type statusStore struct {
+	OK    bool   `json:"ok"`
+	Cause string `json:"cause,omitempty"`
+	Error string `json:"error,omitempty"`
 }
 
 // statusTotals sums every held tag.
@@ -165,7 +176,7 @@ func (h *Handler) serveStatusJSON(w http.ResponseWriter, r *http.Request) {
 	}
 	filter := q.Get("filter")
 	rep := statusReport{Version: h.cfg.Version, Store: h.cfg.StoreName, NowMs: now.UnixMilli(),
-		Ready: h.readyReport().Ready, Sort: order, Filter: filter, Tags: []statusTag{}}
+		Ready: h.ready(), Sort: order, Filter: filter, Tags: []statusTag{}}
 	tags := h.seg.Tags()
 	infos := make([]segment.Info, 0, len(tags))
 	issued := make(map[string]int64, len(tags))
@@ -279,7 +290,14 @@ func (h *Handler) serveStatusJSON(w http.ResponseWriter, r *http.Request) {
 			rep.Snowflake.IDsPerSec = &snowRate
 		}
 	}
+	if !h.cfg.NoSegment {
+		health := h.seg.Health()
+		rep.StoreHealth = &statusStore{OK: health.StoreOK, Cause: storeCause(health.StoreError), Error: publicStoreError(health.StoreError)}
+	}
 	w.Header().Set("Cache-Control", "no-store")
 	rep.Ordered = h.orderedStatus()
 	h.writeJSON(w, http.StatusOK, rep)
 }
+
+// storeCause is the cause class of a store error kept as text ("" when none is known).
+func storeCause(s string) string { return storeerr.ClassifyText(s).String() }

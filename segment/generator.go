@@ -8,6 +8,9 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/leafd/leafd/internal/quietlog"
+	"github.com/leafd/leafd/internal/storeerr"
 )
 
 // Generator serves segment IDs for many tags. It is safe for concurrent use.
@@ -19,6 +22,7 @@ type Generator struct {
 	store Store
 	marks Marks
 	log   *zap.Logger
+	quiet *quietlog.Log // repeating store failures: one line, then a summary per 10 s
 
 	// tags maps a tag to its live buffer (tagindex.go). Readers (the hot path) look up
 	// without a lock and allocate nothing; adding or removing one tag costs O(1) amortized
@@ -105,6 +109,7 @@ func New(cfg Config, store Store, marks Marks, log *zap.Logger) (*Generator, err
 		store:    store,
 		marks:    marks,
 		log:      log,
+		quiet:    quietlog.New(log, quietlog.DefaultEvery, cfg.Clock.Now),
 		tags:     newTagIndex(),
 		guards:   make(map[string]*tagGuard),
 		neg:      make(map[string]negEntry),
@@ -125,7 +130,8 @@ func New(cfg Config, store Store, marks Marks, log *zap.Logger) (*Generator, err
 	g.resume(rctx)
 	rcancel()
 	if err != nil {
-		log.Warn("segment: initial tag list failed; tags will be loaded on first use", zap.Error(err))
+		log.Warn("segment: initial tag list failed; tags will be loaded on first use", zap.Error(err),
+			zap.String("cause", storeerr.Classify(err).String()))
 	}
 
 	extra := extraFirstLoaders(cfg, store)

@@ -44,14 +44,19 @@ func segInfo(s *seg) SegmentInfo {
 }
 
 // Info returns the buffer state of tag (IDS.INFO). It does not load anything; a tag not held
-// fails with ErrUnknownTag.
+// fails with ErrUnknownTag. When its first load failed moments ago (the negative cache), that
+// load's error (ErrUnavailable, with the store's cause) is the TagError's Cause.
 func (g *Generator) Info(tag string) (Info, error) {
 	b := g.tags.load(tag)
 	if b == nil {
 		if err := ValidateTag(tag); err != nil {
 			return Info{}, err
 		}
-		return Info{}, tagError(tag, ErrUnknownTag, "tag not held by this instance")
+		te := tagError(tag, ErrUnknownTag, "tag not held by this instance")
+		if err := g.negative(tag); err != nil && errors.Is(err, ErrUnavailable) {
+			te.Cause = err
+		}
+		return Info{}, te
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()

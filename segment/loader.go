@@ -6,6 +6,9 @@ import (
 	"fmt"
 
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/leafd/leafd/internal/storeerr"
 )
 
 // The loading state of a buffer is set by startLoadLocked and cleared exactly once by finish:
@@ -398,13 +401,23 @@ func (g *Generator) finish(b *buffer, s *seg, err error) {
 	b.mu.Unlock()
 
 	switch {
-	case err == nil, err == errStale:
+	case err == nil:
+		if g.quiet.Failing(msgLoadFailed) {
+			g.quiet.OK(msgLoadFailed, "segment: loads succeed again", zap.String("tag", b.tag))
+		}
+	case err == errStale:
 	case errors.Is(err, ErrUnknownTag), errors.Is(err, ErrNotAdmitted):
 		g.log.Debug("segment: tag refused", zap.String("tag", b.tag), zap.Error(err))
 	case errors.Is(err, ErrRegression):
 		// logged loudly by fetch
 	case errors.Is(err, errClosed):
 	default:
-		g.log.Warn("segment: load failed", zap.String("tag", b.tag), zap.Int64("step", step), zap.Error(err))
+		// One line per kind of failure, then a summary per 10 s: an outage fails every
+		// held tag's loads at once.
+		g.quiet.Fail(zapcore.WarnLevel, msgLoadFailed, err, zap.String("tag", b.tag), zap.Int64("step", step),
+			zap.String("cause", storeerr.Classify(err).String()))
 	}
 }
+
+// msgLoadFailed is the kind (quietlog) of a failed load of any tag.
+const msgLoadFailed = "segment: load failed"

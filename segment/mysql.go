@@ -18,8 +18,11 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	"github.com/leafd/leafd/internal/mysqlcluster"
+	"github.com/leafd/leafd/internal/quietlog"
+	"github.com/leafd/leafd/internal/storeerr"
 )
 
 var (
@@ -104,8 +107,8 @@ func (c MySQLConfig) Validate() error {
 	if c.DSN == "" {
 		return errors.New("segment: mysql DSN is empty")
 	}
-	if _, err := mysql.ParseDSN(c.DSN); err != nil {
-		return fmt.Errorf("segment: mysql DSN: %w", err)
+	if _, err := storeerr.ParseDSN(c.DSN); err != nil {
+		return fmt.Errorf("segment: %w", err)
 	}
 	switch {
 	case c.MaxOpenConns < 0:
@@ -166,9 +169,9 @@ func idleSessionTimeout(query time.Duration) time.Duration {
 //     prepared statements for the character sets where interpolation is not safe (it refuses
 //     to interpolate them), and escapes by the session's NO_BACKSLASH_ESCAPES mode.
 func driverConfig(cfg MySQLConfig) (*mysql.Config, error) {
-	dcfg, err := mysql.ParseDSN(cfg.DSN)
+	dcfg, err := storeerr.ParseDSN(cfg.DSN)
 	if err != nil {
-		return nil, fmt.Errorf("segment: mysql DSN: %w", err)
+		return nil, fmt.Errorf("segment: %w", err)
 	}
 	if dcfg.Timeout == 0 {
 		dcfg.Timeout = cfg.QueryTimeout
@@ -222,6 +225,7 @@ type MySQLStore struct {
 	db      *sql.DB
 	timeout time.Duration
 	log     *zap.Logger
+	quiet   *quietlog.Log
 
 	createTable bool
 	tableReady  atomic.Bool   // CREATE TABLE done, or refused by the server: stop trying
@@ -292,6 +296,7 @@ func OpenMySQL(ctx context.Context, cfg MySQLConfig, log *zap.Logger) (*MySQLSto
 		db:          db,
 		timeout:     cfg.QueryTimeout,
 		log:         log,
+		quiet:       quietlog.New(log, quietlog.DefaultEvery, nil),
 		createTable: cfg.CreateTable,
 		tableSem:    make(chan struct{}, 1),
 
@@ -725,6 +730,10 @@ func (s *MySQLStore) beforeTx(ctx context.Context) error {
 	return err
 }
 
+// msgGapFailed is the kind (quietlog) of a failed record of the safety gap, tried at every
+// allocation until it succeeds.
+const msgGapFailed = "segment: cannot record the safety gap in leafd_fence; retrying at the next allocation"
+
 // ensureGap records this instance's safety gap in the database fence row once (failover.go).
 // A failure is logged and retried at the next call.
 func (s *MySQLStore) ensureGap(ctx context.Context) {
@@ -732,10 +741,11 @@ func (s *MySQLStore) ensureGap(ctx context.Context) {
 		return
 	}
 	if err := s.recordGap(ctx); err != nil {
-		s.log.Warn("segment: cannot record the safety gap in leafd_fence; retrying at the next allocation", zap.Error(err))
+		s.quiet.Fail(zapcore.WarnLevel, msgGapFailed, err, zap.String("cause", storeerr.Classify(err).String()))
 		return
 	}
 	s.gapRecorded.Store(true)
+	s.quiet.OK(msgGapFailed, "segment: safety gap recorded in leafd_fence")
 }
 
 // Close closes the connection pool and waits for the creation committer. It is idempotent.

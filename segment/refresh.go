@@ -7,6 +7,9 @@ import (
 	"strings"
 
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/leafd/leafd/internal/storeerr"
 )
 
 // refresh drops the held buffers of tags the store no longer lists (buffers created on first
@@ -54,6 +57,10 @@ func (g *Generator) refresh(ctx context.Context) (map[string]struct{}, error) {
 	return want, nil
 }
 
+// msgRefreshFailed is the kind (quietlog) of a failed tag refresh, retried every second
+// while the store fails.
+const msgRefreshFailed = "segment: tag refresh failed"
+
 func (g *Generator) refresher(ctx context.Context) {
 	defer g.wg.Done()
 	for {
@@ -70,9 +77,10 @@ func (g *Generator) refresher(ctx context.Context) {
 		listed, err := g.refresh(rctx)
 		cancel()
 		if err != nil && ctx.Err() == nil {
-			g.log.Warn("segment: tag refresh failed", zap.Error(err))
+			g.quiet.Fail(zapcore.WarnLevel, msgRefreshFailed, err, zap.String("cause", storeerr.Classify(err).String()))
 		}
 		if err == nil {
+			g.quiet.OK(msgRefreshFailed, "segment: tag refresh works again")
 			g.startWarm(ctx, listed) // a start during a store outage warms now
 		}
 	}

@@ -132,7 +132,7 @@ func (g *Generator) requestError(tag string, err error, what string) error {
 	if err != nil {
 		what += "; last load: " + err.Error()
 	}
-	return &TagError{Tag: strings.Clone(tag), Err: ErrUnavailable, Detail: what, Waited: waited}
+	return &TagError{Tag: strings.Clone(tag), Err: ErrUnavailable, Detail: what, Waited: waited, Cause: err}
 }
 
 // waitBoundLocked is how long a request waits for b's running load (b.mu held).

@@ -39,6 +39,11 @@ type TagError struct {
 	// load running there), or nothing (the loader queue is full, too many tags). Empty when
 	// the cause is the store's last failed load, or unknown.
 	Waited string
+	// Cause is, for ErrUnavailable, the error of the tag's last failed load (nil when
+	// none): its chain says what the store answered (internal/storeerr reads it). For
+	// ErrUnknownTag from Info, the ErrUnavailable error of a first load that failed moments
+	// ago, when there is one.
+	Cause error
 }
 
 func (e *TagError) Error() string {
@@ -49,8 +54,13 @@ func (e *TagError) Error() string {
 	return s
 }
 
-// Unwrap returns the sentinel.
-func (e *TagError) Unwrap() error { return e.Err }
+// Unwrap returns the sentinel and, when there is one, the cause.
+func (e *TagError) Unwrap() []error {
+	if e.Cause != nil {
+		return []error{e.Err, e.Cause}
+	}
+	return []error{e.Err}
+}
 
 // tagError builds a TagError with a cloned tag, so the error may outlive the caller's buffer.
 func tagError(tag string, err error, detail string) *TagError {

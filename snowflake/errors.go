@@ -36,6 +36,32 @@ type lostError struct{}
 func (lostError) Error() string        { return "snowflake: worker id lost to another process" }
 func (lostError) Is(target error) bool { return target == ErrNoWorker }
 
+// ErrLeaseLapsed (wrapped), from WorkerSource.Extend: this process's lease on its worker id
+// may have run out (an outage of the worker-id store, a pause) and this process took the id
+// again, nobody else having taken it. It is an ErrWorkerLost, so the generator acquires again
+// (the same id, its Bound above whatever a holder could have issued meanwhile), but NOWORKER
+// says what happened: no other process is involved.
+var ErrLeaseLapsed error = lapsedError{}
+
+type lapsedError struct{}
+
+func (lapsedError) Error() string {
+	return "snowflake: worker id lease lapsed; re-acquired after its lease may have run out by this process (nobody took it over)"
+}
+func (lapsedError) Is(target error) bool { return target == ErrWorkerLost || target == ErrNoWorker }
+
+// ErrRetakeWait (wrapped), from WorkerSource.Extend: this process re-acquired its worker id
+// after its lease may have run out and waits out the lease (and a margin) before it issues
+// again. It is an ErrWorkerHeld (retry later); no other process holds the id.
+var ErrRetakeWait error = retakeWaitError{}
+
+type retakeWaitError struct{}
+
+func (retakeWaitError) Error() string {
+	return "snowflake: worker id re-acquired after its lease may have run out; waiting out the lease"
+}
+func (retakeWaitError) Is(target error) bool { return target == ErrWorkerHeld }
+
 // errWaitBound (wrapped in the status): the id is acquired, the clock not yet past its bound.
 var errWaitBound = errors.New("snowflake: waiting for the clock to pass the start bound")
 
@@ -55,8 +81,13 @@ func newStatus(cause error) *statusErr {
 	switch {
 	case errors.Is(cause, errClosed):
 		e.waiting = "the generator is closed"
+	case errors.Is(cause, ErrLeaseLapsed):
+		e.waiting = "the worker id's lease lapsed while its store could not be reached (nobody took it over); " +
+			"re-acquired by this process, waiting out the lease before issuing again"
 	case errors.Is(cause, ErrWorkerLost):
 		e.waiting = "the worker id was taken over by another process; acquiring a worker id again"
+	case errors.Is(cause, ErrRetakeWait):
+		e.waiting = "the worker id was re-acquired by this process after its lease lapsed (nobody else holds it); waiting out the lease before issuing again"
 	case errors.Is(cause, ErrWorkerHeld):
 		e.waiting = "the worker id is held by another live process; waiting until it stops"
 	case errors.Is(cause, ErrBoundAhead):

@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/leafd/leafd/internal/clock"
+	"github.com/leafd/leafd/internal/quietlog"
 )
 
 // Info is a snapshot of the generator's state (INFO snowflake, /status).
@@ -38,9 +39,10 @@ type Info struct {
 
 // Generator issues snowflake IDs. It is safe for concurrent use.
 type Generator struct {
-	cfg Config
-	log *zap.Logger
-	src WorkerSource
+	cfg   Config
+	log   *zap.Logger
+	quiet *quietlog.Log // the background retries' failures: one line, then a summary per 10 s
+	src   WorkerSource
 
 	// Layout, precomputed.
 	epochMs     int64
@@ -107,6 +109,7 @@ func New(cfg Config, src WorkerSource, log *zap.Logger) (*Generator, error) {
 	g := &Generator{
 		cfg:         cfg,
 		log:         log,
+		quiet:       quietlog.New(log, quietlog.DefaultEvery, cfg.Clock.Now),
 		src:         src,
 		epochMs:     l.EpochMs(),
 		timeShift:   uint(l.WorkerBits + l.SeqBits),

@@ -4,10 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 )
 
 // awaitLease runs without g.mu: the candidate millisecond is not covered by the lease. Wait for
@@ -81,6 +81,13 @@ func (g *Generator) run(ctx context.Context) {
 	}
 }
 
+// The kinds of the background retries' failures (quietlog): a failure that repeats every
+// RetryInterval logs once, then a summary at most every 10 s.
+const (
+	msgAcquireFailed = "snowflake: acquiring worker id; retrying"
+	msgExtendFailed  = "snowflake: lease extension failed; retrying"
+)
+
 // acquireLoop acquires until the generator has a worker; false when it is closing.
 func (g *Generator) acquireLoop(ctx context.Context) bool {
 	for !g.hasWorker() {
@@ -88,15 +95,14 @@ func (g *Generator) acquireLoop(ctx context.Context) bool {
 			if ctx.Err() != nil {
 				return false
 			}
-			if !g.statusSays(err) {
-				g.log.Warn("snowflake: acquiring worker id; retrying", zap.Error(err)) // once per distinct error
-			}
+			g.quiet.Fail(zapcore.WarnLevel, msgAcquireFailed, err)
 			g.setStatus(err)
 			if !g.pause(ctx, g.cfg.RetryInterval, false) {
 				return false
 			}
 		}
 	}
+	g.quiet.OK(msgAcquireFailed, "snowflake: acquiring worker id succeeded")
 	return true
 }
 
@@ -176,17 +182,18 @@ func (g *Generator) extend(ctx context.Context, until int64) (lost bool) {
 		if errors.Is(err, ErrWorkerLost) && !g.closed {
 			// Stop at once (the IDs issued so far are below the lease the successor started
 			// above), then acquire again above every bound, like a new start.
-			g.log.Error("snowflake: worker id lost; acquiring a worker id again", zap.Int64("worker_id", g.workerID), zap.Error(err))
+			if errors.Is(err, ErrLeaseLapsed) {
+				g.log.Warn("snowflake: worker id lease lapsed (nobody took it over); acquiring it again", zap.Int64("worker_id", g.workerID), zap.Error(err))
+			} else {
+				g.log.Error("snowflake: worker id lost; acquiring a worker id again", zap.Int64("worker_id", g.workerID), zap.Error(err))
+			}
 			g.haveWorker, g.workerID = false, -1
 			g.lease.Store(0)
 			g.setStatus(fmt.Errorf("%w; acquiring a worker id again", err))
 			return true
 		}
 		if ctx.Err() == nil {
-			if !g.statusSays(err) {
-				g.log.Warn("snowflake: lease extension failed; retrying", zap.Error(err), // once per distinct error
-					zap.Time("reserved_until", time.UnixMilli(g.lease.Load())))
-			}
+			g.quiet.Fail(zapcore.WarnLevel, msgExtendFailed, err, zap.Time("reserved_until", time.UnixMilli(g.lease.Load())))
 			g.setStatus(fmt.Errorf("extending lease: %w", err))
 		}
 		return false
@@ -198,15 +205,8 @@ func (g *Generator) extend(ctx context.Context, until int64) (lost bool) {
 	if until > g.lease.Load() {
 		g.lease.Store(until)
 	}
-	if g.status.Swap(nil) != nil {
+	if g.status.Swap(nil) != nil && !g.quiet.OK(msgExtendFailed, "snowflake: lease extension recovered", zap.Time("reserved_until", time.UnixMilli(until))) {
 		g.log.Info("snowflake: lease extension recovered", zap.Time("reserved_until", time.UnixMilli(until)))
 	}
 	return false
-}
-
-// statusSays reports whether the current status already carries err (logged once per distinct
-// error: the retries run every RetryInterval).
-func (g *Generator) statusSays(err error) bool {
-	st := g.status.Load()
-	return st != nil && strings.Contains((*st).Error(), strings.TrimPrefix(err.Error(), "snowflake: "))
 }

@@ -312,6 +312,8 @@ func TestWaiting(t *testing.T) {
 	}{
 		{"held", fmt.Errorf("x: %w", ErrWorkerHeld), "held by another live process"},
 		{"lost", fmt.Errorf("x: %w", ErrWorkerLost), "taken over by another process"},
+		{"lapsed", fmt.Errorf("x: %w", ErrLeaseLapsed), "nobody took it over"},
+		{"retake wait", fmt.Errorf("x: %w", ErrRetakeWait), "nobody else holds it"},
 		{"bound", &BoundAheadError{}, "start bound"},
 		{"wait", fmt.Errorf("%w: x", errWaitBound), "waiting for the clock"},
 		{"unavailable", fmt.Errorf("x: %w", ErrSourceUnavailable), "unreachable"},

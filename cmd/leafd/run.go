@@ -149,6 +149,7 @@ func run(ctx context.Context, cfg Config, log *zap.Logger, ready func(net.Addr))
 		Ordered:        ord,
 		Forward:        fwd,
 		PeriodNow:      periodClock(cfg.PeriodClockOffset),
+		MetricsMaxTags: metricsMaxTags(cfg.MetricsMaxTags),
 	}, regionSegments(seg, cfg.region()), snow, log.Named("handlers"))
 
 	rcfg := resp.DefaultConfig()
@@ -214,10 +215,11 @@ func run(ctx context.Context, cfg Config, log *zap.Logger, ready func(net.Addr))
 			zap.Bool("tls", cfg.HTTPTLS), zap.Bool("auth", cfg.httpToken() != ""),
 			zap.Bool("open_probes", cfg.HTTPOpenProbes), zap.Int("maxclients", cfg.HTTPMaxClients))
 	}
-	log.Info("leafd ready", zap.String("addr", addr.String()), zap.String("store", storeName),
+	stopReadyLog := logStart(log, seg, cfg.segmentOn(), []zap.Field{zap.String("addr", addr.String()), zap.String("store", storeName),
 		zap.Int("maxclients", cfg.MaxClients),
 		zap.Bool("auto_create", scfg.AutoCreate), zap.String("modes", cfg.Modes), zap.String("data_dir", cfg.DataDir),
-		zap.String("version", leafdVersion()))
+		zap.String("version", leafdVersion())})
+	defer stopReadyLog() // before the cores close
 	if ready != nil {
 		ready(addr)
 	}

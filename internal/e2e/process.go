@@ -25,6 +25,14 @@ import (
 // field is the RESP address.
 const ReadyMsg = "leafd ready"
 
+// NotReadyMsg is the start line in place of ReadyMsg when the segment store fails at the
+// start (cmd/leafd/readylog.go): the RESP port accepts connections, /readyz says why it is
+// not ready. The harness takes either as the end of a start.
+const NotReadyMsg = "leafd serving, not ready: the store fails"
+
+// started reports whether a log line is a start line (ReadyMsg or NotReadyMsg).
+func started(m map[string]any) bool { return m["msg"] == ReadyMsg || m["msg"] == NotReadyMsg }
+
 // StartTimeout bounds the wait for the ready line (a -race binary on a loaded 2-core machine
 // may take a while to open its stores).
 const StartTimeout = 60 * time.Second
@@ -260,7 +268,7 @@ func (l *Leafd) Restart() {
 // exitedInUse waits for the current run's ready line or its exit, and reports whether it
 // exited because a port was in use.
 func (l *Leafd) exitedInUse() bool {
-	_, err := l.waitLine(func(m map[string]any) bool { return m["msg"] == ReadyMsg }, StartTimeout)
+	_, err := l.waitLine(started, StartTimeout)
 	if err == nil {
 		return false
 	}
@@ -356,7 +364,7 @@ func (l *Leafd) appendLine(b []byte) {
 // waitReady waits for the ready line of the current run; an exit first is fatal.
 func (l *Leafd) waitReady() {
 	l.t.Helper()
-	line, err := l.waitLine(func(m map[string]any) bool { return m["msg"] == ReadyMsg }, StartTimeout)
+	line, err := l.waitLine(started, StartTimeout)
 	if err != nil {
 		l.t.Fatalf("leafd on %s: %v\n%s", l.Addr, err, Tail(l.Log(), 40))
 	}

@@ -394,7 +394,7 @@ func (s *Source) renewedLocked(sent time.Time) {
 	s.mu.Unlock()
 }
 
-// reboundErr turns err into ErrWorkerLost (still an ErrWorkerHeld) once after a re-take: the
+// reboundErr turns err into ErrLeaseLapsed (an ErrWorkerLost, still an ErrWorkerHeld) once after a re-take: the
 // generator then acquires again and gets the re-taken id with the gate as its Bound.
 func (s *Source) reboundErr(err error) error {
 	if !s.rebound || err == nil {
@@ -402,12 +402,12 @@ func (s *Source) reboundErr(err error) error {
 	}
 	s.rebound = false
 	return fmt.Errorf("%w (%w): acquiring it again so that IDs start above %v",
-		snowflake.ErrWorkerLost, err, time.UnixMilli(s.gateMs).UTC())
+		snowflake.ErrLeaseLapsed, err, time.UnixMilli(s.gateMs).UTC())
 }
 
 func (s *Source) waitingErr() error {
-	return fmt.Errorf("%w: worker id %d re-acquired after its lease may have run out; issuing from %v (lease %v + margin %v)",
-		snowflake.ErrWorkerHeld, s.id, time.UnixMilli(s.gateMs).UTC(), s.cfg.Lease, s.cfg.Margin)
+	return fmt.Errorf("%w: worker id %d; issuing from %v (lease %v + margin %v)",
+		snowflake.ErrRetakeWait, s.id, time.UnixMilli(s.gateMs).UTC(), s.cfg.Lease, s.cfg.Margin)
 }
 
 // retakeLocked re-acquires this process's worker id when its lease may be void: the lease ran

@@ -202,6 +202,10 @@ func TestPausedHolder(t *testing.T) {
 	if !errors.Is(err, snowflake.ErrWorkerLost) {
 		t.Fatalf("first Extend after the re-take: want ErrWorkerLost (acquire again), got %v", err)
 	}
+	// ... which says what happened: the lease lapsed, nobody took the id over.
+	if !errors.Is(err, snowflake.ErrLeaseLapsed) || !errors.Is(err, snowflake.ErrRetakeWait) {
+		t.Fatalf("first Extend after the re-take of an id nobody took: want ErrLeaseLapsed and ErrRetakeWait, got %v", err)
+	}
 	if w := acquire(t, a); w.ID != 0 || w.Bound.Before(fx.db.Now().Add(lease+margin)) {
 		t.Fatalf("Acquire after the re-take: got id %d bound %v, want id 0 with a bound at least now+lease+margin %v", w.ID, w.Bound, fx.db.Now().Add(lease+margin))
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/leafd/leafd/internal/mysqlcluster"
+	"github.com/leafd/leafd/internal/storeerr"
 )
 
 // Table is the name of the worker-id table, in the database of the DSN, beside leaf_alloc.
@@ -93,9 +94,9 @@ type sqlStore struct {
 // (a hung database is noticed within QueryTimeout), a UTC session (UTC_TIMESTAMP(3) and DATETIME compare in
 // one zone whatever the server's default), interpolateParams (one round trip per statement).
 func driverConfig(dsn string, timeout time.Duration) (*mysql.Config, error) {
-	dcfg, err := mysql.ParseDSN(dsn)
+	dcfg, err := storeerr.ParseDSN(dsn)
 	if err != nil {
-		return nil, fmt.Errorf("snowflake: mysql DSN: %w", err)
+		return nil, fmt.Errorf("snowflake: %w", err)
 	}
 	if dcfg.Timeout == 0 {
 		dcfg.Timeout = timeout

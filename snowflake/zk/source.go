@@ -8,12 +8,15 @@ import (
 	"fmt"
 	"net"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 
 	gozk "github.com/go-zookeeper/zk"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
+	"github.com/leafd/leafd/internal/quietlog"
 	"github.com/leafd/leafd/snowflake"
 	"github.com/leafd/leafd/snowflake/internal/statefile"
 )
@@ -138,7 +141,7 @@ func NewSource(cfg Config) (*Source, error) {
 		tolerance: cfg.OutageTolerance.Milliseconds(),
 	}
 	conn, events, err := gozk.Connect(cfg.Servers, cfg.SessionTimeout,
-		gozk.WithLogger(zkLogger{s.log}), gozk.WithLogInfo(false))
+		gozk.WithLogger(zkLogger{quietlog.New(s.log, quietlog.DefaultEvery, nil)}), gozk.WithLogInfo(false))
 	if err != nil {
 		cache.Close()
 		return nil, fmt.Errorf("snowflake: zookeeper: %w", err)
@@ -149,10 +152,13 @@ func NewSource(cfg Config) (*Source, error) {
 	return s, nil
 }
 
-type zkLogger struct{ l *zap.Logger }
+// zkLogger takes the ZooKeeper client's own lines (a failed connection attempt per server and
+// try during an outage) at Debug, each kind (its format) once and then in a summary at most
+// every 10 s.
+type zkLogger struct{ q *quietlog.Log }
 
 func (z zkLogger) Printf(format string, args ...any) {
-	z.l.Debug("zookeeper: " + fmt.Sprintf(format, args...))
+	z.q.Fail(zapcore.DebugLevel, "zookeeper client: "+strings.TrimSpace(format), fmt.Errorf(format, args...))
 }
 
 // call runs one ZooKeeper operation of s bounded by ctx (the client itself only gives up after a

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/leafd/leafd/internal/quietlog"
 	"time"
 
 	gozk "github.com/go-zookeeper/zk"
@@ -77,7 +79,7 @@ func acquire(t *testing.T, s *Source) snowflake.Worker {
 // adminConn is a plain client for inspecting and tampering with nodes.
 func adminConn(t *testing.T, addr string) *gozk.Conn {
 	t.Helper()
-	c, ev, err := gozk.Connect([]string{addr}, 5*time.Second, gozk.WithLogInfo(false), gozk.WithLogger(zkLogger{zap.NewNop()}))
+	c, ev, err := gozk.Connect([]string{addr}, 5*time.Second, gozk.WithLogInfo(false), gozk.WithLogger(zkLogger{quietlog.New(zap.NewNop(), 0, nil)}))
 	if err != nil {
 		t.Fatal(err)
 	}
