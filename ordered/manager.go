@@ -22,9 +22,11 @@ type Catalog interface {
 	List(ctx context.Context) ([]string, error)
 }
 
-// Releaser gives a lease back early (a graceful shutdown): *MySQLLeases.
+// Releaser gives a lease back early (a graceful shutdown, after the holder stopped serving):
+// *MySQLLeases. row is the row as the holder's latest write left it; a row written since is
+// left alone.
 type Releaser interface {
-	Release(ctx context.Context, tag, holder string) error
+	Release(ctx context.Context, tag string, row Row) error
 }
 
 // Errors of the Manager, matched with errors.Is.
@@ -98,6 +100,7 @@ type Manager struct {
 	mu   sync.Mutex                      // writers of tags
 
 	self   string // the lease holder name: Holder + holderSep + a random token
+	watch  *serverWatch
 	drop   func(tag string)
 	kick   chan struct{}
 	cancel context.CancelFunc
@@ -137,7 +140,7 @@ func NewManager(cfg ManagerConfig, cat Catalog, st Store) (*Manager, error) {
 	if cfg.Length < 0 || cfg.Margin < 0 || cfg.Margin >= cfg.Length || cfg.MaxTags < 0 || cfg.Timeout < 0 {
 		return nil, fmt.Errorf("ordered: lease length %v, margin %v: need 0 <= margin < length", cfg.Length, cfg.Margin)
 	}
-	m := &Manager{cfg: cfg, cat: cat, store: st, kick: make(chan struct{}, 1)}
+	m := &Manager{cfg: cfg, cat: cat, store: st, kick: make(chan struct{}, 1), watch: &serverWatch{}}
 	// The lease's holder is the address and a token of this process: two instances that
 	// advertise the same address by mistake (the default 127.0.0.1:6380 on two hosts) or a
 	// restart at the same address are never taken for the same holder.
@@ -197,15 +200,11 @@ func (m *Manager) Close() error {
 		}
 		rel, _ := m.store.(Releaser)
 		for _, t := range *m.tags.Load() {
-			_, was := t.lease.Valid()
-			t.lease.Drop() // stop serving first
-			if was && rel != nil {
-				ctx, cancel := context.WithTimeout(context.Background(), m.cfg.Timeout)
-				if err := rel.Release(ctx, t.Name, m.self); err != nil {
-					m.cfg.Log.Warn("ordered: lease not released; the others wait it out", zap.String("tag", t.Name), zap.Error(err))
-				}
-				cancel()
+			ctx, cancel := context.WithTimeout(context.Background(), m.cfg.Timeout)
+			if err := t.lease.Release(ctx, rel); err != nil {
+				m.cfg.Log.Warn("ordered: lease not released; the others wait it out", zap.String("tag", t.Name), zap.Error(err))
 			}
+			cancel()
 		}
 	})
 	return nil
@@ -239,7 +238,7 @@ func (m *Manager) add(tag string, drop bool) (*Tag, error) {
 	tag = strings.Clone(tag)
 	t := &Tag{Name: tag, m: m, stepped: make(chan struct{})}
 	if !m.cfg.Local {
-		l, err := New(Config{Tag: tag, Holder: m.self, Length: m.cfg.Length, Margin: m.cfg.Margin, Clock: m.cfg.Clock}, m.store)
+		l, err := New(Config{Tag: tag, Holder: m.self, Length: m.cfg.Length, Margin: m.cfg.Margin, Clock: m.cfg.Clock, watch: m.watch}, m.store)
 		if err != nil {
 			m.mu.Unlock()
 			return nil, err
@@ -478,6 +477,9 @@ func (m *Manager) step(ctx context.Context, t *Tag) {
 	retry := max(m.cfg.Length/20, time.Millisecond)
 	cctx, cancel := context.WithTimeout(ctx, m.cfg.Timeout)
 	_, wasServing := t.Serving()
+	// The next turn counts from this one's start, as the deadline counts from its send: a
+	// slow round trip does not push the renewals toward the deadline.
+	start := clk.Now()
 	s, err := t.lease.Renew(cctx)
 	cancel()
 	defer t.markStepped()
@@ -500,7 +502,7 @@ func (m *Manager) step(ctx context.Context, t *Tag) {
 		if wasServing {
 			m.cfg.Log.Warn("ordered: lease lost; stopped serving the tag", zap.String("tag", t.Name), zap.String("holder", s.Holder))
 		}
-		t.next = now.Add(renewEvery)
+		t.next = start.Add(renewEvery)
 		if s.HolderUntil.Before(t.next) { // campaign as soon as the holder's lease can have lapsed
 			t.next = s.HolderUntil.Add(time.Millisecond)
 		}
@@ -516,7 +518,7 @@ func (m *Manager) step(ctx context.Context, t *Tag) {
 		m.cfg.Log.Info("ordered: leader of the tag", zap.String("tag", t.Name), zap.Int64("epoch", s.Epoch),
 			zap.Time("serves_from", s.From))
 	}
-	t.next = now.Add(renewEvery)
+	t.next = start.Add(renewEvery)
 }
 
 func (t *Tag) markStepped() {

@@ -5,21 +5,39 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/go-sql-driver/mysql"
 )
 
+// ServerIdentity is the SQL of the identity of the database server answering, recorded in
+// every write of a lease row (server_id) and compared at each take and renewal: a change is
+// a failover. It is the only place that says what a server is.
+const ServerIdentity = "@@server_id"
+
 // mysqlCreateLeader is leafd's table of ORDERED tags and their leader leases: a row marks the
-// tag as ordered; expires is on the database clock (UTC_TIMESTAMP(3)), so the instances' clocks never
-// decide who holds it.
+// tag as ordered. Who may take a row is judged by the instances on their own clocks from
+// version and server_id (Lease.Renew); expires (on the database clock) is for people only.
 const mysqlCreateLeader = "CREATE TABLE IF NOT EXISTS `leafd_leader` (\n" +
 	"  `biz_tag` varchar(128) NOT NULL,\n" +
 	"  `holder` varchar(255) NOT NULL DEFAULT '' COMMENT 'the instance holding the lease',\n" +
-	"  `epoch` bigint NOT NULL DEFAULT 0 COMMENT 'term: grows by one at each change of holder or lapse',\n" +
-	"  `expires` datetime(3) NOT NULL DEFAULT '1970-01-02 00:00:00.000' COMMENT 'database clock',\n" +
-	"  `server_id` bigint NOT NULL DEFAULT 0 COMMENT '@@server_id of the server that granted the lease (a change: a failover)',\n" +
+	"  `epoch` bigint NOT NULL DEFAULT 0 COMMENT 'term: grows by one at each take',\n" +
+	"  `expires` datetime(3) NOT NULL DEFAULT '1970-01-02 00:00:00.000' COMMENT 'database clock; informative only',\n" +
+	"  `server_id` bigint NOT NULL DEFAULT 0 COMMENT 'identity of the server that wrote the row last (a change: a failover)',\n" +
+	mysqlLeaderColumns +
 	"  PRIMARY KEY (`biz_tag`)\n" +
 	") ENGINE=InnoDB"
+
+// mysqlLeaderColumns are the columns added to tables created before them (EnsureTable).
+const mysqlLeaderColumns = "  `version` bigint NOT NULL DEFAULT 0 COMMENT 'grows by one at each write; a take compares it',\n" +
+	"  `lease_us` bigint NOT NULL DEFAULT 0 COMMENT 'length of the latest grant',\n" +
+	"  `longest_us` bigint NOT NULL DEFAULT 0 COMMENT 'longest lease ever granted in the row',\n"
+
+// CreateRowSQL inserts an ordered tag's row (one argument: the tag), recording the server
+// that created it: a failover before the first grant is then seen like any other.
+const CreateRowSQL = "INSERT IGNORE INTO leafd_leader (biz_tag, server_id) VALUES (?, " + ServerIdentity + ")"
 
 // MySQLLeases is the lease Store on MySQL/MariaDB (the database of the segment store).
 type MySQLLeases struct {
@@ -37,18 +55,59 @@ func NewMySQLLeases(db *sql.DB, timeout time.Duration) *MySQLLeases {
 func (m *MySQLLeases) EnsureTable(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, m.timeout)
 	defer cancel()
-	_, err := m.db.ExecContext(ctx, mysqlCreateLeader)
-	if err == nil {
-		m.ensured.Store(true)
+	if _, err := m.db.ExecContext(ctx, mysqlCreateLeader); err != nil {
+		return err
 	}
-	return err
+	if err := m.addColumns(ctx); err != nil {
+		return err
+	}
+	m.ensured.Store(true)
+	return nil
+}
+
+// addColumns adds to a table created before them the columns of mysqlLeaderColumns (MySQL
+// has no ADD COLUMN IF NOT EXISTS).
+func (m *MySQLLeases) addColumns(ctx context.Context) error {
+	rows, err := m.db.QueryContext(ctx, "SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'leafd_leader'")
+	if err != nil {
+		return err
+	}
+	have := map[string]bool{}
+	for rows.Next() {
+		var c string
+		if err := rows.Scan(&c); err != nil {
+			_ = rows.Close()
+			return err
+		}
+		have[strings.ToLower(c)] = true
+	}
+	if err := rows.Close(); err != nil {
+		return err
+	}
+	for _, def := range strings.Split(strings.TrimSuffix(mysqlLeaderColumns, ",\n"), ",\n") {
+		def = strings.TrimSpace(def)
+		name := strings.Trim(strings.Fields(def)[0], "`")
+		if have[name] {
+			continue
+		}
+		if _, err := m.db.ExecContext(ctx, "ALTER TABLE leafd_leader ADD COLUMN "+def); err != nil && !isDupColumn(err) {
+			return err
+		}
+	}
+	return nil
+}
+
+// isDupColumn: another instance added the column first (ER_DUP_FIELDNAME).
+func isDupColumn(err error) bool {
+	var me *mysql.MySQLError
+	return errors.As(err, &me) && me.Number == 1060
 }
 
 // MarkOrdered records tag as ORDERED (idempotent).
 func (m *MySQLLeases) MarkOrdered(ctx context.Context, tag string) error {
 	ctx, cancel := context.WithTimeout(ctx, m.timeout)
 	defer cancel()
-	_, err := m.db.ExecContext(ctx, "INSERT IGNORE INTO leafd_leader (biz_tag) VALUES (?)", tag)
+	_, err := m.db.ExecContext(ctx, CreateRowSQL, tag)
 	return err
 }
 
@@ -94,58 +153,56 @@ func (m *MySQLLeases) List(ctx context.Context) ([]string, error) {
 	return tags, rows.Err()
 }
 
-// Release ends holder's lease of tag on the database clock (a graceful shutdown, after the
-// holder stopped serving it): the others may take it at once instead of waiting it out.
-func (m *MySQLLeases) Release(ctx context.Context, tag, holder string) error {
+// Release frees the row (holder ”), if the holder's latest write is still the row's on the
+// server that answered it (a graceful shutdown, after the holder stopped serving): the
+// others may take it at once instead of waiting it out.
+func (m *MySQLLeases) Release(ctx context.Context, tag string, row Row) error {
 	ctx, cancel := context.WithTimeout(ctx, m.timeout)
 	defer cancel()
 	_, err := m.db.ExecContext(ctx,
-		"UPDATE leafd_leader SET expires = LEAST(expires, UTC_TIMESTAMP(3) - INTERVAL 1000 MICROSECOND) WHERE biz_tag = ? AND holder = ?", tag, holder)
+		"UPDATE leafd_leader SET holder = '', version = version + 1, expires = UTC_TIMESTAMP(3), server_id = "+ServerIdentity+
+			" WHERE biz_tag = ? AND holder = ? AND version = ? AND server_id = ? AND "+ServerIdentity+" = ?",
+		tag, row.Holder, row.Version, row.Server, row.At)
 	return err
 }
 
-// Acquire is one transaction: the row is locked, its liveness judged by UTC_TIMESTAMP(3), and the lease
-// renewed (same holder, live: same epoch), taken (lapsed: next epoch) or refused (live, held
-// by another). A row last granted by another server (server_id: a failover since, perhaps to
-// a replica that missed the latest renewals) is a new term that must settle (Grant.Settle).
-func (m *MySQLLeases) Acquire(ctx context.Context, tag, holder string, length time.Duration) (Grant, error) {
+// Read is one SELECT of the tag's row and of the server answering.
+func (m *MySQLLeases) Read(ctx context.Context, tag string) (Row, error) {
 	ctx, cancel := context.WithTimeout(ctx, m.timeout)
 	defer cancel()
-	tx, err := m.db.BeginTx(ctx, nil)
-	if err != nil {
-		return Grant{}, err
-	}
-	defer func() { _ = tx.Rollback() }()
-	var cur string
-	var epoch, server, self, left int64
-	var live bool
-	err = tx.QueryRowContext(ctx,
-		"SELECT holder, epoch, expires >= UTC_TIMESTAMP(3), server_id, @@server_id, GREATEST(0, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(3), expires)) "+
-			"FROM leafd_leader WHERE biz_tag = ? FOR UPDATE", tag).Scan(&cur, &epoch, &live, &server, &self, &left)
+	var r Row
+	var longest int64
+	err := m.db.QueryRowContext(ctx,
+		"SELECT holder, epoch, version, server_id, "+ServerIdentity+", longest_us FROM leafd_leader WHERE biz_tag = ?", tag).
+		Scan(&r.Holder, &r.Epoch, &r.Version, &r.Server, &r.At, &longest)
 	if errors.Is(err, sql.ErrNoRows) {
-		return Grant{}, fmt.Errorf("%w: %q", ErrNotOrdered, tag)
+		return Row{}, fmt.Errorf("%w: %q", ErrNotOrdered, tag)
 	}
-	if err != nil {
-		return Grant{}, err
-	}
-	moved := cur != "" && server != self
-	if live && cur != holder && !moved {
-		return Grant{Holder: cur, Epoch: epoch, Remaining: time.Duration(left) * time.Microsecond}, nil
-	}
-	if !live || moved {
-		// A lapsed lease is a new term even for its last holder: it stopped serving at its
-		// deadline, and must start above every range of the earlier term again. So is a
-		// lease granted by another server: this one's row may be stale.
-		epoch++
-	}
-	_, err = tx.ExecContext(ctx,
-		"UPDATE leafd_leader SET holder = ?, epoch = ?, expires = UTC_TIMESTAMP(3) + INTERVAL ? MICROSECOND, server_id = @@server_id WHERE biz_tag = ?",
-		holder, epoch, length.Microseconds(), tag)
-	if err != nil {
-		return Grant{}, err
-	}
-	if err := tx.Commit(); err != nil {
-		return Grant{}, err
-	}
-	return Grant{Granted: true, Epoch: epoch, Holder: holder, Remaining: length, Settle: moved}, nil
+	r.Longest = time.Duration(longest) * time.Microsecond
+	return r, err
 }
+
+// Write is one autocommit UPDATE that compares the row's version and server and the server
+// answering with old's, so a renewal costs one round trip and its timeout bounds it whole.
+func (m *MySQLLeases) Write(ctx context.Context, tag string, old Row, holder string, take bool, length time.Duration) (Row, bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, m.timeout)
+	defer cancel()
+	r := written(old, holder, take, length)
+	us := length.Microseconds()
+	res, err := m.db.ExecContext(ctx,
+		"UPDATE leafd_leader SET holder = ?, epoch = ?, version = version + 1, expires = UTC_TIMESTAMP(3) + INTERVAL ? MICROSECOND,"+
+			" lease_us = ?, longest_us = GREATEST(longest_us, ?), server_id = "+ServerIdentity+
+			" WHERE biz_tag = ? AND version = ? AND server_id = ? AND "+ServerIdentity+" = ?",
+		holder, r.Epoch, us, us, us, tag, old.Version, old.Server, old.At)
+	if err != nil {
+		return Row{}, false, err
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return Row{}, false, err
+	}
+	return r, n == 1, nil
+}
+
+var _ Store = (*MySQLLeases)(nil)
+var _ Releaser = (*MySQLLeases)(nil)

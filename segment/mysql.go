@@ -19,6 +19,8 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 	"go.uber.org/zap"
+
+	"github.com/leafd/leafd/ordered"
 )
 
 var (
@@ -686,7 +688,7 @@ func (s *MySQLStore) createUncommitted(ctx context.Context, t Tag) (*sql.Tx, err
 		err = s.createFenceRow(ctx, tx, t.Name)
 	}
 	if err == nil && t.Ordered { // the row of package ordered's lease; leafd creates the table at start
-		_, err = tx.ExecContext(ctx, "INSERT IGNORE INTO leafd_leader (biz_tag) VALUES (?)", t.Name)
+		_, err = tx.ExecContext(ctx, ordered.CreateRowSQL, t.Name)
 	}
 	if err != nil {
 		_ = tx.Rollback()
