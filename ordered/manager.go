@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"sort"
 	"strings"
 	"sync"
@@ -188,7 +189,8 @@ func (m *Manager) Start(ctx context.Context, drop func(tag string)) {
 }
 
 // Close stops the lease goroutine and waits for it; the leases held are given back when the
-// store can (Releaser) after this instance stopped serving them. Idempotent.
+// store can (Releaser) after this instance stopped serving them, and a store that is an
+// io.Closer is closed. Idempotent.
 func (m *Manager) Close() error {
 	m.once.Do(func() {
 		if m.cfg.Local {
@@ -205,6 +207,9 @@ func (m *Manager) Close() error {
 				m.cfg.Log.Warn("ordered: lease not released; the others wait it out", zap.String("tag", t.Name), zap.Error(err))
 			}
 			cancel()
+		}
+		if c, ok := m.store.(io.Closer); ok { // the lease statements' connection (MySQLLeases)
+			_ = c.Close()
 		}
 	})
 	return nil

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -44,6 +45,13 @@ type MySQLLeases struct {
 	db      *sql.DB
 	timeout time.Duration
 	ensured atomic.Bool // leafd_leader exists
+
+	// The lease statements' own connection. A statement that times out loses its
+	// connection (the driver closes it); a new one is opened within timeout, not within the
+	// statement's shorter bound: on a slow link the handshake's round trips would exceed
+	// it every time, and the lease could never be renewed again.
+	mu   sync.Mutex
+	conn *sql.Conn
 }
 
 // NewMySQLLeases uses db (owned by the caller) with timeout per call.
@@ -166,15 +174,60 @@ func (m *MySQLLeases) Release(ctx context.Context, tag string, row Row) error {
 	return err
 }
 
+// leaseConn returns the lease statements' connection, opening one if needed, and a func
+// that discards it after an error.
+func (m *MySQLLeases) leaseConn(ctx context.Context) (*sql.Conn, func(error), error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.conn == nil {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.timeout)
+		c, err := m.db.Conn(dctx)
+		cancel()
+		if err != nil {
+			return nil, nil, err
+		}
+		m.conn = c
+	}
+	c := m.conn
+	return c, func(err error) {
+		if err == nil || errors.Is(err, sql.ErrNoRows) {
+			return
+		}
+		m.mu.Lock()
+		if m.conn == c {
+			m.conn = nil
+		}
+		m.mu.Unlock()
+		_ = c.Close()
+	}, nil
+}
+
+// Close closes the lease statements' connection (the caller closes the *sql.DB).
+func (m *MySQLLeases) Close() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.conn == nil {
+		return nil
+	}
+	err := m.conn.Close()
+	m.conn = nil
+	return err
+}
+
 // Read is one SELECT of the tag's row and of the server answering.
 func (m *MySQLLeases) Read(ctx context.Context, tag string) (Row, error) {
+	c, done, err := m.leaseConn(ctx)
+	if err != nil {
+		return Row{}, err
+	}
 	ctx, cancel := context.WithTimeout(ctx, m.timeout)
 	defer cancel()
 	var r Row
 	var longest int64
-	err := m.db.QueryRowContext(ctx,
+	err = c.QueryRowContext(ctx,
 		"SELECT holder, epoch, version, server_id, "+ServerIdentity+", longest_us FROM leafd_leader WHERE biz_tag = ?", tag).
 		Scan(&r.Holder, &r.Epoch, &r.Version, &r.Server, &r.At, &longest)
+	done(err)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Row{}, fmt.Errorf("%w: %q", ErrNotOrdered, tag)
 	}
@@ -185,15 +238,20 @@ func (m *MySQLLeases) Read(ctx context.Context, tag string) (Row, error) {
 // Write is one autocommit UPDATE that compares the row's version and server and the server
 // answering with old's, so a renewal costs one round trip and its timeout bounds it whole.
 func (m *MySQLLeases) Write(ctx context.Context, tag string, old Row, holder string, take bool, length time.Duration) (Row, bool, error) {
+	c, done, err := m.leaseConn(ctx)
+	if err != nil {
+		return Row{}, false, err
+	}
 	ctx, cancel := context.WithTimeout(ctx, m.timeout)
 	defer cancel()
 	r := written(old, holder, take, length)
 	us := length.Microseconds()
-	res, err := m.db.ExecContext(ctx,
+	res, err := c.ExecContext(ctx,
 		"UPDATE leafd_leader SET holder = ?, epoch = ?, version = version + 1, expires = UTC_TIMESTAMP(3) + INTERVAL ? MICROSECOND,"+
 			" lease_us = ?, longest_us = GREATEST(longest_us, ?), server_id = "+ServerIdentity+
 			" WHERE biz_tag = ? AND version = ? AND server_id = ? AND "+ServerIdentity+" = ?",
 		holder, r.Epoch, us, us, us, tag, old.Version, old.Server, old.At)
+	done(err)
 	if err != nil {
 		return Row{}, false, err
 	}
