@@ -20,6 +20,7 @@ type memStore struct {
 	err      error // returned by every call while set (nothing applied)
 	failNext bool
 	writes   int
+	budget   time.Duration // the latest Write's context: time left (real clock)
 }
 
 func newMemStore(clk *clock.Fake) *memStore {
@@ -37,6 +38,9 @@ func (m *memStore) Read(ctx context.Context, tag string) (Row, error) {
 }
 
 func (m *memStore) Write(ctx context.Context, tag string, old Row, holder string, take bool, length time.Duration) (Row, bool, error) {
+	if dl, ok := ctx.Deadline(); ok {
+		m.budget = time.Until(dl)
+	}
 	m.clk.Add(m.took)
 	if m.err != nil {
 		return Row{}, false, m.err
@@ -345,10 +349,11 @@ func TestLeaseConfig(t *testing.T) {
 	}
 }
 
-// TestManagerRenewsFromSendTime (fence: the renewal cadence counts from the send). With
-// round trips of a quarter of the lease, the next renewal is due a third of the lease after
-// the previous one was sent, so a sole leader on a slow link never lapses. Mutant: the next
-// turn from the reply: caught.
+// TestManagerRenewsFromSendTime (fence: the renewal cadence counts from the send; a
+// renewal's timeout is the lease left). With round trips of a quarter of the lease, the next
+// renewal is due a third of the lease after the previous one was sent, so a sole leader on a
+// slow link never lapses. Mutants: the next turn from the reply: caught; the timeout a third
+// of the lease: caught.
 func TestManagerRenewsFromSendTime(t *testing.T) {
 	clk := clock.NewFake(t0)
 	st := newMemStore(clk)
@@ -366,6 +371,10 @@ func TestManagerRenewsFromSendTime(t *testing.T) {
 		if i > 0 {
 			if _, ok := tag.Serving(); !ok {
 				t.Fatalf("round %d: the sole leader does not serve on a slow link", i)
+			}
+			// The renewal may take the lease left (1.7 s), not only a third of the lease.
+			if st.budget < 1500*time.Millisecond {
+				t.Fatalf("round %d: the renewal's timeout was %v, want the lease left (about 1.7s)", i, st.budget)
 			}
 		}
 		if want := start.Add(time.Second); due.After(want) {

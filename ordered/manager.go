@@ -480,7 +480,13 @@ func (m *Manager) step(ctx context.Context, t *Tag) {
 	clk := m.cfg.Clock
 	renewEvery := m.cfg.Length / 3
 	retry := max(m.cfg.Length/20, time.Millisecond)
-	cctx, cancel := context.WithTimeout(ctx, m.cfg.Timeout)
+	// A leader's renewal may take until its deadline: cut at a third of the lease, a
+	// round trip near that bound would fail (and lose its connection) on any hiccup.
+	timeout := m.cfg.Timeout
+	if ls := t.lease.State(); ls.Leader {
+		timeout = max(timeout, ls.Until.Sub(clk.Now()))
+	}
+	cctx, cancel := context.WithTimeout(ctx, timeout)
 	_, wasServing := t.Serving()
 	// The next turn counts from this one's start, as the deadline counts from its send: a
 	// slow round trip does not push the renewals toward the deadline.

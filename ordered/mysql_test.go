@@ -101,6 +101,7 @@ func TestMySQLLeaderColumnsAdded(t *testing.T) {
 		}
 	}
 	m := NewMySQLLeases(db, 5*time.Second)
+	defer m.Close()
 	for range 2 {
 		if err := m.EnsureTable(ctx); err != nil {
 			t.Fatal(err)
@@ -231,6 +232,7 @@ func openLeases(t *testing.T, dsn, params string) (*MySQLLeases, *sql.DB) {
 	}
 	t.Cleanup(func() { _ = db.Close() })
 	m := NewMySQLLeases(db, 5*time.Second)
+	t.Cleanup(func() { _ = m.Close() }) // before db.Close: the lease statements' connection
 	if err := m.EnsureTable(context.Background()); err != nil {
 		t.Fatal(err)
 	}
