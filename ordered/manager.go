@@ -108,8 +108,10 @@ type Manager struct {
 	wg     sync.WaitGroup
 	once   sync.Once
 	listed atomic.Bool // a List succeeded
-	// nextList: when the next list of the ordered tags is due (Round's caller only).
-	nextList time.Time
+	// nextList: when the next list of the ordered tags is due (its caller only: Round, or
+	// listLoop when listApart).
+	nextList  time.Time
+	listApart bool // set by Start before the goroutines: listLoop lists, Round does not
 
 	// Counters for /status.json and metrics (the handler adds the forwarding ones).
 	Forwarded, ForwardErrors, TryAgain atomic.Int64
@@ -184,8 +186,28 @@ func (m *Manager) Start(ctx context.Context, drop func(tag string)) {
 		return
 	}
 	ctx, m.cancel = context.WithCancel(context.Background())
-	m.wg.Add(1)
+	m.listApart = true
+	m.wg.Add(2)
 	go m.run(ctx)
+	go m.listLoop(ctx)
+}
+
+// listLoop lists the ordered tags every Length, apart from the lease goroutine: a list on a
+// slow link must not delay a renewal past its deadline.
+func (m *Manager) listLoop(ctx context.Context) {
+	defer m.wg.Done()
+	clk := m.cfg.Clock
+	for {
+		tm := clk.NewTimer(max(0, m.nextList.Sub(clk.Now())))
+		select {
+		case <-ctx.Done():
+			tm.Stop()
+			return
+		case <-tm.C():
+		}
+		m.refreshList(ctx)
+		m.nextList = clk.Now().Add(m.cfg.Length)
+	}
 }
 
 // Close stops the lease goroutine and waits for it; the leases held are given back when the
@@ -451,16 +473,19 @@ func (m *Manager) run(ctx context.Context) {
 	}
 }
 
-// Round runs the lease calls that are due now (each tag's renewal or campaign, the list of
-// ordered tags every Length) and returns when the next is due. The lease goroutine calls it;
+// Round runs the lease calls that are due now (each tag's renewal or campaign, and with
+// Manual the list of ordered tags every Length) and returns when the next is due. The lease goroutine calls it;
 // so do tests with Manual (never both, nor two callers at once).
 func (m *Manager) Round(ctx context.Context) time.Time {
 	clk := m.cfg.Clock
-	if !clk.Now().Before(m.nextList) {
-		m.refreshList(ctx)
-		m.nextList = clk.Now().Add(m.cfg.Length)
+	due := clk.Now().Add(m.cfg.Length)
+	if !m.listApart {
+		if !clk.Now().Before(m.nextList) {
+			m.refreshList(ctx)
+			m.nextList = clk.Now().Add(m.cfg.Length)
+		}
+		due = m.nextList
 	}
-	due := m.nextList
 	for _, t := range *m.tags.Load() {
 		if ctx.Err() != nil {
 			return due
