@@ -11,12 +11,9 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
-)
 
-// ServerIdentity is the SQL of the identity of the database server answering, recorded in
-// every write of a lease row (server_id) and compared at each take and renewal: a change is
-// a failover. It is the only place that says what a server is.
-const ServerIdentity = "@@server_id"
+	"github.com/leafd/leafd/internal/mysqlcluster"
+)
 
 // mysqlCreateLeader is leafd's table of ORDERED tags and their leader leases: a row marks the
 // tag as ordered. Who may take a row is judged by the instances on their own clocks from
@@ -26,7 +23,7 @@ const mysqlCreateLeader = "CREATE TABLE IF NOT EXISTS `leafd_leader` (\n" +
 	"  `holder` varchar(255) NOT NULL DEFAULT '' COMMENT 'the instance holding the lease',\n" +
 	"  `epoch` bigint NOT NULL DEFAULT 0 COMMENT 'term: grows by one at each take',\n" +
 	"  `expires` datetime(3) NOT NULL DEFAULT '1970-01-02 00:00:00.000' COMMENT 'database clock; informative only',\n" +
-	"  `server_id` bigint NOT NULL DEFAULT 0 COMMENT 'identity of the server that wrote the row last (a change: a failover)',\n" +
+	"  `server_id` bigint NOT NULL DEFAULT 0 COMMENT 'identity of the database that wrote the row last (a change: a failover); on Galera, of the cluster',\n" +
 	mysqlLeaderColumns +
 	"  PRIMARY KEY (`biz_tag`)\n" +
 	") ENGINE=InnoDB"
@@ -36,15 +33,19 @@ const mysqlLeaderColumns = "  `version` bigint NOT NULL DEFAULT 0 COMMENT 'grows
 	"  `lease_us` bigint NOT NULL DEFAULT 0 COMMENT 'length of the latest grant',\n" +
 	"  `longest_us` bigint NOT NULL DEFAULT 0 COMMENT 'longest lease ever granted in the row',\n"
 
-// CreateRowSQL inserts an ordered tag's row (one argument: the tag), recording the server
-// that created it: a failover before the first grant is then seen like any other.
-const CreateRowSQL = "INSERT IGNORE INTO leafd_leader (biz_tag, server_id) VALUES (?, " + ServerIdentity + ")"
+// CreateRowSQL inserts an ordered tag's row (one argument: the tag), recording the database
+// that created it (identity: the SQL of its identity, mysqlcluster.Ident.ID): a failover
+// before the first grant is then seen like any other.
+func CreateRowSQL(identity string) string {
+	return "INSERT IGNORE INTO leafd_leader (biz_tag, server_id) VALUES (?, " + identity + ")"
+}
 
 // MySQLLeases is the lease Store on MySQL/MariaDB (the database of the segment store).
 type MySQLLeases struct {
 	db      *sql.DB
 	timeout time.Duration
-	ensured atomic.Bool // leafd_leader exists
+	ensured atomic.Bool            // leafd_leader exists
+	ident   atomic.Pointer[string] // SQL of the database's identity (mysqlcluster), once known
 
 	// The lease statements' own connection. A statement that times out loses its
 	// connection (the driver closes it); a new one is opened within timeout, not within the
@@ -115,7 +116,11 @@ func isDupColumn(err error) bool {
 func (m *MySQLLeases) MarkOrdered(ctx context.Context, tag string) error {
 	ctx, cancel := context.WithTimeout(ctx, m.timeout)
 	defer cancel()
-	_, err := m.db.ExecContext(ctx, CreateRowSQL, tag)
+	self, err := m.identity(ctx)
+	if err != nil {
+		return err
+	}
+	_, err = m.db.ExecContext(ctx, CreateRowSQL(self), tag)
 	return err
 }
 
@@ -161,17 +166,40 @@ func (m *MySQLLeases) List(ctx context.Context) ([]string, error) {
 	return tags, rows.Err()
 }
 
+// identity is the SQL of the identity of the database answering, one BIGINT
+// (mysqlcluster.Detect: the server's, or on a Galera member the cluster's, so that moving
+// between members is no failover). Every write of a lease row records it (server_id) and
+// every take and renewal compares it: a change is a failover. It is the one place that says
+// what a database is.
+func (m *MySQLLeases) identity(ctx context.Context) (string, error) {
+	if p := m.ident.Load(); p != nil {
+		return *p, nil
+	}
+	id, err := mysqlcluster.Detect(ctx, m.db)
+	if err != nil {
+		return "", err
+	}
+	m.ident.Store(&id.ID)
+	return id.ID, nil
+}
+
 // Release frees the row (holder ”), if the holder's latest write is still the row's on the
 // server that answered it (a graceful shutdown, after the holder stopped serving): the
 // others may take it at once instead of waiting it out.
 func (m *MySQLLeases) Release(ctx context.Context, tag string, row Row) error {
 	ctx, cancel := context.WithTimeout(ctx, m.timeout)
 	defer cancel()
-	_, err := m.db.ExecContext(ctx,
-		"UPDATE leafd_leader SET holder = '', version = version + 1, expires = UTC_TIMESTAMP(3), server_id = "+ServerIdentity+
-			" WHERE biz_tag = ? AND holder = ? AND version = ? AND server_id = ? AND "+ServerIdentity+" = ?",
-		tag, row.Holder, row.Version, row.Server, row.At)
-	return err
+	self, err := m.identity(ctx)
+	if err != nil {
+		return err
+	}
+	return mysqlcluster.Retry(ctx, nil, func(ctx context.Context) error {
+		_, err := m.db.ExecContext(ctx,
+			"UPDATE leafd_leader SET holder = '', version = version + 1, expires = UTC_TIMESTAMP(3), server_id = "+self+
+				" WHERE biz_tag = ? AND holder = ? AND version = ? AND server_id = ? AND "+self+" = ?",
+			tag, row.Holder, row.Version, row.Server, row.At)
+		return err
+	})
 }
 
 // leaseConn returns the lease statements' connection, opening one if needed, and a func
@@ -190,8 +218,9 @@ func (m *MySQLLeases) leaseConn(ctx context.Context) (*sql.Conn, func(error), er
 	}
 	c := m.conn
 	return c, func(err error) {
-		if err == nil || errors.Is(err, sql.ErrNoRows) {
-			return
+		var me *mysql.MySQLError
+		if err == nil || errors.Is(err, sql.ErrNoRows) || errors.As(err, &me) || errors.Is(err, mysqlcluster.ErrNoIdentity) {
+			return // an answer: the connection works
 		}
 		m.mu.Lock()
 		if m.conn == c {
@@ -214,48 +243,65 @@ func (m *MySQLLeases) Close() error {
 	return err
 }
 
-// Read is one SELECT of the tag's row and of the server answering.
+// Read is one SELECT of the tag's row and of the database answering.
 func (m *MySQLLeases) Read(ctx context.Context, tag string) (Row, error) {
-	c, done, err := m.leaseConn(ctx)
+	ctx, cancel := context.WithTimeout(ctx, m.timeout)
+	defer cancel()
+	self, err := m.identity(ctx)
 	if err != nil {
 		return Row{}, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, m.timeout)
-	defer cancel()
 	var r Row
-	var longest int64
-	err = c.QueryRowContext(ctx,
-		"SELECT holder, epoch, version, server_id, "+ServerIdentity+", longest_us FROM leafd_leader WHERE biz_tag = ?", tag).
-		Scan(&r.Holder, &r.Epoch, &r.Version, &r.Server, &r.At, &longest)
-	done(err)
+	err = mysqlcluster.Retry(ctx, nil, func(ctx context.Context) error {
+		c, done, err := m.leaseConn(ctx)
+		if err != nil {
+			return err
+		}
+		var longest int64
+		var at mysqlcluster.ID // NULL: mysqlcluster.ErrNoIdentity, retried
+		err = c.QueryRowContext(ctx,
+			"SELECT holder, epoch, version, server_id, "+self+", longest_us FROM leafd_leader WHERE biz_tag = ?", tag).
+			Scan(&r.Holder, &r.Epoch, &r.Version, &r.Server, &at, &longest)
+		done(err)
+		r.At, r.Longest = int64(at), time.Duration(longest)*time.Microsecond
+		return err
+	})
 	if errors.Is(err, sql.ErrNoRows) {
 		return Row{}, fmt.Errorf("%w: %q", ErrNotOrdered, tag)
 	}
-	r.Longest = time.Duration(longest) * time.Microsecond
 	return r, err
 }
 
-// Write is one autocommit UPDATE that compares the row's version and server and the server
+// Write is one autocommit UPDATE that compares the row's version and server and the database
 // answering with old's, so a renewal costs one round trip and its timeout bounds it whole.
+// A statement the database rolled back (a certification conflict) runs again.
 func (m *MySQLLeases) Write(ctx context.Context, tag string, old Row, holder string, take bool, length time.Duration) (Row, bool, error) {
-	c, done, err := m.leaseConn(ctx)
-	if err != nil {
-		return Row{}, false, err
-	}
 	ctx, cancel := context.WithTimeout(ctx, m.timeout)
 	defer cancel()
-	r := written(old, holder, take, length)
-	us := length.Microseconds()
-	res, err := c.ExecContext(ctx,
-		"UPDATE leafd_leader SET holder = ?, epoch = ?, version = version + 1, expires = UTC_TIMESTAMP(3) + INTERVAL ? MICROSECOND,"+
-			" lease_us = ?, longest_us = GREATEST(longest_us, ?), server_id = "+ServerIdentity+
-			" WHERE biz_tag = ? AND version = ? AND server_id = ? AND "+ServerIdentity+" = ?",
-		holder, r.Epoch, us, us, us, tag, old.Version, old.Server, old.At)
-	done(err)
+	self, err := m.identity(ctx)
 	if err != nil {
 		return Row{}, false, err
 	}
-	n, err := res.RowsAffected()
+	r := written(old, holder, take, length)
+	us := length.Microseconds()
+	var n int64
+	err = mysqlcluster.Retry(ctx, nil, func(ctx context.Context) error {
+		c, done, err := m.leaseConn(ctx)
+		if err != nil {
+			return err
+		}
+		res, err := c.ExecContext(ctx,
+			"UPDATE leafd_leader SET holder = ?, epoch = ?, version = version + 1, expires = UTC_TIMESTAMP(3) + INTERVAL ? MICROSECOND,"+
+				" lease_us = ?, longest_us = GREATEST(longest_us, ?), server_id = "+self+
+				" WHERE biz_tag = ? AND version = ? AND server_id = ? AND "+self+" = ?",
+			holder, r.Epoch, us, us, us, tag, old.Version, old.Server, old.At)
+		done(err)
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
 	if err != nil {
 		return Row{}, false, err
 	}

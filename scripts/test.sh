@@ -103,9 +103,19 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# A port for a service, free a moment ago, below the kernel's ephemeral range (32768 and up),
+# so that no outgoing connection can take it as its source port before the service binds it.
 free_port() {
-	python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])' 2>/dev/null ||
-		echo $((20000 + RANDOM % 20000))
+	python3 -c 'import random, socket
+for _ in range(200):
+    p = random.randrange(20000, 32768)
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", p)); print(p); break
+    except OSError:
+        pass
+    finally:
+        s.close()' 2>/dev/null || echo $((20000 + RANDOM % 12000))
 }
 
 wait_for() { # wait_for <what> <seconds> <command...>

@@ -9,7 +9,7 @@ package segment
 //
 // Each tag has a row in leafd's own table leafd_fence (Leaf's leaf_alloc is unchanged). The
 // row names the primary that granted the tag's last ranges (@@server_id, and @@server_uuid on
-// MySQL) and an epoch that grows by one at each takeover. Every allocation transaction locks
+// MySQL; on a Galera cluster the cluster's state UUID, which every member shares) and an epoch that grows by one at each takeover. Every allocation transaction locks
 // the leaf_alloc row and then reads the fence row. When the row was written by another
 // server, is missing, or carries an epoch below one this process has already seen, the
 // database is not the one that granted the last ranges — a failover (or a restored backup)
@@ -32,6 +32,8 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 	"go.uber.org/zap"
+
+	"github.com/leafd/leafd/internal/mysqlcluster"
 )
 
 // mysqlCreateFence is leafd's own table; leaf_alloc stays exactly Leaf's.
@@ -46,8 +48,6 @@ const mysqlCreateFence = "CREATE TABLE IF NOT EXISTS `leafd_fence` (\n" +
 	"  `update_time` timestamp NOT NULL DEFAULT CURRENT_TIMESTAMP ON UPDATE CURRENT_TIMESTAMP,\n" +
 	"  PRIMARY KEY (`biz_tag`)\n" +
 	") ENGINE=InnoDB"
-
-const mysqlErrUnknownSysVar = 1193 // ER_UNKNOWN_SYSTEM_VARIABLE: @@server_uuid on MariaDB
 
 const mysqlErrDupFieldName = 1060 // ER_DUP_FIELDNAME: the column was added meanwhile
 
@@ -79,8 +79,8 @@ func (s *MySQLStore) ensureMaxEnd(ctx context.Context) error {
 
 // serverIdent identifies the database server a transaction runs on.
 type serverIdent struct {
-	id   int64
-	uuid string
+	id   mysqlcluster.ID   // NULL scans as mysqlcluster.ErrNoIdentity (retried)
+	uuid mysqlcluster.Name // likewise
 }
 
 func (s serverIdent) String() string {
@@ -100,23 +100,33 @@ type fenceRow struct {
 	maxEnd      int64 // the fence row's high-water (0: none yet)
 }
 
-// identExpr is the SQL of the server identity: MySQL has @@server_uuid, MariaDB does not.
+// identExpr is the SQL of the database's identity, two columns (mysqlcluster.Detect): the
+// server's (@@server_id, and @@server_uuid on MySQL) on a single server, the cluster's on
+// a Galera member, so that moving between the members of one cluster is no failover.
 func (s *MySQLStore) identExpr(ctx context.Context) (string, error) {
 	if p := s.ident.Load(); p != nil {
 		return *p, nil
 	}
-	var uuid string
-	err := s.db.QueryRowContext(ctx, "SELECT @@server_uuid").Scan(&uuid)
-	expr := "@@server_id, @@server_uuid"
-	var me *mysql.MySQLError
-	switch {
-	case errors.As(err, &me) && me.Number == mysqlErrUnknownSysVar:
-		expr = "@@server_id, ''"
-	case err != nil:
+	id, err := mysqlcluster.Detect(ctx, s.db)
+	if err != nil {
 		return "", err
 	}
-	s.ident.Store(&expr)
-	return expr, nil
+	if id.Kind == mysqlcluster.Galera {
+		s.log.Info("segment: the database is a Galera cluster: its identity is the cluster's (wsrep_cluster_state_uuid), the same on every member")
+	}
+	s.identID.Store(&id.ID)
+	s.ident.Store(&id.Pair)
+	return id.Pair, nil
+}
+
+// leaderIdentity is the identity column an ORDERED tag's creating insert records in its
+// leafd_leader row (ordered.CreateRowSQL): the database's, once known, else the server's
+// (on a Galera cluster the lease then counts the row as moved and settles once).
+func (s *MySQLStore) leaderIdentity() string {
+	if p := s.identID.Load(); p != nil {
+		return *p
+	}
+	return "@@server_id"
 }
 
 // fence runs at the start of an allocation transaction: it locks the tag's rows and, when the
@@ -151,7 +161,7 @@ func (s *MySQLStore) fence(ctx context.Context, tx *sql.Tx, tag string, step, fl
 		return fenceRow{}, err
 	}
 	r.found = ownerID.Valid
-	r.owner = serverIdent{ownerID.Int64, ownerUUID.String}
+	r.owner = serverIdent{mysqlcluster.ID(ownerID.Int64), mysqlcluster.Name(ownerUUID.String)}
 	r.epoch = epoch.Int64
 	r.maxEnd = maxEnd.Int64
 

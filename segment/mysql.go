@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	mrand "math/rand/v2"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,6 +19,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 	"go.uber.org/zap"
 
+	"github.com/leafd/leafd/internal/mysqlcluster"
 	"github.com/leafd/leafd/ordered"
 )
 
@@ -229,8 +229,9 @@ type MySQLStore struct {
 	maxStep         int64
 	requireSemiSync bool
 	ident           atomic.Pointer[string] // SQL of the server identity, once known
+	identID         atomic.Pointer[string] // its one-column form (mysqlcluster.Ident.ID)
 	gapRecorded     atomic.Bool            // this instance's gap is in the database fence row
-	deadlocks       atomic.Uint64          // deadlock victims run again (retryDeadlock)
+	deadlocks       atomic.Uint64          // rolled back transactions run again (retryDeadlock)
 
 	epochMu sync.Mutex
 	epochs  map[string]int64 // per tag: highest fence epoch seen committed
@@ -369,11 +370,20 @@ func (s *MySQLStore) AllocateAbove(ctx context.Context, tag string, step, floor 
 		a      Alloc
 		before semiSync
 	)
-	// Everything before COMMIT; a deadlock victim (rolled back whole by the server, nothing
-	// granted) runs again, a bounded number of times (retryDeadlock).
-	err := s.retryDeadlock(ctx, "allocate", tag, func(ctx context.Context) error {
+	// The whole transaction, COMMIT included; one the server rolled back whole (a deadlock
+	// victim, a certification conflict at COMMIT on a multi-writer cluster: nothing granted
+	// on any member) runs again, a bounded number of times (retryDeadlock).
+	op := "allocate"
+	err := s.retryDeadlock(ctx, op, tag, func(ctx context.Context) error {
 		var err error
-		tx, a, before, err = s.allocateUncommitted(ctx, tag, step, floor)
+		op = "allocate"
+		if tx, a, before, err = s.allocateUncommitted(ctx, tag, step, floor); err != nil {
+			return err
+		}
+		if err = tx.Commit(); err != nil {
+			op = "allocate: commit"
+			s.dropPending(tag)
+		}
 		return err
 	})
 	if err != nil {
@@ -381,11 +391,7 @@ func (s *MySQLStore) AllocateAbove(ctx context.Context, tag string, step, floor 
 		if errors.As(err, &below) {
 			return Alloc{}, err
 		}
-		return Alloc{}, s.wrap("allocate", tag, err)
-	}
-	if err := tx.Commit(); err != nil {
-		s.dropPending(tag)
-		return Alloc{}, s.wrap("allocate: commit", tag, err)
+		return Alloc{}, s.wrap(op, tag, err)
 	}
 	s.commitEpoch(tag)
 	if s.requireSemiSync {
@@ -456,39 +462,28 @@ func (s *MySQLStore) allocateUncommitted(ctx context.Context, tag string, step, 
 	return tx, a, before, nil
 }
 
-// mysqlErrDeadlock is ER_LOCK_DEADLOCK: the server chose this transaction as a deadlock's
-// victim and rolled it back whole.
+// mysqlErrDeadlock is ER_LOCK_DEADLOCK: a deadlock victim, or a certification conflict on
+// Galera; the server rolled the transaction back whole.
 const mysqlErrDeadlock = 1213
 
 // deadlockRetries bounds retryDeadlock: a transaction is tried at most this many times.
-const deadlockRetries = 5
+const deadlockRetries = mysqlcluster.Attempts
 
-// retryDeadlock runs fn, a whole transaction up to (not including) its COMMIT, again when the
-// server rolled it back as a deadlock victim: nothing of it was applied, so running it again
-// is the same as running it once. At most deadlockRetries attempts, with a short random
-// pause before each retry so that the transactions that met do not meet again in step, and
-// never past ctx. Any other error is returned at once.
+// retryDeadlock runs fn, a whole transaction with its COMMIT, again when the server rolled
+// it back whole (mysqlcluster.RolledBack: a deadlock victim, or a certification conflict on
+// a multi-writer cluster, which arrives at COMMIT too): nothing of it was applied, so
+// running it again is the same as running it once. At most mysqlcluster.Attempts attempts
+// with a short random pause before each retry, never past ctx (mysqlcluster.Retry).
 func (s *MySQLStore) retryDeadlock(ctx context.Context, op, tag string, fn func(context.Context) error) error {
-	var err error
-	for attempt := 1; ; attempt++ {
-		err = fn(ctx)
-		var me *mysql.MySQLError
-		if !errors.As(err, &me) || me.Number != mysqlErrDeadlock || attempt == deadlockRetries {
-			return err
-		}
+	return mysqlcluster.Retry(ctx, func(attempt int, err error) {
 		s.deadlocks.Add(1)
-		s.log.Debug("segment: deadlock victim; retrying the transaction", zap.String("op", op), zap.String("tag", tag), zap.Int("attempt", attempt))
-		pause := time.Duration(1+mrand.IntN(10*attempt)) * time.Millisecond
-		select {
-		case <-ctx.Done():
-			return err
-		case <-time.After(pause):
-		}
-	}
+		s.log.Debug("segment: transaction rolled back by the server (deadlock or certification conflict); retrying it",
+			zap.String("op", op), zap.String("tag", tag), zap.Int("attempt", attempt), zap.Error(err))
+	}, fn)
 }
 
-// Deadlocks is how many transactions the server rolled back as deadlock victims and the
-// store ran again (retryDeadlock).
+// Deadlocks is how many transactions the server rolled back whole (deadlock victims,
+// certification conflicts) and the store ran again (retryDeadlock).
 func (s *MySQLStore) Deadlocks() uint64 { return s.deadlocks.Load() }
 
 func (s *MySQLStore) allocateTx(ctx context.Context, tx *sql.Tx, tag string, step int64) (Alloc, error) {
@@ -688,7 +683,7 @@ func (s *MySQLStore) createUncommitted(ctx context.Context, t Tag) (*sql.Tx, err
 		err = s.createFenceRow(ctx, tx, t.Name)
 	}
 	if err == nil && t.Ordered { // the row of package ordered's lease; leafd creates the table at start
-		_, err = tx.ExecContext(ctx, ordered.CreateRowSQL, t.Name)
+		_, err = tx.ExecContext(ctx, ordered.CreateRowSQL(s.leaderIdentity()), t.Name)
 	}
 	if err != nil {
 		_ = tx.Rollback()

@@ -10,6 +10,8 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 	"go.uber.org/zap"
+
+	"github.com/leafd/leafd/internal/mysqlcluster"
 )
 
 // Tag creation on MySQL, committed together (group commit). Every creation locks the
@@ -126,14 +128,24 @@ func (s *MySQLStore) runCreates(ops []*createOp) {
 		batch = append(batch, op)
 	}
 	if len(batch) > 1 && !s.requireSemiSync {
-		var tx *sql.Tx
+		// The whole transaction, COMMIT included: one rolled back whole by the server (a
+		// deadlock victim, a certification conflict at COMMIT) runs again (retryDeadlock).
+		committing := false
 		err := s.retryDeadlock(ctx, "create batch", "", func(ctx context.Context) error {
-			var err error
-			tx, err = s.createBatchUncommitted(ctx, batch)
+			committing = false
+			tx, err := s.createBatchUncommitted(ctx, batch)
+			if err != nil {
+				return err
+			}
+			committing = true
+			if err = tx.Commit(); err != nil {
+				s.dropPending(dbFenceKey)
+			}
 			return err
 		})
-		if err == nil {
-			err = tx.Commit()
+		// A COMMIT rolled back every time (mysqlcluster.RolledBack) applied nothing: the ops
+		// run one by one below, as after any other failure before COMMIT.
+		if err == nil || (committing && !mysqlcluster.RolledBack(err)) {
 			if err != nil {
 				// Ambiguous: perhaps applied. Every op fails; a retry finds the rows it
 				// created (ErrTagExists) and its fence rows' high-water covers the ranges.
@@ -176,23 +188,27 @@ func (s *MySQLStore) runCreates(ops []*createOp) {
 
 // createSolo is one creation in its own transaction (Create before batching).
 func (s *MySQLStore) createSolo(ctx context.Context, t Tag) error {
-	var tx *sql.Tx
-	// Everything before COMMIT; a deadlock victim runs again (retryDeadlock), from the tag as
+	// The whole transaction, COMMIT included; one rolled back whole by the server (a deadlock
+	// victim, a certification conflict at COMMIT) runs again (retryDeadlock), from the tag as
 	// asked (createUncommitted raises its START on a copy).
-	err := s.retryDeadlock(ctx, "create", t.Name, func(ctx context.Context) error {
-		var err error
-		tx, err = s.createUncommitted(ctx, t)
+	op := "create"
+	err := s.retryDeadlock(ctx, op, t.Name, func(ctx context.Context) error {
+		op = "create"
+		tx, err := s.createUncommitted(ctx, t)
+		if err != nil {
+			return err
+		}
+		if err = tx.Commit(); err != nil {
+			op = "create: commit"
+			s.dropPending(dbFenceKey)
+		}
 		return err
 	})
 	if err != nil {
 		if errors.Is(err, ErrLimit) || errors.Is(err, ErrShaped) {
 			return err
 		}
-		return s.wrap("create", t.Name, err)
-	}
-	if err := tx.Commit(); err != nil {
-		s.dropPending(dbFenceKey)
-		return s.wrap("create: commit", t.Name, err)
+		return s.wrap(op, t.Name, err)
 	}
 	s.commitEpoch(dbFenceKey)
 	return nil

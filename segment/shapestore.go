@@ -85,13 +85,20 @@ func (s *MySQLStore) CreateShape(ctx context.Context, tag string, spec []byte) e
 	if err := s.ensureShapeTable(ctx); err != nil {
 		return err
 	}
-	var tx *sql.Tx
-	// Everything before COMMIT; a deadlock victim (rolled back whole, e.g. against a
-	// concurrent Create of the name locking the keys in the other order) runs again, as
-	// Create's transaction does (retryDeadlock), instead of answering ERR internal error.
-	err := s.retryDeadlock(ctx, "create shape", tag, func(ctx context.Context) error {
-		var err error
-		tx, err = s.createShapeUncommitted(ctx, tag, spec)
+	// The whole transaction, COMMIT included; one rolled back whole by the server (a deadlock
+	// victim, e.g. against a concurrent Create of the name locking the keys in the other
+	// order, or a certification conflict at COMMIT) runs again, as Create's transaction does
+	// (retryDeadlock), instead of answering ERR internal error.
+	op := "create shape"
+	err := s.retryDeadlock(ctx, op, tag, func(ctx context.Context) error {
+		op = "create shape"
+		tx, err := s.createShapeUncommitted(ctx, tag, spec)
+		if err != nil {
+			return err
+		}
+		if err = tx.Commit(); err != nil {
+			op = "create shape: commit"
+		}
 		return err
 	})
 	if err != nil {
@@ -99,14 +106,11 @@ func (s *MySQLStore) CreateShape(ctx context.Context, tag string, spec []byte) e
 		if errors.As(err, &te) {
 			return err
 		}
-		if werr := s.wrap("create shape", tag, err); errors.Is(werr, ErrTagExists) {
+		if werr := s.wrap(op, tag, err); errors.Is(werr, ErrTagExists) {
 			return tagError(tag, ErrTagExists, "tag already exists")
 		} else {
 			return werr
 		}
-	}
-	if err := tx.Commit(); err != nil {
-		return s.wrap("create shape: commit", tag, err)
 	}
 	return nil
 }

@@ -7,15 +7,17 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/leafd/leafd/internal/testenv"
 )
 
 // ReadyMsg is the message of the structured log line leafd writes once its RESP port accepts
@@ -76,17 +78,15 @@ type Leafd struct {
 	runFrom int           // log offset where the current run began
 	exited  chan struct{}
 	exitErr error
+
+	pickedAddr, pickedHTTP bool // the harness chose the port (and may choose again)
 }
 
-// FreeAddr returns a loopback address with a port that was free a moment ago.
+// FreeAddr returns a loopback address with a port that was free a moment ago, below the
+// ephemeral range (testenv.ServerPort).
 func FreeAddr(t testing.TB) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return "127.0.0.1:" + strconv.Itoa(testenv.ServerPort(t))
 }
 
 // Start starts the binary with its own data dir (unless args name one) and free RESP and
@@ -105,7 +105,7 @@ func StartAs(t testing.TB, l *Leafd, args ...string) *Leafd {
 		t.Fatal(err)
 	}
 	t.Cleanup(l.Kill)
-	l.waitReady()
+	l.firstReady()
 	return l
 }
 
@@ -133,7 +133,7 @@ func StartMany(t testing.TB, argLists ...[]string) []*Leafd {
 		if errs[i] != nil {
 			t.Fatal(errs[i])
 		}
-		l.waitReady()
+		l.firstReady()
 	}
 	return ls
 }
@@ -149,8 +149,39 @@ func StartInProcess(t testing.TB, run RunFunc, args ...string) *Leafd {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = l.Stop(30 * time.Second) })
-	l.waitReady()
+	l.firstReady()
 	return l
+}
+
+// firstReady waits for the first run's ready line. The ports the harness picked were free a
+// moment before the start; when another process took one since (the run exits with
+// "address already in use"), the run starts again on ports picked anew, up to 20 times.
+func (l *Leafd) firstReady() {
+	l.t.Helper()
+	for attempt := 1; attempt < 20 && (l.pickedAddr || l.pickedHTTP) && l.exitedInUse(); attempt++ {
+		if l.pickedAddr {
+			l.Addr = FreeAddr(l.t)
+			setFlag(l.Args, "--addr", l.Addr)
+		}
+		if l.pickedHTTP {
+			l.HTTPAddr = FreeAddr(l.t)
+			setFlag(l.Args, "--http-addr", l.HTTPAddr)
+		}
+		if err := l.launch(); err != nil {
+			l.t.Fatal(err)
+		}
+	}
+	l.waitReady()
+}
+
+// setFlag sets the value FlagValue reads ("--name v"), in place.
+func setFlag(args []string, name, value string) {
+	for i := 0; i+1 < len(args); i++ {
+		if args[i] == name {
+			args[i+1] = value
+			return
+		}
+	}
 }
 
 func (l *Leafd) prepare(t testing.TB, args []string) {
@@ -162,14 +193,14 @@ func (l *Leafd) prepare(t testing.TB, args []string) {
 		l.DataDir = FlagValue(args, "--data-dir")
 	}
 	if !HasFlag(args, "--addr") {
-		l.Addr = FreeAddr(t)
+		l.Addr, l.pickedAddr = FreeAddr(t), true
 		l.Args = append(l.Args, "--addr", l.Addr)
 	} else {
 		l.Addr = FlagValue(args, "--addr")
 	}
 	// A free admin port too: the default 127.0.0.1:8080 would collide between instances.
 	if !HasArg(args, "--http-addr") {
-		l.HTTPAddr = FreeAddr(t)
+		l.HTTPAddr, l.pickedHTTP = FreeAddr(t), true
 		l.Args = append(l.Args, "--http-addr", l.HTTPAddr)
 	} else {
 		l.HTTPAddr = FlagValue(args, "--http-addr")
@@ -238,7 +269,8 @@ func (l *Leafd) exitedInUse() bool {
 	l.logMu.Unlock()
 	select {
 	case <-l.exited:
-		return strings.Contains(run, "address already in use")
+		return strings.Contains(run, "address already in use") ||
+			l.exitErr != nil && strings.Contains(l.exitErr.Error(), "address already in use")
 	default:
 		return false
 	}

@@ -31,6 +31,8 @@ func (m ProxyMode) String() string {
 // changed at any time. It is closed at test cleanup, waiting for its goroutines.
 type Proxy struct {
 	target atomic.Pointer[string]
+	rr     atomic.Pointer[[]string] // SetTargets: new connections dealt round-robin
+	next   atomic.Uint64
 	ln     net.Listener
 	mode   atomic.Int32
 	delay  atomic.Int64 // ns, for ProxyDelay
@@ -74,6 +76,24 @@ func (p *Proxy) SetMode(m ProxyMode, delay time.Duration) {
 func (p *Proxy) SetTarget(target string) {
 	p.target.Store(&target)
 	p.closeConns()
+}
+
+// SetTargets deals new connections round-robin over targets, as a load balancer in front of
+// the members of a multi-writer cluster does, and closes every open one.
+func (p *Proxy) SetTargets(targets ...string) {
+	p.rr.Store(&targets)
+	p.closeConns()
+}
+
+// CloseConns closes every open connection (their clients reconnect, to the next target).
+func (p *Proxy) CloseConns() { p.closeConns() }
+
+// dial is the target of a new connection.
+func (p *Proxy) dial() *string {
+	if ts := p.rr.Load(); ts != nil && len(*ts) > 0 {
+		return &(*ts)[p.next.Add(1)%uint64(len(*ts))]
+	}
+	return p.target.Load()
 }
 
 func (p *Proxy) current() ProxyMode { return ProxyMode(p.mode.Load()) }
@@ -140,7 +160,7 @@ func (p *Proxy) accept() {
 			continue
 		}
 		tgt := p.target.Load()
-		up, err := net.DialTimeout("tcp", *tgt, 2*time.Second)
+		up, err := net.DialTimeout("tcp", *p.dial(), 2*time.Second)
 		if err != nil {
 			c.Close()
 			continue

@@ -14,9 +14,11 @@ package testenv
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
+	"strconv"
 	"sync"
 	"syscall"
 	"testing"
@@ -51,16 +53,34 @@ func missing(t testing.TB, format string, args ...any) {
 	t.Skip(msg)
 }
 
-// freePort returns a loopback TCP port that was free a moment ago.
+// freePort returns a loopback TCP port that was free a moment ago (ServerPort).
 func freePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("testenv: find a free port: %v", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return ServerPort(t)
 }
+
+// ServerPort returns a loopback TCP port for a server a test starts, free a moment ago. It is
+// taken below the kernel's ephemeral range (32768 and up on Linux), never from it: a port
+// from that range can become another process's outgoing source port between the pick and
+// the server's bind, which is how "bind: address already in use" hit the suite on busy
+// machines. Below it only another server that picked the same port can collide.
+func ServerPort(t testing.TB) int {
+	t.Helper()
+	for range 200 {
+		port := serverPortLow + rand.IntN(serverPortHigh-serverPortLow)
+		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
+		if err == nil {
+			_ = l.Close()
+			return port
+		}
+	}
+	t.Fatal("testenv: no free loopback port below the ephemeral range in 200 tries")
+	return 0
+}
+
+// The range ServerPort picks from: above the well-known and common service ports, below
+// Linux's default ip_local_port_range.
+const serverPortLow, serverPortHigh = 20000, 32768
 
 // lookBin finds the first of names on PATH or in dirs (sbin directories are often not on the
 // PATH of unprivileged users).

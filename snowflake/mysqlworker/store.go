@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+
+	"github.com/leafd/leafd/internal/mysqlcluster"
 )
 
 // Table is the name of the worker-id table, in the database of the DSN, beside leaf_alloc.
@@ -191,11 +193,19 @@ func (s *sqlStore) Get(ctx context.Context, id int64) (row, bool, error) {
 }
 
 // exec runs a write and reports whether it changed exactly one row. Every write bumps version,
-// so a matched row is a changed row.
+// so a matched row is a changed row. A write the server rolled back whole (a certification
+// conflict on a Galera cluster, a deadlock victim: applied nowhere) runs again
+// (mysqlcluster.Retry); every write is a compare-and-set, so running it again is the same as
+// running it once.
 func (s *sqlStore) exec(ctx context.Context, q string, args ...any) (bool, error) {
 	ctx, cancel := s.ctx(ctx)
 	defer cancel()
-	res, err := s.db.ExecContext(ctx, q, args...)
+	var res sql.Result
+	err := mysqlcluster.Retry(ctx, nil, func(ctx context.Context) error {
+		var err error
+		res, err = s.db.ExecContext(ctx, q, args...)
+		return err
+	})
 	if err != nil {
 		return false, err
 	}

@@ -1,0 +1,3 @@
+package client
+
+const rusageThread = 1 // RUSAGE_THREAD
