@@ -11,6 +11,9 @@ package main
 
 import (
 	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
 	"testing"
 	"time"
 
@@ -44,7 +47,7 @@ func stepClock(t *testing.T, db *testenv.MariaDB, ft *testenv.FakeTime, offset t
 		if got, err = time.Parse(time.RFC3339Nano, s); err != nil {
 			t.Fatalf("UTC_TIMESTAMP(3) = %q: %v", s, err)
 		}
-		d := got.Sub(time.Now()) - offset
+		d := time.Until(got) - offset
 		return d > -time.Second && d < time.Second
 	})
 	if !ok {
@@ -250,4 +253,62 @@ func TestOrderedFailoverBeforeFirstGrant(t *testing.T) {
 	fc.pxs[lead].SetMode(e2e.ProxyPass, 0)
 	load.served(t, lead, 300, 30*time.Second, "the old leader, reconnected")
 	load.check(t, "ordered_failover_first_grant", fault, outageBound(orderedLease), 3000, nil, orderedCodes...)
+}
+
+// TestOrderedClockAttack (opt-in: LEAFD_TEST_ORDERED_ATTACK=rounds, LEAFD_TEST_ORDERED_SEED)
+// attacks the lease on the binary: three instances with leases of 2 s, 3 s and 2 s, the
+// second through a proxy that delays every chunk by a sixteenth of a lease; each round steps
+// the database clock by up to ±90 s at a random phase of the renewal cycle and, one round in
+// three, kills the leader -9 (restarted the next round). Bounded by the rounds and 3 minutes.
+func TestOrderedClockAttack(t *testing.T) {
+	rounds, _ := strconv.Atoi(os.Getenv("LEAFD_TEST_ORDERED_ATTACK"))
+	if rounds <= 0 {
+		t.Skip("set LEAFD_TEST_ORDERED_ATTACK=rounds")
+	}
+	seed, _ := strconv.ParseUint(os.Getenv("LEAFD_TEST_ORDERED_SEED"), 10, 64)
+	if seed == 0 {
+		seed = uint64(time.Now().UnixNano())
+	}
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 1))
+	db, ft, dsn := clockedDB(t)
+	px := e2e.StartProxy(t, mysqlAddr(t, dsn))
+	leases := []time.Duration{2 * time.Second, 3 * time.Second, 2 * time.Second}
+	args := func(i int) []string {
+		d := dsn
+		if i == 1 {
+			d = proxiedDSN(t, dsn, px)
+		}
+		return []string{"--mysql-dsn", d, "--ordered-lease", leases[i].String(), "--log-format", "json"}
+	}
+	ls := e2e.StartMany(t, args(0), args(1), args(2))
+	createOrdered(t, ls[0], "seq", 100)
+	px.SetMode(e2e.ProxyDelay, leases[1]/16)
+	load := startLinLoad(t, "seq", ls, 2)
+	load.served(t, -1, 1000, 30*time.Second, "before the attack")
+	fault := time.Now()
+	end := fault.Add(3 * time.Minute)
+	var offset time.Duration
+	killed := -1
+	for r := 0; r < rounds && time.Now().Before(end); r++ {
+		phase := time.Duration(rng.Int64N(int64(3 * time.Second)))
+		at := time.Now().Add(phase)
+		e2e.Poll(4*time.Second, func() bool { return !time.Now().Before(at) })
+		offset = time.Duration(rng.Int64N(int64(180*time.Second))) - 90*time.Second
+		stepClock(t, db, ft, offset)
+		switch {
+		case killed >= 0:
+			ls[killed].Restart()
+			killed = -1
+		case r%3 == 2:
+			killed = leaderOf(t, ls, nil, "seq", 20*time.Second)
+			ls[killed].Kill()
+		}
+		load.served(t, -1, 200, 30*time.Second, fmt.Sprintf("round %d (clock %+v, killed %d)", r, offset, killed))
+	}
+	if killed >= 0 {
+		ls[killed].Restart()
+	}
+	load.served(t, -1, 300, 30*time.Second, "after the attack")
+	load.check(t, "ordered_clock_attack", fault, outageBound(3*time.Second), 3000, []int{0, 1, 2}, orderedCodes...)
 }
