@@ -208,6 +208,11 @@ func TestOrderedFailoverMixedLeases(t *testing.T) {
 	load.served(t, -1, 3000, 20*time.Second, "while the replica lags")
 	fault := time.Now()
 	fc.failover(t, 0)
+	// The fault's length: the old leader cut off until its 8 s lease has surely run out, so
+	// that the IDs counted next come from the new leader after its settle.
+	if d := long + time.Second - time.Since(fault); d > 0 {
+		time.Sleep(d)
+	}
 	for _, i := range others(len(ls), 0) {
 		load.served(t, i, 300, 40*time.Second, "after the failover")
 	}
