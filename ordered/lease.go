@@ -30,6 +30,10 @@ type Row struct {
 	// Longest is the longest lease any grant of the row had: how long a holder whose
 	// writes this server missed may still count itself leader.
 	Longest time.Duration
+	// Expires is the row's expires as the database wrote it (on its clock): never read as a
+	// time, only compared, so that a renewal by a leafd that does not count versions (an
+	// older one, during an upgrade) still shows as a change of the row. Empty when unknown.
+	Expires string
 }
 
 // Store reads and writes the lease rows (*MySQLLeases). Each call is one statement.

@@ -398,3 +398,20 @@ func (c staticCatalog) IsOrdered(ctx context.Context, tag string) (bool, error) 
 }
 
 func (c staticCatalog) List(ctx context.Context) ([]string, error) { return c, nil }
+
+// TestLeaseUnversionedRenewalRestartsWait: a renewal by a leafd that does not count versions
+// (an upgrade in progress) moves only expires; the taker's wait starts again all the same.
+func TestLeaseUnversionedRenewalRestartsWait(t *testing.T) {
+	clk := clock.NewFake(t0)
+	st := newMemStore(clk)
+	st.row = Row{Holder: "old", Epoch: 3, Server: 1, Expires: "2026-01-01 00:00:03.000"}
+	b := newTestLease(t, st, clk, "b", 3*time.Second)
+	renew(t, b)
+	clk.Add(2 * time.Second)
+	st.row.Expires = "2026-01-01 00:00:05.000" // the old holder renewed
+	renew(t, b)
+	clk.Add(2 * time.Second)
+	if s := renew(t, b); s.Leader {
+		t.Fatalf("b took the row 2 s after the old holder renewed it: %+v", s)
+	}
+}

@@ -260,8 +260,8 @@ func (m *MySQLLeases) Read(ctx context.Context, tag string) (Row, error) {
 		var longest int64
 		var at mysqlcluster.ID // NULL: mysqlcluster.ErrNoIdentity, retried
 		err = c.QueryRowContext(ctx,
-			"SELECT holder, epoch, version, server_id, "+self+", longest_us FROM leafd_leader WHERE biz_tag = ?", tag).
-			Scan(&r.Holder, &r.Epoch, &r.Version, &r.Server, &at, &longest)
+			"SELECT holder, epoch, version, server_id, "+self+", longest_us, CAST(expires AS CHAR) FROM leafd_leader WHERE biz_tag = ?", tag).
+			Scan(&r.Holder, &r.Epoch, &r.Version, &r.Server, &at, &longest, &r.Expires)
 		done(err)
 		r.At, r.Longest = int64(at), time.Duration(longest)*time.Microsecond
 		return err
@@ -284,6 +284,14 @@ func (m *MySQLLeases) Write(ctx context.Context, tag string, old Row, holder str
 	}
 	r := written(old, holder, take, length)
 	us := length.Microseconds()
+	// Holder and epoch are compared too, and a take compares expires: writes of a leafd that
+	// does not count versions (an upgrade in progress) then refuse this one as well.
+	where := " WHERE biz_tag = ? AND version = ? AND holder = ? AND epoch = ? AND server_id = ? AND " + self + " = ?"
+	args := []any{holder, r.Epoch, us, us, us, tag, old.Version, old.Holder, old.Epoch, old.Server, old.At}
+	if take && old.Expires != "" {
+		where += " AND expires = ?"
+		args = append(args, old.Expires)
+	}
 	var n int64
 	err = mysqlcluster.Retry(ctx, nil, func(ctx context.Context) error {
 		c, done, err := m.leaseConn(ctx)
@@ -292,9 +300,7 @@ func (m *MySQLLeases) Write(ctx context.Context, tag string, old Row, holder str
 		}
 		res, err := c.ExecContext(ctx,
 			"UPDATE leafd_leader SET holder = ?, epoch = ?, version = version + 1, expires = UTC_TIMESTAMP(3) + INTERVAL ? MICROSECOND,"+
-				" lease_us = ?, longest_us = GREATEST(longest_us, ?), server_id = "+self+
-				" WHERE biz_tag = ? AND version = ? AND server_id = ? AND "+self+" = ?",
-			holder, r.Epoch, us, us, us, tag, old.Version, old.Server, old.At)
+				" lease_us = ?, longest_us = GREATEST(longest_us, ?), server_id = "+self+where, args...)
 		done(err)
 		if err != nil {
 			return err

@@ -35,7 +35,7 @@ func TestMySQLLeaseRowWrites(t *testing.T) {
 	if err != nil || !ok || ra.Epoch != 1 || ra.Version != 1 || ra.Longest != 8*time.Second {
 		t.Fatalf("take: %+v %v %v", ra, ok, err)
 	}
-	if got, _ := m.Read(ctx, "o"); got != ra {
+	if got, _ := m.Read(ctx, "o"); got.Expires == "" || withoutExpires(got) != ra {
 		t.Fatalf("row read %+v, want what the write returned %+v", got, ra)
 	}
 	if _, ok, err := m.Write(ctx, "o", r0, "b", true, time.Second); err != nil || ok {
@@ -64,6 +64,25 @@ func TestMySQLLeaseRowWrites(t *testing.T) {
 	rc, ok, err := m.Write(ctx, "o", moved, "c", true, time.Second)
 	if err != nil || !ok || rc.Server != rc.At {
 		t.Fatalf("take of the moved row: %+v %v %v", rc, ok, err)
+	}
+	// Writes of a leafd that does not count versions: a renewal (expires moved) refuses a
+	// take from the row read before it; a take (holder and epoch changed) refuses the
+	// holder's renewal. Mutants: the expires or the holder compare removed: caught.
+	seen, _ := m.Read(ctx, "o")
+	if _, err := db.ExecContext(ctx, "UPDATE leafd_leader SET expires = expires + INTERVAL 1 SECOND"); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err := m.Write(ctx, "o", seen, "d", true, time.Second); err != nil || ok {
+		t.Fatalf("take across an unversioned renewal: %v %v, want refused", ok, err)
+	}
+	if _, err := db.ExecContext(ctx, "UPDATE leafd_leader SET holder = 'old', epoch = epoch + 1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err := m.Write(ctx, "o", rc, "c", false, time.Second); err != nil || ok {
+		t.Fatalf("renewal across an unversioned take: %v %v, want refused", ok, err)
+	}
+	if _, err := db.ExecContext(ctx, "UPDATE leafd_leader SET holder = 'c', epoch = epoch - 1"); err != nil {
+		t.Fatal(err)
 	}
 	// Release frees only the holder's own latest row.
 	if err := m.Release(ctx, "o", rb); err != nil {
@@ -238,3 +257,5 @@ func openLeases(t *testing.T, dsn, params string) (*MySQLLeases, *sql.DB) {
 	}
 	return m, db
 }
+
+func withoutExpires(r Row) Row { r.Expires = ""; return r }
