@@ -1,6 +1,7 @@
-# The leafd image from a plain clone: `docker build -t leafd .` (add
-# --build-arg VERSION=$(git describe --tags --always --dirty) to stamp the version; the build
-# context has no .git, so the default is "dev"). Multi-stage: a golang stage builds a static
+# The leafd image from a plain clone: `docker build -t leafd .` or `podman build -t leafd .`
+# (add --build-arg VERSION=$(git describe --tags --always --dirty) to stamp the version; the
+# build context has no .git, so unstamped it reports "unknown"). The base image is fully
+# qualified, so no short-name resolution is needed. Multi-stage: a golang stage builds a static
 # leafd (CGO_ENABLED=0), the image is scratch with it, the CA bundle, passwd/group naming the
 # non-root user 65532 and an empty /data.
 #
@@ -8,12 +9,12 @@
 # from deploy/image/Dockerfile (scripts/image.sh, `make image`: the binary built outside) and
 # check that this file is its twin: the same instructions from USER on, every COPY source
 # present in a clone and not excluded by .dockerignore (deploy/dockerfile_test.go).
-FROM golang:1.26-bookworm AS build
+FROM docker.io/library/golang:1.26-bookworm AS build
 WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
-ARG VERSION=dev
+ARG VERSION=
 RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/leafd ./cmd/leafd \
  && mkdir -p /out/data
 

@@ -1,13 +1,13 @@
 # leafd: `make run` serves on the embedded defaults; `make test` runs every test (it installs
 # and starts MariaDB and ZooKeeper itself, see scripts/test.sh).
 GO ?= go
-VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null)
 LDFLAGS := -s -w -X main.version=$(VERSION)
 
-.PHONY: build run test unit bench bench-micro lint fuzz image clean
+.PHONY: build run test unit bench bench-micro lint fuzz image release clean
 
 build:
-	CGO_ENABLED=0 $(GO) build -ldflags '$(LDFLAGS)' -o bin/leafd ./cmd/leafd
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/leafd ./cmd/leafd
 
 run:
 	$(GO) run ./cmd/leafd
@@ -49,5 +49,12 @@ fuzz:
 image:
 	VERSION=$(VERSION) bash scripts/image.sh
 
+# A release in dist/: stripped static binaries for linux/amd64, linux/arm64 and darwin/arm64
+# stamped with VERSION, SHA256SUMS, and the image leafd:VERSION when docker or podman runs
+# (skipped with a message otherwise). make release VERSION=v0.1.0
+release:
+	@case "$(VERSION)" in v[0-9]*.[0-9]*.[0-9]*) ;; *) echo "make release: set VERSION=vX.Y.Z (got $(VERSION))" >&2; exit 2 ;; esac
+	bash scripts/release.sh $(VERSION)
+
 clean:
-	rm -rf bin leafd-data
+	rm -rf bin dist leafd-data

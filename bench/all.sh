@@ -164,7 +164,7 @@ cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$server_pid/stat"; }
 mkdir -p "$OUT/raw" "$OUT/quantiles"
 rm -f "$OUT"/raw/*.json "$OUT"/raw/*.cpu "$OUT"/raw/*.loads "$OUT"/quantiles/*.csv "$OUT"/*.txt "$OUT"/summary.md
 echo "all.sh: building (commit $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?'))" >&2
-version=$(git -C "$root" describe --tags --always --dirty 2>/dev/null || echo dev)
+version=$(git -C "$root" describe --tags --always --dirty 2>/dev/null || echo unknown)
 (cd "$root" && go build -ldflags "-X main.version=$version" -o "$work/leafd" ./cmd/leafd && go build -o "$work/leafd-bench" ./cmd/leafd-bench)
 (cd "$root/bench/plot" && go build -o "$work/plot" .)
 {

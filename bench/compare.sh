@@ -87,7 +87,7 @@ trap 'exit 130' INT TERM
 if [[ -z "${LEAFD:-}" ]]; then
 	root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 	LEAFD=$work/leafd
-	(cd "$root" && go build -ldflags "-X main.version=$(git describe --tags --always --dirty 2>/dev/null || echo dev)" -o "$LEAFD" ./cmd/leafd)
+	(cd "$root" && go build -ldflags "-X main.version=$(git describe --tags --always --dirty 2>/dev/null || echo unknown)" -o "$LEAFD" ./cmd/leafd)
 fi
 
 # free_port prints a loopback port nobody listens on.

@@ -8,7 +8,7 @@ import (
 )
 
 // Built with -tags gnet, the handlers' server tests run on the gnet/v2 variant of the event
-// loop (resp.ModelGnet) unless a test names its model (docs/BENCHMARKS.md, "Our loop or gnet").
+// loop (resp.ModelGnet) unless a test names its model (docs/BENCHMARKS.md, "The server models").
 const testModel = resp.ModelGnet
 
 // gnetPoolGoroutines are the two goroutines of the worker pool gnet/v2 creates when its

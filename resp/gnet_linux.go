@@ -5,7 +5,7 @@ package resp
 // The gnet variant (ModelGnet, issue 21 item 4): the same parser, Handler, per-connection
 // state, limits and off-loop execution as the event-loop model, on github.com/panjf2000/gnet/v2
 // event loops instead of ours, so that the two can be tested and measured side by side
-// (docs/BENCHMARKS.md, "Our loop or gnet"). It is built only with -tags gnet; leafd's default
+// (docs/BENCHMARKS.md, "The server models"). It is built only with -tags gnet; leafd's default
 // binary does not link gnet.
 //
 // Our accept loop (Serve, accept: MaxClients, back-off, Shutdown) stays; each accepted TCP

@@ -48,7 +48,7 @@ const (
 	// ModelEventLoop serves plain-TCP connections on epoll event loops, one per GOMAXPROCS,
 	// each one goroutine (Linux; elsewhere, and for TLS, the goroutine model is used). The
 	// default: on a quiet machine it met redis-server's p99 where the goroutine model did not
-	// (docs/BENCHMARKS.md, "Quiet-machine decision").
+	// (docs/BENCHMARKS.md, "The server models").
 	ModelEventLoop = "eventloop"
 )
 

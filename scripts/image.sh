@@ -14,7 +14,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-version=${VERSION:-$(git describe --tags --always --dirty 2>/dev/null || echo dev)}
+version=${VERSION:-$(git describe --tags --always --dirty 2>/dev/null || echo unknown)}
 tag=${1:-leafd:${version//[^A-Za-z0-9_.-]/-}}
 latest=""
 [ $# -ge 1 ] || latest=leafd:latest

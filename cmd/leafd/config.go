@@ -46,7 +46,9 @@ type Config struct {
 	WorkerLease  time.Duration
 	WorkerOffset int64
 	PodOrdinal   int64
-	RequirePass  string
+	// Region is --region k/n (region.go); "" is the single region.
+	Region      string
+	RequirePass string
 	// Secrets by file (secrets.go); the file's content replaces the value.
 	RequirePassFile string
 	MySQLDSNFile    string
@@ -135,6 +137,7 @@ func flagSet(c *Config) *flag.FlagSet {
 	fs.StringVar(&c.WorkerSource, "worker-source", "auto", "where snowflake worker ids come from: auto (--worker-id: static; --zk-addrs: zookeeper; --mysql-dsn: mysql; else file), mysql, zookeeper, file, static or statefulset")
 	fs.DurationVar(&c.WorkerLease, "worker-lease", mysqlworker.DefaultConfig().Lease, "MySQL worker ids: the lease of a row in leafd_worker (a taker issues only after lease + 1s; must exceed --lease-window)")
 	fs.Int64Var(&c.WorkerOffset, "worker-offset", 0, "statefulset worker ids: worker id = offset + pod ordinal (several StatefulSets in one domain)")
+	fs.StringVar(&c.Region, "region", "", regionUsage)
 	fs.Int64Var(&c.PodOrdinal, "pod-ordinal", -1, "statefulset worker ids: this pod's ordinal; -1: the number after the last '-' of the hostname")
 	fs.StringVar(&c.RequirePass, "requirepass", "", "password for AUTH / HELLO ... AUTH; prefer --requirepass-file or LEAFD_REQUIREPASS")
 	fs.DurationVar(&c.PeriodClockOffset, "period-clock-offset", 0, "shift the clock that picks a periodic tag's period by this much (drills across a simulated midnight; IDs stay unique whatever the clocks)")
@@ -342,6 +345,7 @@ func (c Config) Validate() error {
 		bad("--worker-id and --zk-addrs exclude each other: choose one worker-id source")
 	}
 	c.validateWorkerSource(bad)
+	c.validateRegion(bad)
 	if c.WorkerReuse && c.ZKAddrs == "" {
 		bad("--worker-reuse needs --zk-addrs")
 	}

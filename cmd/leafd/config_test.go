@@ -123,34 +123,40 @@ func TestSecretsFromFiles(t *testing.T) {
 	}
 }
 
-// TestReadmeDefaults: the default the README's options table gives each option is the one
-// the flag set has (taken from the packages' DefaultConfig), so neither can drift alone.
+// TestReadmeDefaults: the default the options tables give each option (the README's short
+// table and docs/REFERENCE.md's full one) is the one the flag set has (taken from the
+// packages' DefaultConfig), so neither can drift alone.
 func TestReadmeDefaults(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
 	var c Config
 	fs := flagSet(&c)
 	row := regexp.MustCompile("^\\| `--([a-z0-9-]+)` \\| (`([^`]*)`|empty) \\|")
-	checked := 0
-	for _, line := range strings.Split(string(readme), "\n") {
-		m := row.FindStringSubmatch(line)
-		if m == nil {
-			continue
+	for _, tc := range []struct {
+		file string
+		min  int
+	}{{"../../README.md", 10}, {"../../docs/REFERENCE.md", 40}} {
+		readme, err := os.ReadFile(tc.file)
+		if err != nil {
+			t.Fatal(err)
 		}
-		f := fs.Lookup(m[1])
-		if f == nil {
-			continue // documented elsewhere (--config)
+		checked := 0
+		for _, line := range strings.Split(string(readme), "\n") {
+			m := row.FindStringSubmatch(line)
+			if m == nil {
+				continue
+			}
+			f := fs.Lookup(m[1])
+			if f == nil {
+				continue // documented elsewhere (--config)
+			}
+			want := m[3] // "" for "empty"
+			if f.DefValue != want {
+				t.Errorf("%s: --%s: says default %q, the flag has %q", tc.file, m[1], want, f.DefValue)
+			}
+			checked++
 		}
-		want := m[3] // "" for "empty"
-		if f.DefValue != want {
-			t.Errorf("--%s: README says default %q, the flag has %q", m[1], want, f.DefValue)
+		if checked < tc.min {
+			t.Errorf("%s: checked %d defaults, want the options table (%d+)", tc.file, checked, tc.min)
 		}
-		checked++
-	}
-	if checked < 40 {
-		t.Errorf("checked %d README defaults, want the whole options table (40+)", checked)
 	}
 	if got := fs.Lookup("max-batch").DefValue; got != strconv.Itoa(handlers.DefaultMaxBatch) {
 		t.Errorf("--max-batch default %s, want handlers.DefaultMaxBatch %d", got, handlers.DefaultMaxBatch)

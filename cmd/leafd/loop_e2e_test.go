@@ -6,7 +6,7 @@ package main
 // transactions whose queued commands wait run (EXEC on the loop), and a hot tag beside a
 // burst of 1,200 first loads (refills starved). The bounds are ratios to a baseline measured
 // in the same test, with room for a loaded 2-core machine; each failure on the old code was
-// an order of magnitude (docs/BENCHMARKS.md, "Issue 21 repros").
+// an order of magnitude.
 
 import (
 	"bufio"
@@ -286,7 +286,7 @@ func TestE2EExecWaitsInnocentP99(t *testing.T) {
 // Issue 21 item 4: UNAVAILABLE for about 1.5 s per burst, the refill queued behind the first
 // loads (this test gets UNAVAILABLE on the old code). The issue's finer bound, 20x the
 // baseline's slowest, is logged, not asserted: on the shared 2-core dev machine the hot
-// tag's own loads slow down under the burst (docs/BENCHMARKS.md, "Issue 21 repros").
+// tag's own loads slow down under the burst.
 func TestE2EHotTagBesideFirstLoadBurst(t *testing.T) {
 	dsn := testenv.FreshDatabase(t, testenv.MySQLDSN(t))
 	l := e2e.StartAs(t, &e2e.Leafd{Bin: buildNoRace(t)}, "--mysql-dsn", dsn, "--auto-create", "on", "--max-step", "20000")

@@ -16,11 +16,6 @@ import (
 	"go.uber.org/zap/zapcore"
 )
 
-// version is set at build time with -ldflags "-X main.version=..." from `git describe`
-// (Makefile, scripts/image.sh, the Dockerfiles' VERSION argument, bench/); `leafd version`
-// prints it, INFO server shows it as leafd_version, /status and /status.json as version.
-var version = "dev"
-
 func main() {
 	os.Exit(realMain())
 }
@@ -28,7 +23,7 @@ func main() {
 // realMain is main with an exit code, so that deferred calls run before the one exit.
 func realMain() int {
 	if len(os.Args) > 1 && (os.Args[1] == "version" || os.Args[1] == "--version" || os.Args[1] == "-version") {
-		fmt.Println("leafd", version)
+		fmt.Println("leafd", leafdVersion())
 		return 0
 	}
 	if len(os.Args) > 1 && os.Args[1] == "health" {
@@ -44,12 +39,17 @@ func realMain() int {
 		defer stop()
 		return runAdopt(ctx, os.Args[2:], os.Stdout, os.Stderr)
 	}
+	if len(os.Args) > 1 && os.Args[1] == "region" { // the region procedures (regiontool.go)
+		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+		defer stop()
+		return runRegionTool(ctx, os.Args[2:], os.Stdout, os.Stderr)
+	}
 	cfg, err := loadConfig(os.Args[1:], os.Getenv, os.Stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
 	}
 	if errors.Is(err, errShowVersion) { // --version after other flags
-		fmt.Println("leafd", version)
+		fmt.Println("leafd", leafdVersion())
 		return 0
 	}
 	if err != nil {

@@ -28,7 +28,9 @@ func openOrdered(ctx context.Context, cfg Config, store segment.Store, log *zap.
 			holder = cfg.Addr
 		}
 		leases := ordered.NewMySQLLeases(st.DB(), cfg.LoadTimeout)
-		if err := leases.EnsureTable(ctx); err != nil {
+		if !cfg.MySQLCreate {
+			leases.AssumeTable() // created from docs/schema.sql; the user may lack CREATE
+		} else if err := leases.EnsureTable(ctx); err != nil {
 			log.Warn("cannot create leafd_leader yet; retried with the list of ordered tags", zap.Error(err))
 		}
 		m, err := ordered.NewManager(ordered.ManagerConfig{Holder: holder, Length: cfg.OrderedLease, Log: log}, leases, leases)

@@ -7,12 +7,12 @@ import (
 	"testing"
 )
 
-// TestReadmeClientSnippets: every code block the README's client notes show is the code a
+// TestReadmeClientSnippets: every code block the client notes (docs/CLIENTS.md) show is the code a
 // client script of the compatibility suite runs. The scripts mark the blocks with
-// "README:begin <name>" and "README:end" comment lines; the README must contain each block
+// "README:begin <name>" and "README:end" comment lines; the notes must contain each block
 // verbatim (indentation removed), and must show no snippet the scripts do not run.
 func TestReadmeClientSnippets(t *testing.T) {
-	readme, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	readme, err := os.ReadFile(filepath.Join("..", "..", "docs", "CLIENTS.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -28,7 +28,7 @@ func TestReadmeClientSnippets(t *testing.T) {
 		for name, block := range snippets(string(b)) {
 			found[name] = true
 			if !strings.Contains(string(readme), block) {
-				t.Errorf("README.md does not show the %q block of %s verbatim:\n%s", name, f, block)
+				t.Errorf("docs/CLIENTS.md does not show the %q block of %s verbatim:\n%s", name, f, block)
 			}
 		}
 	}
@@ -42,7 +42,7 @@ func TestReadmeClientSnippets(t *testing.T) {
 		if name, ok := strings.CutPrefix(strings.TrimSpace(line), "<!-- client-snippet: "); ok {
 			name = strings.TrimSuffix(name, " -->")
 			if !found[name] {
-				t.Errorf("README.md shows a snippet %q that no script of the suite runs", name)
+				t.Errorf("docs/CLIENTS.md shows a snippet %q that no script of the suite runs", name)
 			}
 		}
 	}

@@ -73,6 +73,9 @@ func run(ctx context.Context, cfg Config, log *zap.Logger, ready func(net.Addr))
 		}
 	}
 	closers = append(closers, storeCloser...)
+	if err := checkRegion(ctx, cfg, store, log); err != nil {
+		return err
+	}
 
 	scfg := segment.DefaultConfig()
 	scfg.AutoCreate = cfg.autoCreate()
@@ -88,6 +91,9 @@ func run(ctx context.Context, cfg Config, log *zap.Logger, ready func(net.Addr))
 	scfg.WarmTags = cfg.WarmTags
 	scfg.NoWarmStart = cfg.WarmTags == 0
 	scfg.RemainderFile = filepath.Join(cfg.DataDir, "remainder.json")
+	if err := useDataDirRegion(cfg, scfg.RemainderFile, log); err != nil {
+		return err
+	}
 	ord, fwd, err := openOrdered(ctx, cfg, store, log)
 	if err != nil {
 		return err
@@ -133,7 +139,7 @@ func run(ctx context.Context, cfg Config, log *zap.Logger, ready func(net.Addr))
 		DisableCreate:  !cfg.AllowCreate,
 		NoSegment:      !cfg.segmentOn(),
 		NoSnowflake:    !cfg.snowflakeOn(),
-		Version:        version,
+		Version:        leafdVersion(),
 		StoreName:      storeName,
 		ConfigValues:   cfg.configValues(),
 		HTTPAuth:       cfg.httpToken(),
@@ -143,7 +149,7 @@ func run(ctx context.Context, cfg Config, log *zap.Logger, ready func(net.Addr))
 		Ordered:        ord,
 		Forward:        fwd,
 		PeriodNow:      periodClock(cfg.PeriodClockOffset),
-	}, seg, snow, log.Named("handlers"))
+	}, regionSegments(seg, cfg.region()), snow, log.Named("handlers"))
 
 	rcfg := resp.DefaultConfig()
 	rcfg.MaxClients = cfg.MaxClients
@@ -211,7 +217,7 @@ func run(ctx context.Context, cfg Config, log *zap.Logger, ready func(net.Addr))
 	log.Info("leafd ready", zap.String("addr", addr.String()), zap.String("store", storeName),
 		zap.Int("maxclients", cfg.MaxClients),
 		zap.Bool("auto_create", scfg.AutoCreate), zap.String("modes", cfg.Modes), zap.String("data_dir", cfg.DataDir),
-		zap.String("version", version))
+		zap.String("version", leafdVersion()))
 	if ready != nil {
 		ready(addr)
 	}
@@ -339,21 +345,31 @@ func openSnowflake(ctx context.Context, cfg Config, log *zap.Logger) (*snowflake
 	}
 
 	var src snowflake.WorkerSource
-	var err error
+	// --region: every source but static numbers within the region's ids (region.go).
+	base, span, err := regionWorkers(cfg.region(), fcfg.Layout.MaxWorkerID())
+	if err != nil {
+		return nil, nil, err
+	}
 	switch cfg.Source() {
 	case srcZooKeeper:
-		src, err = openZKSource(cfg, fcfg.Layout.MaxWorkerID(), log)
+		src, err = openZKSource(cfg, span-1, log)
 	case srcStatic:
+		if cfg.WorkerID < base || cfg.WorkerID >= base+span {
+			return nil, nil, fmt.Errorf("--worker-id %d is outside --region %s's worker ids %d..%d", cfg.WorkerID, cfg.region(), base, base+span-1)
+		}
 		src, err = snowflake.NewStaticSource(cfg.DataDir, cfg.WorkerID)
 	case srcMySQL:
-		src, err = openMySQLWorkerSource(cfg, fcfg.Layout.MaxWorkerID(), log)
+		src, err = openMySQLWorkerSource(cfg, span-1, log)
 	case srcStatefulSet:
-		src, err = openStatefulSetSource(cfg, fcfg.Layout.MaxWorkerID(), log)
+		src, err = openStatefulSetSource(cfg, span-1, log)
 	default:
 		src, err = snowflake.NewFileSource(cfg.DataDir, 0)
 	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("snowflake worker source: %w", err)
+	}
+	if cfg.Source() != srcStatic {
+		src = inRegion(src, cfg.region(), base, span)
 	}
 	// The generator owns src from here on: it closes it, on error too.
 	g, err := snowflake.New(fcfg, src, log.Named("snowflake"))

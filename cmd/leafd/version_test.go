@@ -6,8 +6,10 @@ import (
 	"errors"
 	"flag"
 	"io"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"testing"
 
@@ -96,5 +98,78 @@ func TestConfigValueErrors(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: got %v, want %q", name, err, tc.want)
 		}
+	}
+}
+
+// TestBuildInfoVersion: an unstamped build reports the module version of go install
+// ...@vX.Y.Z, else the VCS revision (+dirty with uncommitted changes), never "dev".
+func TestBuildInfoVersion(t *testing.T) {
+	rev := "778d475347540535384fb7921ca975a628552125"
+	vcs := func(modified string) []debug.BuildSetting {
+		return []debug.BuildSetting{{Key: "vcs", Value: "git"}, {Key: "vcs.revision", Value: rev}, {Key: "vcs.modified", Value: modified}}
+	}
+	for _, tc := range []struct {
+		name string
+		info *debug.BuildInfo
+		want string
+	}{
+		{"go install @v0.1.0", &debug.BuildInfo{Main: debug.Module{Version: "v0.1.0"}}, "v0.1.0"},
+		{"go build on a tag", &debug.BuildInfo{Main: debug.Module{Version: "v0.1.0"}, Settings: vcs("false")}, "v0.1.0"},
+		{"go build in a clone", &debug.BuildInfo{Main: debug.Module{Version: "v0.0.0-20261201222047-778d47534754"}, Settings: vcs("false")}, "778d47534754"},
+		{"go build, changes", &debug.BuildInfo{Main: debug.Module{Version: "v0.0.0-20261201222047-778d47534754+dirty"}, Settings: vcs("true")}, "778d47534754+dirty"},
+		{"devel with vcs", &debug.BuildInfo{Main: debug.Module{Version: "(devel)"}, Settings: vcs("true")}, "778d47534754+dirty"},
+		{"pseudo-version only", &debug.BuildInfo{Main: debug.Module{Version: "v0.0.0-20261201222047-778d47534754"}}, "v0.0.0-20261201222047-778d47534754"},
+		{"nothing", &debug.BuildInfo{Main: debug.Module{Version: "(devel)"}}, "unknown"},
+		{"no build info", nil, "unknown"},
+	} {
+		if got := buildInfoVersion(tc.info); got != tc.want {
+			t.Errorf("%s: got %q, want %q", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestVersionUnstamped: `go build ./cmd/leafd && ./leafd --version` in a clone prints the
+// commit's revision, and +dirty once a tracked file changed. The build runs in a fresh clone
+// of HEAD (Go reads VCS information only where .git is a directory, not in a git worktree),
+// with -buildvcs=true whatever GOFLAGS the machine sets.
+func TestVersionUnstamped(t *testing.T) {
+	if testing.Short() {
+		t.Skip("clones the repository and builds a binary")
+	}
+	root, err := exec.Command("git", "rev-parse", "--show-toplevel").Output()
+	if err != nil {
+		t.Skipf("not in a git checkout: %v", err)
+	}
+	clone := filepath.Join(t.TempDir(), "leafd")
+	if out, err := exec.Command("git", "clone", "-q", "--no-hardlinks", strings.TrimSpace(string(root)), clone).CombinedOutput(); err != nil {
+		t.Fatalf("git clone: %v\n%s", err, out)
+	}
+	head, err := exec.Command("git", "-C", clone, "rev-parse", "HEAD").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	build := func() string {
+		t.Helper()
+		cmd := exec.Command("go", "build", "-trimpath", "./cmd/leafd")
+		cmd.Dir = clone
+		cmd.Env = append(os.Environ(), "GOFLAGS=-buildvcs=true")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("go build: %v\n%s", err, out)
+		}
+		out, err := exec.Command(filepath.Join(clone, "leafd"), "--version").CombinedOutput()
+		if err != nil {
+			t.Fatalf("leafd --version: %v\n%s", err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	want := "leafd " + string(head[:12])
+	if got := build(); got != want {
+		t.Errorf("clean clone: got %q, want %q", got, want)
+	}
+	if err := os.WriteFile(filepath.Join(clone, "README.md"), []byte("changed\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got := build(); got != want+"+dirty" {
+		t.Errorf("changed clone: got %q, want %q", got, want+"+dirty")
 	}
 }

@@ -139,12 +139,13 @@ func openMySQLWorkerSource(cfg Config, maxWorkerID int64, log *zap.Logger) (snow
 		holder = h + "/" + cfg.Addr
 	}
 	return mysqlworker.NewSource(mysqlworker.Config{
-		DSN:         cfg.MySQLDSN,
-		DataDir:     cfg.DataDir,
-		Holder:      holder,
-		Lease:       cfg.WorkerLease,
-		MaxWorkerID: maxWorkerID,
-		Logger:      log.Named("mysqlworker"),
+		DSN:           cfg.MySQLDSN,
+		DataDir:       cfg.DataDir,
+		Holder:        holder,
+		Lease:         cfg.WorkerLease,
+		MaxWorkerID:   maxWorkerID,
+		NoCreateTable: !cfg.MySQLCreate,
+		Logger:        log.Named("mysqlworker"),
 	})
 }
 

@@ -25,8 +25,10 @@ import (
 
 // TestZKTwoInstancesAndRestart: two hosts get distinct worker ids; a restart of one (same
 // advertise address, same data dir) keeps its id and issues above its earlier IDs.
-func TestZKTwoInstancesAndRestart(t *testing.T) {
-	zkAddr := testenv.ZKAddr(t)
+func TestZKTwoInstancesAndRestart(t *testing.T) { zkTwoInstancesAndRestart(t, testenv.ZKAddr(t)) }
+
+// zkTwoInstancesAndRestart runs TestZKTwoInstancesAndRestart on the ZooKeeper of zkAddr (one server or an ensemble).
+func zkTwoInstancesAndRestart(t *testing.T, zkAddr string) {
 	name := e2e.ZKTestName(t)
 	a := e2e.Start(t, e2e.ZKArgs(t, zkAddr, name)...)
 	b := e2e.Start(t, e2e.ZKArgs(t, zkAddr, name)...)
@@ -49,8 +51,10 @@ func TestZKTwoInstancesAndRestart(t *testing.T) {
 }
 
 // TestZKFiveAtOnce: five instances started together on an empty path get five distinct ids.
-func TestZKFiveAtOnce(t *testing.T) {
-	zkAddr := testenv.ZKAddr(t)
+func TestZKFiveAtOnce(t *testing.T) { zkFiveAtOnce(t, testenv.ZKAddr(t)) }
+
+// zkFiveAtOnce runs TestZKFiveAtOnce on the ZooKeeper of zkAddr (one server or an ensemble).
+func zkFiveAtOnce(t *testing.T, zkAddr string) {
 	name := e2e.ZKTestName(t)
 	const n = 5
 	args := make([][]string, n)
@@ -388,8 +392,10 @@ func TestZKReusePausedHolder(t *testing.T) {
 
 // TestZKKillRestartsUnderLoad: two instances, each kill -9'd and restarted several times while
 // clients draw IDs from both: no ID is ever issued twice. With and without worker reuse.
-func TestZKKillRestartsUnderLoad(t *testing.T) {
-	zkAddr := testenv.ZKAddr(t)
+func TestZKKillRestartsUnderLoad(t *testing.T) { zkKillRestartsUnderLoad(t, testenv.ZKAddr(t)) }
+
+// zkKillRestartsUnderLoad runs TestZKKillRestartsUnderLoad on the ZooKeeper of zkAddr (one server or an ensemble).
+func zkKillRestartsUnderLoad(t *testing.T, zkAddr string) {
 	for _, mode := range []struct {
 		name string
 		args []string

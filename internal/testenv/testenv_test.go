@@ -178,3 +178,25 @@ func TestReplication(t *testing.T) {
 		t.Fatalf("second promotion: got rows %s, want 1,10,11", got)
 	}
 }
+
+// TestZKEnsemble: three members elect one leader; with the leader killed the other two elect
+// another, and the killed one rejoins.
+func TestZKEnsemble(t *testing.T) {
+	start := time.Now()
+	e := StartZKEnsemble(t, 3)
+	t.Logf("ensemble of 3 ready in %v on %s", time.Since(start).Round(time.Millisecond), e.Connect())
+	for _, z := range e.Members {
+		if z.port >= 32768 {
+			t.Errorf("member port %d: want below 32768", z.port)
+		}
+	}
+	l := e.WaitLeader(-1, 30*time.Second)
+	e.Members[l].Kill()
+	killed := time.Now()
+	nl := e.WaitLeader(l, 30*time.Second)
+	t.Logf("leader %d killed; %d leads after %v", l, nl, time.Since(killed).Round(time.Millisecond))
+	e.Members[l].Start()
+	if got := e.Leader(); got != nl {
+		t.Errorf("after the old leader rejoined: leader %d, want %d", got, nl)
+	}
+}

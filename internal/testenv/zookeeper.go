@@ -3,6 +3,7 @@ package testenv
 import (
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
@@ -35,6 +36,8 @@ type ZooKeeper struct {
 	port int
 	dir  string
 	proc *proc
+	// quorum: a member of an ensemble, ready once it leads or follows (standalone otherwise).
+	quorum bool
 }
 
 // zkClasspath finds the ZooKeeper server classes.
@@ -90,14 +93,7 @@ func StartZooKeeper(t testing.TB) *ZooKeeper {
 		if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 			t.Fatalf("testenv: %v", err)
 		}
-		z.proc = &proc{t: t, name: "zookeeper", logPath: filepath.Join(dir, "zookeeper.log"), argv: []string{
-			java, "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
-			"-Djava.net.preferIPv4Stack=true",
-			"-Dzookeeper.jmx.log4j.disable=true",
-			"-Dorg.slf4j.simpleLogger.showDateTime=true",
-			"-cp", cp,
-			"org.apache.zookeeper.server.quorum.QuorumPeerMain", cfgPath,
-		}}
+		z.proc = &proc{t: t, name: "zookeeper", logPath: filepath.Join(dir, "zookeeper.log"), argv: zkArgv(java, cp, cfgPath)}
 		err := z.start()
 		if err == nil {
 			break
@@ -111,20 +107,45 @@ func StartZooKeeper(t testing.TB) *ZooKeeper {
 	return z
 }
 
+// zkArgv runs QuorumPeerMain on cfgPath with a small, quickly started JVM.
+func zkArgv(java, cp, cfgPath string) []string {
+	return []string{
+		java, "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+		"-Djava.net.preferIPv4Stack=true",
+		"-Dzookeeper.jmx.log4j.disable=true",
+		"-Dorg.slf4j.simpleLogger.showDateTime=true",
+		"-cp", cp,
+		"org.apache.zookeeper.server.quorum.QuorumPeerMain", cfgPath,
+	}
+}
+
+// zkMode is the "Mode:" of a srvr reply (standalone, leader, follower), "" when none.
+func zkMode(srvr string) string {
+	for _, line := range strings.Split(srvr, "\n") {
+		if m, ok := strings.CutPrefix(strings.TrimSpace(line), "Mode: "); ok {
+			return m
+		}
+	}
+	return ""
+}
+
 func (z *ZooKeeper) start() error {
 	if err := z.proc.start(); err != nil {
 		return err
 	}
-	return z.proc.waitReady(time.Minute, func() error {
-		out, err := FourLetter(z.Addr(), "srvr", time.Second)
-		if err != nil {
-			return err
-		}
-		if !strings.Contains(out, "Mode: standalone") {
-			return fmt.Errorf("srvr: %q", out)
-		}
-		return nil
-	})
+	return z.proc.waitReady(time.Minute, z.ready)
+}
+
+// ready: the server answers srvr as standalone (an ensemble's member: as leader or follower).
+func (z *ZooKeeper) ready() error {
+	out, err := FourLetter(z.Addr(), "srvr", time.Second)
+	if err != nil {
+		return err
+	}
+	if m := zkMode(out); !z.quorum && m != "standalone" || z.quorum && m != "leader" && m != "follower" {
+		return fmt.Errorf("srvr: %q", out)
+	}
+	return nil
 }
 
 // FourLetter sends a ZooKeeper four-letter command (ruok, srvr, mntr, ...) to addr and
@@ -170,5 +191,138 @@ func (z *ZooKeeper) Start() {
 	z.t.Helper()
 	if err := z.start(); err != nil {
 		z.t.Fatalf("testenv: restart: %v\n--- zookeeper log:\n%s", err, z.proc.logTail())
+	}
+}
+
+// ZKEnsemble is a private ZooKeeper ensemble of several members on loopback, each with its
+// own data directory, on ports below 32768 (the ephemeral range of outgoing connections is
+// above). Members are killed and their files removed when the test ends.
+type ZKEnsemble struct {
+	t       testing.TB
+	Members []*ZooKeeper
+}
+
+// lowPorts returns n loopback TCP ports below 32768 that were free a moment ago.
+func lowPorts(t testing.TB, n int) []int {
+	t.Helper()
+	seen := map[int]bool{}
+	var ports []int
+	for try := 0; len(ports) < n; try++ {
+		if try > 1000 {
+			t.Fatalf("testenv: no %d free ports below 32768", n)
+		}
+		p := 12000 + rand.IntN(20000)
+		if seen[p] {
+			continue
+		}
+		seen[p] = true
+		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
+		if err != nil {
+			continue
+		}
+		l.Close()
+		ports = append(ports, p)
+	}
+	return ports
+}
+
+// StartZKEnsemble starts an ensemble of n members (QuorumPeerMain, tickTime 500 ms, so that
+// an election takes about a second) and waits until every member leads or follows.
+func StartZKEnsemble(t testing.TB, n int) *ZKEnsemble {
+	t.Helper()
+	java, ok := lookBin([]string{"java"}, "/usr/bin")
+	if !ok {
+		missing(t, "java not found (install the zookeeper package, which brings a JRE)")
+	}
+	cp, ok := zkClasspath()
+	if !ok {
+		missing(t, "ZooKeeper not found: no /usr/share/java/zookeeper.jar (install the zookeeper package) and %s unset", EnvZKClasspath)
+	}
+	e := &ZKEnsemble{t: t}
+	ports := lowPorts(t, 3*n) // client, quorum, election per member
+	var servers []string
+	for i := range n {
+		servers = append(servers, fmt.Sprintf("server.%d=127.0.0.1:%d:%d", i+1, ports[3*i+1], ports[3*i+2]))
+	}
+	for i := range n {
+		dir := t.TempDir()
+		z := &ZooKeeper{t: t, dir: dir, port: ports[3*i], quorum: true}
+		data := filepath.Join(dir, "data")
+		if err := os.MkdirAll(data, 0o755); err != nil {
+			t.Fatalf("testenv: %v", err)
+		}
+		if err := os.WriteFile(filepath.Join(data, "myid"), []byte(strconv.Itoa(i+1)+"\n"), 0o644); err != nil {
+			t.Fatalf("testenv: %v", err)
+		}
+		cfg := strings.Join(append([]string{
+			"tickTime=500",
+			"minSessionTimeout=1000",
+			"maxSessionTimeout=60000",
+			"initLimit=10",
+			"syncLimit=4",
+			"dataDir=" + data,
+			"clientPort=" + strconv.Itoa(z.port),
+			"clientPortAddress=127.0.0.1",
+			"admin.enableServer=false",
+			"4lw.commands.whitelist=*",
+			"standaloneEnabled=false",
+			"cnxTimeout=1000",
+		}, servers...), "\n") + "\n"
+		cfgPath := filepath.Join(dir, "zoo.cfg")
+		if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
+			t.Fatalf("testenv: %v", err)
+		}
+		z.proc = &proc{t: t, name: fmt.Sprintf("zookeeper-%d", i+1), logPath: filepath.Join(dir, "zookeeper.log"), argv: zkArgv(java, cp, cfgPath)}
+		e.Members = append(e.Members, z)
+	}
+	t.Cleanup(func() {
+		for _, z := range e.Members {
+			z.proc.terminate(false, 0)
+		}
+	})
+	for _, z := range e.Members {
+		if err := z.proc.start(); err != nil {
+			t.Fatalf("testenv: %v", err)
+		}
+	}
+	for _, z := range e.Members {
+		if err := z.proc.waitReady(time.Minute, z.ready); err != nil {
+			t.Fatalf("testenv: ensemble: %v\n--- log:\n%s", err, z.proc.logTail())
+		}
+	}
+	return e
+}
+
+// Connect is the connection string of every member.
+func (e *ZKEnsemble) Connect() string {
+	var a []string
+	for _, z := range e.Members {
+		a = append(a, z.Addr())
+	}
+	return strings.Join(a, ",")
+}
+
+// Leader is the index of the member that leads now, or -1 when none answers as leader.
+func (e *ZKEnsemble) Leader() int {
+	for i, z := range e.Members {
+		if out, err := FourLetter(z.Addr(), "srvr", time.Second); err == nil && zkMode(out) == "leader" {
+			return i
+		}
+	}
+	return -1
+}
+
+// WaitLeader waits up to timeout for a member other than not (-1: any) to lead and returns it.
+func (e *ZKEnsemble) WaitLeader(not int, timeout time.Duration) int {
+	e.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		if l := e.Leader(); l >= 0 && l != not {
+			return l
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("testenv: no new ZooKeeper leader within %v", timeout)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }

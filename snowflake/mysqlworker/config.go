@@ -37,6 +37,9 @@ type Config struct {
 	// Clock gives the send times, the deadlines, the taker's bound and the pacing of the
 	// renewals. Default clock.Real (whose Now carries the monotonic reading).
 	Clock clock.Clock
+	// NoCreateTable: the table exists (created from docs/schema.sql) and the user may lack
+	// CREATE: never run CREATE TABLE IF NOT EXISTS (leafd's --mysql-create-table=false).
+	NoCreateTable bool
 	// Logger; default none.
 	Logger *zap.Logger
 }

@@ -200,7 +200,7 @@ func (s *Source) Acquire(ctx context.Context) (snowflake.Worker, error) {
 			prefer = st.WorkerID
 		}
 	}
-	if !s.ensured {
+	if !s.ensured && !s.cfg.NoCreateTable {
 		if err := s.st.Ensure(ctx); err != nil {
 			return snowflake.Worker{}, s.setErr(unavailable("create table "+Table, err))
 		}
