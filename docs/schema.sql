@@ -36,14 +36,18 @@ CREATE TABLE IF NOT EXISTS `leafd_fence` (
   PRIMARY KEY (`biz_tag`)
 ) ENGINE=InnoDB;
 
--- ORDERED tags: a row marks the tag ordered and holds its leader lease, judged on the
--- database's clock (docs/SEGMENT.md, Ordered tags).
+-- ORDERED tags: a row marks the tag ordered and holds its leader lease; who may take it is
+-- judged on the instances' own clocks from version and server_id, never on the database's
+-- (docs/SEGMENT.md, What the order rests on).
 CREATE TABLE IF NOT EXISTS `leafd_leader` (
   `biz_tag` varchar(128) NOT NULL,
   `holder` varchar(255) NOT NULL DEFAULT '' COMMENT 'the instance holding the lease',
-  `epoch` bigint NOT NULL DEFAULT 0 COMMENT 'term: grows by one at each change of holder or lapse',
-  `expires` datetime(3) NOT NULL DEFAULT '1970-01-02 00:00:00.000' COMMENT 'database clock',
-  `server_id` bigint NOT NULL DEFAULT 0 COMMENT '@@server_id of the server that granted the lease (a change: a failover)',
+  `epoch` bigint NOT NULL DEFAULT 0 COMMENT 'term: grows by one at each take',
+  `expires` datetime(3) NOT NULL DEFAULT '1970-01-02 00:00:00.000' COMMENT 'database clock; informative only',
+  `server_id` bigint NOT NULL DEFAULT 0 COMMENT 'identity of the database that wrote the row last (a change: a failover); on Galera, of the cluster',
+  `version` bigint NOT NULL DEFAULT 0 COMMENT 'grows by one at each write; a take compares it',
+  `lease_us` bigint NOT NULL DEFAULT 0 COMMENT 'length of the latest grant',
+  `longest_us` bigint NOT NULL DEFAULT 0 COMMENT 'longest lease ever granted in the row',
   PRIMARY KEY (`biz_tag`)
 ) ENGINE=InnoDB;
 

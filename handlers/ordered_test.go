@@ -21,19 +21,13 @@ import (
 	"go.uber.org/zap"
 )
 
-// memLeases is the lease store of package ordered in memory, on a fake clock, as MySQLLeases
-// behaves on the database clock; the ordered tags are those of the shared bolt store.
+// memLeases is the lease store of package ordered in memory, as MySQLLeases behaves on one
+// database server; the ordered tags are those of the shared bolt store.
 type memLeases struct {
 	clk  *clock.Fake
 	cat  *segment.BoltStore
 	mu   sync.Mutex
-	rows map[string]*memLease
-}
-
-type memLease struct {
-	holder  string
-	epoch   int64
-	expires time.Time
+	rows map[string]*ordered.Row
 }
 
 func (m *memLeases) IsOrdered(ctx context.Context, tag string) (bool, error) {
@@ -42,31 +36,36 @@ func (m *memLeases) IsOrdered(ctx context.Context, tag string) (bool, error) {
 
 func (m *memLeases) List(ctx context.Context) ([]string, error) { return m.cat.List(ctx) }
 
-func (m *memLeases) Acquire(ctx context.Context, tag, holder string, length time.Duration) (ordered.Grant, error) {
+func (m *memLeases) Read(ctx context.Context, tag string) (ordered.Row, error) {
 	ok, err := m.cat.IsOrdered(ctx, tag)
 	if err != nil {
-		return ordered.Grant{}, err
+		return ordered.Row{}, err
 	}
 	if !ok {
-		return ordered.Grant{}, ordered.ErrNotOrdered
+		return ordered.Row{}, ordered.ErrNotOrdered
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	r := m.rows[tag]
 	if r == nil {
-		r = &memLease{}
+		r = &ordered.Row{Server: 1, At: 1}
 		m.rows[tag] = r
 	}
-	now := m.clk.Now()
-	live := !now.After(r.expires)
-	if live && r.holder != holder {
-		return ordered.Grant{Holder: r.holder, Epoch: r.epoch, Remaining: r.expires.Sub(now)}, nil
+	return *r, nil
+}
+
+func (m *memLeases) Write(ctx context.Context, tag string, old ordered.Row, holder string, take bool, length time.Duration) (ordered.Row, bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r := m.rows[tag]
+	if r == nil || r.Version != old.Version || r.Server != old.Server || old.At != 1 {
+		return ordered.Row{}, false, nil
 	}
-	if !live {
-		r.epoch++
+	*r = ordered.Row{Holder: holder, Epoch: r.Epoch, Version: r.Version + 1, Server: 1, At: 1, Longest: max(r.Longest, length)}
+	if take {
+		r.Epoch++
 	}
-	r.holder, r.expires = holder, now.Add(length)
-	return ordered.Grant{Granted: true, Epoch: r.epoch, Holder: holder, Remaining: length}, nil
+	return *r, true, nil
 }
 
 // gatedStore holds Allocate calls back while gate is set (a slow store).
@@ -119,7 +118,7 @@ func newOrdCluster(t *testing.T) *ordCluster {
 	}
 	t.Cleanup(func() { _ = b.Close() })
 	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	return &ordCluster{clk: clk, bolt: b, leases: &memLeases{clk: clk, cat: b, rows: map[string]*memLease{}}}
+	return &ordCluster{clk: clk, bolt: b, leases: &memLeases{clk: clk, cat: b, rows: map[string]*ordered.Row{}}}
 }
 
 // freeAddr reserves a local address for an instance to listen on and advertise.
@@ -485,6 +484,7 @@ func TestOrderedNewTermDropsSegments(t *testing.T) {
 	if fromB <= first {
 		t.Fatalf("b's first ID %d is not above a's %d", fromB, first)
 	}
+	a.round(t) // a reads b's row: it takes it once it has seen it unchanged for a lease
 	cl.clk.Add(3100 * time.Millisecond)
 	a.round(t) // b's lapsed: a leads again, a new term
 	if _, ok := a.mgr.Lookup("seq").Serving(); !ok {
@@ -505,6 +505,7 @@ func TestOrderedFollowerUnreachable(t *testing.T) {
 	cl.clk.Add(3100 * time.Millisecond)
 	b.round(t) // b leads a term and takes a segment
 	mustIncr(t, cb, "seq")
+	a.round(t) // a reads b's row
 	cl.clk.Add(3100 * time.Millisecond)
 	a.round(t) // a leads again; b sees it
 	b.round(t)

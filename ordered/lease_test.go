@@ -2,62 +2,113 @@ package ordered
 
 import (
 	"context"
-	"database/sql"
 	"errors"
-	"net/url"
-	"strings"
 	"testing"
 	"time"
 
-	_ "github.com/go-sql-driver/mysql"
-
 	"github.com/leafd/leafd/internal/clock"
-	"github.com/leafd/leafd/internal/testenv"
 )
 
-// fakeStore answers Acquire with grant (or err) after moving the fake clock by took (a slow
-// round trip).
-type fakeStore struct {
-	clk   *clock.Fake
-	took  time.Duration
-	grant Grant
-	err   error
+// memStore is one lease row in memory, as MySQLLeases keeps it on the server "at" answers
+// as (set at to play a failover). Each call moves the fake clock by took (a round trip);
+// failNext makes the next Write fail after applying it (a reply lost).
+type memStore struct {
+	clk      *clock.Fake
+	took     time.Duration
+	row      Row
+	at       int64
+	err      error // returned by every call while set (nothing applied)
+	failNext bool
+	writes   int
+	budget   time.Duration // the latest Write's context: time left (real clock)
 }
 
-func (f *fakeStore) Acquire(ctx context.Context, tag, holder string, length time.Duration) (Grant, error) {
-	f.clk.Add(f.took)
-	return f.grant, f.err
+func newMemStore(clk *clock.Fake) *memStore {
+	return &memStore{clk: clk, row: Row{Server: 1}, at: 1}
 }
 
-func newLease(t *testing.T) (*Lease, *fakeStore, *clock.Fake) {
+func (m *memStore) Read(ctx context.Context, tag string) (Row, error) {
+	m.clk.Add(m.took)
+	if m.err != nil {
+		return Row{}, m.err
+	}
+	r := m.row
+	r.At = m.at
+	return r, nil
+}
+
+func (m *memStore) Write(ctx context.Context, tag string, old Row, holder string, take bool, length time.Duration) (Row, bool, error) {
+	if dl, ok := ctx.Deadline(); ok {
+		m.budget = time.Until(dl)
+	}
+	m.clk.Add(m.took)
+	if m.err != nil {
+		return Row{}, false, m.err
+	}
+	m.writes++
+	if m.row.Version != old.Version || m.row.Server != old.Server || m.at != old.At {
+		return Row{}, false, nil
+	}
+	r := written(old, holder, take, length)
+	m.row = r
+	if m.failNext {
+		m.failNext = false
+		return Row{}, false, errors.New("reply lost")
+	}
+	return r, true, nil
+}
+
+// other is another instance writing the row (a renewal or a take by "b").
+func (m *memStore) other(holder string, length time.Duration) {
+	m.row = written(Row{Holder: m.row.Holder, Epoch: m.row.Epoch, Version: m.row.Version, At: m.at, Longest: m.row.Longest}, holder, holder != m.row.Holder, length)
+}
+
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func newTestLease(t *testing.T, st Store, clk clock.Clock, holder string, length time.Duration) *Lease {
 	t.Helper()
-	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	st := &fakeStore{clk: clk, grant: Grant{Granted: true, Epoch: 1, Holder: "a"}}
-	l, err := New(Config{Tag: "t", Holder: "a", Length: 3 * time.Second, Margin: 300 * time.Millisecond, Clock: clk}, st)
+	l, err := New(Config{Tag: "t", Holder: holder, Length: length, Margin: length / 10, Clock: clk}, st)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return l, st, clk
+	return l
 }
 
-// TestLeaseDeadlineFromSendTime (fence: the lease deadline). A renewal answered 2 s after it
-// was sent leaves the lease valid until send + length - margin (2.7 s after the send), not
-// reply + ...: the database may have set its expiry right at the send.
+func renew(t *testing.T, l *Lease) State {
+	t.Helper()
+	s, err := l.Renew(context.Background())
+	if err != nil {
+		t.Fatalf("Renew: %v", err)
+	}
+	return s
+}
+
+func serving(l *Lease) bool { _, ok := l.Valid(); return ok }
+
+// TestLeaseDeadlineFromSendTime (fence: the deadline counts from the write's send). A
+// renewal answered 2 s after it was sent leaves the lease valid until send + length -
+// margin, not reply + ...: the row cannot have been taken before the send.
 func TestLeaseDeadlineFromSendTime(t *testing.T) {
-	l, st, clk := newLease(t)
+	clk := clock.NewFake(t0)
+	st := newMemStore(clk)
+	l := newTestLease(t, st, clk, "a", 3*time.Second)
+	if s := renew(t, l); !s.Leader || !s.NewTerm {
+		t.Fatalf("first grant: %+v", s)
+	}
+	sent := clk.Now()
 	st.took = 2 * time.Second
-	if s, err := l.Renew(context.Background()); err != nil || !s.Leader || !s.NewTerm || s.Epoch != 1 {
-		t.Fatalf("Renew: %+v, %v", s, err)
+	if s := renew(t, l); !s.Leader || s.NewTerm {
+		t.Fatalf("renewal: %+v", s)
 	}
-	if _, ok := l.Valid(); !ok {
-		t.Fatal("not valid 2 s after the send")
+	if st.writes != 2 {
+		t.Fatalf("%d writes for a grant and a renewal, want 2 (a renewal is one statement)", st.writes)
 	}
-	clk.Add(699 * time.Millisecond)
-	if _, ok := l.Valid(); !ok {
-		t.Fatal("not valid 2.699 s after the send")
+	clk.Set(sent.Add(2699 * time.Millisecond).UnixMilli())
+	if !serving(l) {
+		t.Fatal("not valid 2.699 s after the renewal's send")
 	}
 	clk.Add(time.Millisecond)
-	if _, ok := l.Valid(); ok {
+	if serving(l) {
 		t.Fatal("still valid 2.7 s after the send (length 3 s - margin 0.3 s): the deadline counts from the reply")
 	}
 }
@@ -65,56 +116,228 @@ func TestLeaseDeadlineFromSendTime(t *testing.T) {
 // TestLeaseFailedRenewalDoesNotExtend: a renewal that fails (timed out, maybe applied) keeps
 // the old deadline, which then runs out.
 func TestLeaseFailedRenewalDoesNotExtend(t *testing.T) {
-	l, st, clk := newLease(t)
-	if _, err := l.Renew(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	clk := clock.NewFake(t0)
+	st := newMemStore(clk)
+	l := newTestLease(t, st, clk, "a", 3*time.Second)
+	renew(t, l)
 	clk.Add(time.Second)
 	st.err = errors.New("timeout")
 	if _, err := l.Renew(context.Background()); err == nil {
 		t.Fatal("no error")
 	}
-	clk.Add(1700 * time.Millisecond) // 2.7 s after the first send
-	if _, ok := l.Valid(); ok {
+	clk.Add(1700 * time.Millisecond)
+	if serving(l) {
 		t.Fatal("a failed renewal extended the lease")
 	}
 }
 
-// TestLeaseRefusalEndsAtOnce: a renewal refused (another holder) ends leadership at once.
+// TestLeaseRefusalEndsAtOnce (fence: a renewal compares the row). Another instance wrote the
+// row: the renewal changes nothing and leadership ends at once.
 func TestLeaseRefusalEndsAtOnce(t *testing.T) {
-	l, st, _ := newLease(t)
-	if _, err := l.Renew(context.Background()); err != nil {
-		t.Fatal(err)
+	clk := clock.NewFake(t0)
+	st := newMemStore(clk)
+	l := newTestLease(t, st, clk, "a", 3*time.Second)
+	renew(t, l)
+	st.other("b", 3*time.Second)
+	s := renew(t, l)
+	if s.Leader || s.Holder != "b" || serving(l) {
+		t.Fatalf("after b took the row: %+v, serving %v", s, serving(l))
 	}
-	st.grant = Grant{Holder: "b", Epoch: 2}
-	s, err := l.Renew(context.Background())
-	if err != nil || s.Leader || s.Holder != "b" {
-		t.Fatalf("refused Renew: %+v, %v", s, err)
-	}
-	if _, ok := l.Valid(); ok {
-		t.Fatal("still valid after a refusal")
+	if st.row.Holder != "b" {
+		t.Fatalf("the refused renewal wrote the row: %+v", st.row)
 	}
 }
 
-// TestLeaseNewTerm: NewTerm is set when the epoch changes (the caller then starts above every
-// range of the earlier terms), not on a renewal in the same term.
-func TestLeaseNewTerm(t *testing.T) {
-	l, st, _ := newLease(t)
-	s, _ := l.Renew(context.Background())
-	if !s.NewTerm {
-		t.Fatal("first grant is not a new term")
+// TestLeaseTakeoverWaitsOnOwnClock (fence: a taker waits W of an unchanged row on its own
+// clock). b reads a's row and takes it only a full lease after that read, whatever the
+// database's clock says (there is none here); a renewal by a in between starts the wait
+// again. Mutants: the wait check removed (take at once): caught; the row compare removed
+// (the wait kept from the first read): caught.
+func TestLeaseTakeoverWaitsOnOwnClock(t *testing.T) {
+	clk := clock.NewFake(t0)
+	st := newMemStore(clk)
+	a := newTestLease(t, st, clk, "a", 3*time.Second)
+	b := newTestLease(t, st, clk, "b", 3*time.Second)
+	renew(t, a)
+	if s := renew(t, b); s.Leader || s.Holder != "a" || !s.HolderUntil.Equal(clk.Now().Add(3*time.Second)) {
+		t.Fatalf("b's first look: %+v", s)
 	}
-	if s, _ = l.Renew(context.Background()); s.NewTerm {
-		t.Fatal("renewal in the same term reported as a new term")
+	clk.Add(2 * time.Second)
+	renew(t, a) // a renews: the row changes
+	clk.Add(1500 * time.Millisecond)
+	if s := renew(t, b); s.Leader {
+		t.Fatalf("b took the row 3.5 s after its first read, 1.5 s after a renewed: %+v", s)
 	}
-	st.grant.Epoch = 3
-	if s, _ = l.Renew(context.Background()); !s.NewTerm || s.Epoch != 3 {
-		t.Fatalf("epoch change: %+v", s)
+	clk.Add(3*time.Second - time.Millisecond)
+	if s := renew(t, b); s.Leader {
+		t.Fatalf("b took the row before a lease of it unchanged: %+v", s)
+	}
+	clk.Add(time.Millisecond)
+	s := renew(t, b)
+	if !s.Leader || !s.NewTerm || !serving(b) || s.Epoch != 2 {
+		t.Fatalf("b after a lease of the row unchanged: %+v serving %v", s, serving(b))
+	}
+	if serving(a) {
+		t.Fatal("a still serves")
+	}
+}
+
+// TestLeaseWaitIsTheLongestLease (fence: W is the longest lease granted in the row). a holds
+// with 8 s, b runs with 2 s: b waits 8 s of the row unchanged. Mutant: Row.Longest ignored
+// (W = b's own 2 s): caught.
+func TestLeaseWaitIsTheLongestLease(t *testing.T) {
+	clk := clock.NewFake(t0)
+	st := newMemStore(clk)
+	a := newTestLease(t, st, clk, "a", 8*time.Second)
+	b := newTestLease(t, st, clk, "b", 2*time.Second)
+	renew(t, a)
+	renew(t, b)
+	clk.Add(8*time.Second - time.Millisecond)
+	if s := renew(t, b); s.Leader {
+		t.Fatalf("b (2 s) took an 8 s holder's row %v after its first read: %+v", 8*time.Second-time.Millisecond, s)
+	}
+	clk.Add(time.Millisecond)
+	if s := renew(t, b); !s.Leader || !serving(b) {
+		t.Fatalf("b 8 s after its first read: %+v", s)
+	}
+}
+
+// TestLeaseSettleAfterFailover (fence: a row written last by another server settles for the
+// longest lease). After a failover (another server answers) b takes a's row at once but
+// serves only W after the take's reply, W being the 8 s a was granted although b runs with
+// 2 s; a is refused on the new server. Mutants: the server check removed: caught; the settle
+// sized by b's own length: caught.
+func TestLeaseSettleAfterFailover(t *testing.T) {
+	clk := clock.NewFake(t0)
+	st := newMemStore(clk)
+	a := newTestLease(t, st, clk, "a", 8*time.Second)
+	b := newTestLease(t, st, clk, "b", 2*time.Second)
+	renew(t, a)
+	st.at = 2 // failover: the replica has the row as server 1 wrote it
+	st.took = 100 * time.Millisecond
+	s := renew(t, b)
+	if !s.Leader || !s.NewTerm || serving(b) {
+		t.Fatalf("b after the failover: %+v serving %v, want a settling grant", s, serving(b))
+	}
+	reply := clk.Now()
+	if want := reply.Add(8 * time.Second); !s.From.Equal(want) {
+		t.Fatalf("b serves from %v, want the take's reply + 8 s (%v)", s.From, want)
+	}
+	if _, ok := b.Held(); ok {
+		t.Fatal("a settling grant is Held at once (Held must judge it on the clock)")
+	}
+	if s := renew(t, a); s.Leader || serving(a) {
+		t.Fatalf("a renewed on the new server: %+v", s)
+	}
+	st.took = 0
+	clk.Set(reply.Add(8*time.Second - time.Millisecond).UnixMilli())
+	renew(t, b)
+	if serving(b) {
+		t.Fatal("b serves before its settle ended")
+	}
+	clk.Add(time.Millisecond)
+	if s := renew(t, b); s.NewTerm || !serving(b) {
+		t.Fatalf("b after its settle: %+v serving %v", s, serving(b))
+	}
+}
+
+// TestLeaseNeverGrantedRowMoved (fence: a free row written by another server settles). The
+// tag was created on server 1 and never granted; after a failover b's first grant settles.
+// Mutant: the server check only for held rows: caught (served at once).
+func TestLeaseNeverGrantedRowMoved(t *testing.T) {
+	clk := clock.NewFake(t0)
+	st := newMemStore(clk)
+	st.at = 2
+	b := newTestLease(t, st, clk, "b", 2*time.Second)
+	if s := renew(t, b); !s.Leader || serving(b) || !s.From.Equal(clk.Now().Add(2*time.Second)) {
+		t.Fatalf("first grant of a row created on another server: %+v serving %v, want a 2 s settle", s, serving(b))
+	}
+	// On its own server a free row serves at once.
+	st2 := newMemStore(clk)
+	c := newTestLease(t, st2, clk, "c", 2*time.Second)
+	if s := renew(t, c); !s.Leader || !serving(c) {
+		t.Fatalf("first grant of a row created here: %+v", s)
+	}
+}
+
+// TestLeaseFailbackSettles (fence: a free row right after another server answered settles).
+// b read the row on server 2 (a failover); the database fails back to server 1, which lost
+// server 2's writes and shows the row free as server 1 left it. b's take settles. Mutant: the
+// server watch ignored (a free row served at once): caught.
+func TestLeaseFailbackSettles(t *testing.T) {
+	clk := clock.NewFake(t0)
+	st := newMemStore(clk)
+	b := newTestLease(t, st, clk, "b", 2*time.Second)
+	st.at = 2
+	st.row = Row{Holder: "x", Epoch: 5, Version: 9, Server: 2, Longest: 2 * time.Second}
+	renew(t, b) // server 2: x holds
+	st.at = 1
+	st.row = Row{Server: 1, Version: 3} // failback: free, as server 1 left it
+	clk.Add(100 * time.Millisecond)
+	if s := renew(t, b); !s.Leader || serving(b) {
+		t.Fatalf("free row just after a failback: %+v serving %v, want a settling grant", s, serving(b))
+	}
+	clk.Add(2 * time.Second)
+	renew(t, b)
+	if !serving(b) {
+		t.Fatal("not serving after the settle")
+	}
+}
+
+// TestLeaseLapsedRenewalNewTerm (fence: a renewal after the local deadline is a new term).
+// The row was not taken meanwhile, but this instance stopped serving at its deadline: the
+// renewal must begin a term, so the caller drops the held segments. Mutant: lapsed renewals
+// kept in the term: caught.
+func TestLeaseLapsedRenewalNewTerm(t *testing.T) {
+	clk := clock.NewFake(t0)
+	st := newMemStore(clk)
+	l := newTestLease(t, st, clk, "a", 3*time.Second)
+	s1 := renew(t, l)
+	clk.Add(time.Second)
+	if s := renew(t, l); s.NewTerm {
+		t.Fatalf("renewal within the deadline: %+v", s)
+	}
+	clk.Add(3 * time.Second)
+	s := renew(t, l)
+	if !s.Leader || !s.NewTerm || s.Term == s1.Term || s.Epoch != s1.Epoch {
+		t.Fatalf("renewal after the local deadline: %+v (first %+v), want a new local term at the same epoch", s, s1)
+	}
+}
+
+// TestLeaseLostReplyWaited: a take whose reply was lost (applied) shows the row as ours
+// though we did not record it: it is waited out like another's, never served at once.
+func TestLeaseLostReplyWaited(t *testing.T) {
+	clk := clock.NewFake(t0)
+	st := newMemStore(clk)
+	l := newTestLease(t, st, clk, "a", 3*time.Second)
+	st.failNext = true
+	if _, err := l.Renew(context.Background()); err == nil {
+		t.Fatal("no error")
+	}
+	if s := renew(t, l); s.Leader || serving(l) {
+		t.Fatalf("after a lost reply: %+v", s)
+	}
+	clk.Add(3 * time.Second)
+	if s := renew(t, l); !s.Leader || !serving(l) {
+		t.Fatalf("a lease later: %+v", s)
+	}
+}
+
+// TestLeaseTermsNeverRepeat: every take begins a new local term.
+func TestLeaseTermsNeverRepeat(t *testing.T) {
+	clk := clock.NewFake(t0)
+	st := newMemStore(clk)
+	l := newTestLease(t, st, clk, "a", 3*time.Second)
+	s1 := renew(t, l)
+	st.at = 2
+	s2 := renew(t, l)
+	if !s2.NewTerm || s2.Term == s1.Term {
+		t.Fatalf("take after a failover: %+v after %+v", s2, s1)
 	}
 }
 
 func TestLeaseConfig(t *testing.T) {
-	st := &fakeStore{}
+	st := &memStore{}
 	for _, c := range []Config{
 		{Holder: "a"}, {Tag: "t"},
 		{Tag: "t", Holder: "a", Length: time.Second, Margin: time.Second},
@@ -126,286 +349,69 @@ func TestLeaseConfig(t *testing.T) {
 	}
 }
 
-// TestMySQLLeaseTakeover: on the database clock, a second instance gets the lease only after
-// the first stopped renewing and its lease lapsed; at that moment the first no longer counts
-// itself leader (its deadline, from the send time minus the margin, has passed); the term
-// grows; the first is then refused. A lapsed lease taken back by its own holder is a new term.
-func TestMySQLLeaseTakeover(t *testing.T) {
-	m, db := openLeases(t, testenv.FreshDatabase(t, testenv.MySQLDSN(t)), "")
-	ctx := context.Background()
-	if _, err := m.Acquire(ctx, "plain", "a", time.Second); !errors.Is(err, ErrNotOrdered) {
-		t.Fatalf("Acquire of a tag not ordered: %v", err)
-	}
-	if err := m.MarkOrdered(ctx, "o"); err != nil {
+// TestManagerRenewsFromSendTime (fence: the renewal cadence counts from the send; a
+// renewal's timeout is the lease left). With round trips of a quarter of the lease, the next
+// renewal is due a third of the lease after the previous one was sent, so a sole leader on a
+// slow link never lapses. Mutants: the next turn from the reply: caught; the timeout a third
+// of the lease: caught.
+func TestManagerRenewsFromSendTime(t *testing.T) {
+	clk := clock.NewFake(t0)
+	st := newMemStore(clk)
+	m, err := NewManager(ManagerConfig{Holder: "a:1", Length: 3 * time.Second, Manual: true, Clock: clk}, staticCatalog{"t"}, st)
+	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := Config{Tag: "o", Length: 400 * time.Millisecond, Margin: 40 * time.Millisecond}
-	cfg.Holder = "a"
-	a, _ := New(cfg, m)
-	cfg.Holder = "b"
-	b, _ := New(cfg, m)
-	sa, err := a.Renew(ctx)
-	if err != nil || !sa.Leader {
-		t.Fatalf("a: %+v, %v", sa, err)
-	}
-	if sb, err := b.Renew(ctx); err != nil || sb.Leader || sb.Holder != "a" {
-		t.Fatalf("b while a holds: %+v, %v", sb, err)
-	}
-	var sb State
-	deadline := time.Now().Add(10 * time.Second)
-	for !sb.Leader && time.Now().Before(deadline) {
-		if sb, err = b.Renew(ctx); err != nil {
-			t.Fatal(err)
-		}
-		if sb.Leader {
-			if _, ok := a.Valid(); ok {
-				t.Fatal("b was granted the lease while a still counts itself leader")
+	m.Start(context.Background(), nil)
+	defer m.Close()
+	tag := m.Lookup("t")
+	st.took = 750 * time.Millisecond
+	for i := range 20 {
+		start := clk.Now()
+		due := m.Round(context.Background())
+		if i > 0 {
+			if _, ok := tag.Serving(); !ok {
+				t.Fatalf("round %d: the sole leader does not serve on a slow link", i)
 			}
-			break
+			// The renewal may take the lease left (1.7 s), not only a third of the lease.
+			if st.budget < 1500*time.Millisecond {
+				t.Fatalf("round %d: the renewal's timeout was %v, want the lease left (about 1.7s)", i, st.budget)
+			}
 		}
-		time.Sleep(10 * time.Millisecond) // pacing of the renewal attempts
-	}
-	if !sb.Leader || sb.Epoch != sa.Epoch+1 || !sb.NewTerm {
-		t.Fatalf("b after a's lease lapsed: %+v (a had %+v)", sb, sa)
-	}
-	if s, err := a.Renew(ctx); err != nil || s.Leader || s.Holder != "b" {
-		t.Fatalf("a after b took over: %+v, %v", s, err)
-	}
-	// b lets its lease lapse on the database clock, then takes it back: a new term. (Taken
-	// back after its local deadline but before the database's expiry, it stays in its term:
-	// nobody else could hold it meanwhile.)
-	for time.Now().Before(deadline) {
-		var lapsed bool
-		if err := db.QueryRowContext(ctx, "SELECT expires < UTC_TIMESTAMP(3) FROM leafd_leader WHERE biz_tag = 'o'").Scan(&lapsed); err != nil {
-			t.Fatal(err)
+		if want := start.Add(time.Second); due.After(want) {
+			t.Fatalf("round %d: next renewal due %v after the send, want at most 1s", i, due.Sub(start))
 		}
-		if lapsed {
-			break
-		}
-		time.Sleep(10 * time.Millisecond) // pacing of the poll
-	}
-	if _, ok := b.Valid(); ok {
-		t.Fatal("b counts itself leader after the database's expiry")
-	}
-	var again State
-	for !again.Leader && time.Now().Before(deadline) {
-		if again, err = b.Renew(ctx); err != nil {
-			t.Fatal(err)
-		}
-		if !again.Leader {
-			time.Sleep(10 * time.Millisecond)
-		}
-	}
-	if !again.Leader || again.Epoch <= sb.Epoch {
-		t.Fatalf("b after its own lapse: %+v, want a new term above %d", again, sb.Epoch)
-	}
-}
-
-// TestLeaseSettleAfterFailover (fence: the settle). A grant on a row last granted by another
-// database server serves only one lease length after its reply: the old holder may still
-// count itself leader, judged by the old server. Mutant: Settle ignored: caught.
-func TestLeaseSettleAfterFailover(t *testing.T) {
-	l, st, clk := newLease(t)
-	st.grant = Grant{Granted: true, Epoch: 4, Holder: "a", Settle: true}
-	st.took = 100 * time.Millisecond
-	s, err := l.Renew(context.Background())
-	if err != nil || !s.Leader || !s.NewTerm {
-		t.Fatalf("Renew: %+v, %v", s, err)
-	}
-	if _, ok := l.Valid(); ok {
-		t.Fatal("a settling grant serves at once")
-	}
-	if _, ok := l.Held(); ok {
-		t.Fatal("a settling grant is Held at once (Held must judge it on the clock)")
-	}
-	clk.Add(3*time.Second - time.Millisecond)
-	st.took = 0
-	st.grant.Settle = false
-	if s, _ = l.Renew(context.Background()); s.NewTerm {
-		t.Fatal("the renewal in the settling term is a new term")
-	}
-	if _, ok := l.Valid(); ok {
-		t.Fatal("served before one lease length after the settling grant's reply")
-	}
-	clk.Add(time.Millisecond)
-	if _, ok := l.Valid(); !ok {
-		t.Fatal("not serving one lease length after the settling grant")
-	}
-	if _, ok := l.Held(); !ok {
-		t.Fatal("not Held one lease length after the settling grant")
-	}
-}
-
-// TestLeaseTermsNeverRepeat: a settling grant at the epoch already held (a failover to a
-// replica that repeats epochs) is a new local term, so the caller drops its segments again.
-// Mutant: newTerm without "|| g.Settle": caught.
-func TestLeaseTermsNeverRepeat(t *testing.T) {
-	l, st, clk := newLease(t)
-	s1, _ := l.Renew(context.Background())
-	st.grant.Settle = true // same epoch 1
-	s2, _ := l.Renew(context.Background())
-	if !s2.NewTerm || s2.Term == s1.Term {
-		t.Fatalf("settling grant at the same epoch: %+v after %+v", s2, s1)
-	}
-	clk.Add(3 * time.Second)
-	st.grant.Settle = false
-	s3, _ := l.Renew(context.Background())
-	if term, ok := l.Valid(); !ok || term != s2.Term || s3.NewTerm {
-		t.Fatalf("Valid %d %v after %+v, want term %d", term, ok, s3, s2.Term)
-	}
-}
-
-// TestMySQLLeaseSettleOnServerChange: a row last granted by another database server (a
-// failover: this server's copy may have missed renewals) is taken as a new term that settles,
-// even while it looks live; the old holder is then refused. Mutant: the server_id check
-// removed: b is refused while the stale row looks live: caught.
-func TestMySQLLeaseSettleOnServerChange(t *testing.T) {
-	m, db := openLeases(t, testenv.FreshDatabase(t, testenv.MySQLDSN(t)), "")
-	ctx := context.Background()
-	if err := m.MarkOrdered(ctx, "o"); err != nil {
-		t.Fatal(err)
-	}
-	if ok, err := m.IsOrdered(ctx, "o"); err != nil || !ok {
-		t.Fatalf("IsOrdered: %v %v", ok, err)
-	}
-	if tags, err := m.List(ctx); err != nil || len(tags) != 1 || tags[0] != "o" {
-		t.Fatalf("List: %v %v", tags, err)
-	}
-	g, err := m.Acquire(ctx, "o", "a", time.Minute)
-	if err != nil || !g.Granted || g.Settle {
-		t.Fatalf("a: %+v %v", g, err)
-	}
-	if g2, err := m.Acquire(ctx, "o", "b", time.Minute); err != nil || g2.Granted || g2.Holder != "a" || g2.Remaining < 50*time.Second {
-		t.Fatalf("b while a holds: %+v %v", g2, err)
-	}
-	if _, err := db.ExecContext(ctx, "UPDATE leafd_leader SET server_id = server_id + 1000"); err != nil {
-		t.Fatal(err)
-	}
-	gb, err := m.Acquire(ctx, "o", "b", time.Minute)
-	if err != nil || !gb.Granted || !gb.Settle || gb.Epoch != g.Epoch+1 {
-		t.Fatalf("b after the server changed: %+v %v (a had %+v)", gb, err, g)
-	}
-	if ga, err := m.Acquire(ctx, "o", "a", time.Minute); err != nil || ga.Granted || ga.Holder != "b" {
-		t.Fatalf("a after b took over: %+v %v", ga, err)
-	}
-	if err := m.Release(ctx, "o", "b"); err != nil {
-		t.Fatal(err)
-	}
-	if ga, err := m.Acquire(ctx, "o", "a", time.Minute); err != nil || !ga.Granted || ga.Epoch != gb.Epoch+1 {
-		t.Fatalf("a after b released: %+v %v", ga, err)
-	}
-}
-
-// BenchmarkLeaseValid: Valid on the real clock, as every request of an ordered tag calls it
-// (two or three times). Baseline in the same run: BenchmarkTimeNow.
-func BenchmarkLeaseValid(b *testing.B) {
-	clk := clock.NewFake(time.Now())
-	st := &fakeStore{clk: clk, grant: Grant{Granted: true, Epoch: 1, Holder: "a"}}
-	l, err := New(Config{Tag: "t", Holder: "a", Length: time.Hour, Clock: clock.Real{}}, st)
-	if err != nil {
-		b.Fatal(err)
-	}
-	if _, err := l.Renew(context.Background()); err != nil {
-		b.Fatal(err)
-	}
-	if _, ok := l.Valid(); !ok {
-		b.Fatal("not valid")
-	}
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, ok := l.Valid(); !ok {
-			b.Fatal("not valid")
+		if due.After(clk.Now()) {
+			clk.Set(due.UnixMilli())
 		}
 	}
 }
 
-func BenchmarkTimeNow(b *testing.B) {
-	var t time.Time
-	for b.Loop() {
-		t = time.Now()
-	}
-	_ = t
-}
+type staticCatalog []string
 
-// TestMySQLLeaseTimeZones (fence: the lease is judged in UTC). The review found the lease row
-// judged by NOW(3) against a DATETIME: an instance whose sessions ran in another time zone
-// (a DSN's time_zone, or SET GLOBAL time_zone, or a DST change under SYSTEM) saw a live lease
-// as lapsed and took it: two leaders at once. Two instances with sessions ten hours apart:
-// the second is refused while the first holds. Mutant: NOW(3) back in Acquire: caught.
-func TestMySQLLeaseTimeZones(t *testing.T) {
-	dsn := testenv.FreshDatabase(t, testenv.MySQLDSN(t))
-	ctx := context.Background()
-	west, _ := openLeases(t, dsn, "time_zone="+url.QueryEscape("'-05:00'"))
-	east, _ := openLeases(t, dsn, "time_zone="+url.QueryEscape("'+05:00'"))
-	if err := west.MarkOrdered(ctx, "o"); err != nil {
-		t.Fatal(err)
-	}
-	cfg := Config{Tag: "o", Length: 5 * time.Second, Margin: 500 * time.Millisecond}
-	cfg.Holder = "a"
-	a, _ := New(cfg, west)
-	cfg.Holder = "b"
-	b, _ := New(cfg, east)
-	if sa, err := a.Renew(ctx); err != nil || !sa.Leader {
-		t.Fatalf("a: %+v, %v", sa, err)
-	}
-	if sb, err := b.Renew(ctx); err != nil || sb.Leader || sb.Holder != "a" {
-		t.Fatalf("b, in a session ten hours ahead, while a holds: %+v, %v (want refused, holder a)", sb, err)
-	}
-	if _, ok := a.Valid(); !ok {
-		t.Fatal("a lost its lease")
-	}
-}
-
-// TestMySQLOrderedOneSpelling (fence: an ordered tag answers to its stored spelling only). On
-// a case-insensitive collation "mx" finds the leafd_leader row of "MX" (and the same
-// leaf_alloc row): taken as ordered under its own name it got a lease of its own, a second
-// leader of one counter (the review of issue 19 saw IDs go back across the spellings). Now
-// the other spelling is ErrOtherSpelling, which Admit passes on (BADTAG). Mutant: the
-// spelling compare removed: caught.
-func TestMySQLOrderedOneSpelling(t *testing.T) {
-	m, db := openLeases(t, testenv.FreshDatabase(t, testenv.MySQLDSN(t)), "")
-	ctx := context.Background()
-	if err := m.MarkOrdered(ctx, "MX"); err != nil {
-		t.Fatal(err)
-	}
-	var collation string
-	if err := db.QueryRowContext(ctx, "SELECT COLLATION_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'leafd_leader' AND COLUMN_NAME = 'biz_tag'").Scan(&collation); err != nil {
-		t.Fatal(err)
-	}
-	if ok, err := m.IsOrdered(ctx, "MX"); !ok || err != nil {
-		t.Fatalf("IsOrdered(MX) = %v, %v", ok, err)
-	}
-	ok, err := m.IsOrdered(ctx, "mx")
-	if strings.HasSuffix(collation, "_bin") {
-		if ok || err != nil {
-			t.Fatalf("IsOrdered(mx) on %s = %v, %v; want false", collation, ok, err)
+func (c staticCatalog) IsOrdered(ctx context.Context, tag string) (bool, error) {
+	for _, t := range c {
+		if t == tag {
+			return true, nil
 		}
-		return
 	}
-	if ok || !errors.Is(err, ErrOtherSpelling) {
-		t.Fatalf("IsOrdered(mx) on %s = %v, %v; want ErrOtherSpelling", collation, ok, err)
-	}
+	return false, nil
 }
 
-// openLeases opens dsn (with params added, if any) as the leases of one instance, with the
-// table ensured.
-func openLeases(t *testing.T, dsn, params string) (*MySQLLeases, *sql.DB) {
-	t.Helper()
-	if params != "" {
-		sep := "?"
-		if strings.Contains(dsn, "?") {
-			sep = "&"
-		}
-		dsn += sep + params
+func (c staticCatalog) List(ctx context.Context) ([]string, error) { return c, nil }
+
+// TestLeaseUnversionedRenewalRestartsWait: a renewal by a leafd that does not count versions
+// (an upgrade in progress) moves only expires; the taker's wait starts again all the same.
+func TestLeaseUnversionedRenewalRestartsWait(t *testing.T) {
+	clk := clock.NewFake(t0)
+	st := newMemStore(clk)
+	st.row = Row{Holder: "old", Epoch: 3, Server: 1, Expires: "2026-01-01 00:00:03.000"}
+	b := newTestLease(t, st, clk, "b", 3*time.Second)
+	renew(t, b)
+	clk.Add(2 * time.Second)
+	st.row.Expires = "2026-01-01 00:00:05.000" // the old holder renewed
+	renew(t, b)
+	clk.Add(2 * time.Second)
+	if s := renew(t, b); s.Leader {
+		t.Fatalf("b took the row 2 s after the old holder renewed it: %+v", s)
 	}
-	db, err := sql.Open("mysql", dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = db.Close() })
-	m := NewMySQLLeases(db, 5*time.Second)
-	if err := m.EnsureTable(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	return m, db
 }

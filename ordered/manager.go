@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"sort"
 	"strings"
 	"sync"
@@ -22,9 +23,11 @@ type Catalog interface {
 	List(ctx context.Context) ([]string, error)
 }
 
-// Releaser gives a lease back early (a graceful shutdown): *MySQLLeases.
+// Releaser gives a lease back early (a graceful shutdown, after the holder stopped serving):
+// *MySQLLeases. row is the row as the holder's latest write left it; a row written since is
+// left alone.
 type Releaser interface {
-	Release(ctx context.Context, tag, holder string) error
+	Release(ctx context.Context, tag string, row Row) error
 }
 
 // Errors of the Manager, matched with errors.Is.
@@ -98,14 +101,17 @@ type Manager struct {
 	mu   sync.Mutex                      // writers of tags
 
 	self   string // the lease holder name: Holder + holderSep + a random token
+	watch  *serverWatch
 	drop   func(tag string)
 	kick   chan struct{}
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	once   sync.Once
 	listed atomic.Bool // a List succeeded
-	// nextList: when the next list of the ordered tags is due (Round's caller only).
-	nextList time.Time
+	// nextList: when the next list of the ordered tags is due (its caller only: Round, or
+	// listLoop when listApart).
+	nextList  time.Time
+	listApart bool // set by Start before the goroutines: listLoop lists, Round does not
 
 	// Counters for /status.json and metrics (the handler adds the forwarding ones).
 	Forwarded, ForwardErrors, TryAgain atomic.Int64
@@ -137,7 +143,7 @@ func NewManager(cfg ManagerConfig, cat Catalog, st Store) (*Manager, error) {
 	if cfg.Length < 0 || cfg.Margin < 0 || cfg.Margin >= cfg.Length || cfg.MaxTags < 0 || cfg.Timeout < 0 {
 		return nil, fmt.Errorf("ordered: lease length %v, margin %v: need 0 <= margin < length", cfg.Length, cfg.Margin)
 	}
-	m := &Manager{cfg: cfg, cat: cat, store: st, kick: make(chan struct{}, 1)}
+	m := &Manager{cfg: cfg, cat: cat, store: st, kick: make(chan struct{}, 1), watch: &serverWatch{}}
 	// The lease's holder is the address and a token of this process: two instances that
 	// advertise the same address by mistake (the default 127.0.0.1:6380 on two hosts) or a
 	// restart at the same address are never taken for the same holder.
@@ -180,12 +186,15 @@ func (m *Manager) Start(ctx context.Context, drop func(tag string)) {
 		return
 	}
 	ctx, m.cancel = context.WithCancel(context.Background())
-	m.wg.Add(1)
+	m.listApart = true
+	m.wg.Add(2)
 	go m.run(ctx)
+	go m.listLoop(ctx)
 }
 
 // Close stops the lease goroutine and waits for it; the leases held are given back when the
-// store can (Releaser) after this instance stopped serving them. Idempotent.
+// store can (Releaser) after this instance stopped serving them, and a store that is an
+// io.Closer is closed. Idempotent.
 func (m *Manager) Close() error {
 	m.once.Do(func() {
 		if m.cfg.Local {
@@ -197,15 +206,14 @@ func (m *Manager) Close() error {
 		}
 		rel, _ := m.store.(Releaser)
 		for _, t := range *m.tags.Load() {
-			_, was := t.lease.Valid()
-			t.lease.Drop() // stop serving first
-			if was && rel != nil {
-				ctx, cancel := context.WithTimeout(context.Background(), m.cfg.Timeout)
-				if err := rel.Release(ctx, t.Name, m.self); err != nil {
-					m.cfg.Log.Warn("ordered: lease not released; the others wait it out", zap.String("tag", t.Name), zap.Error(err))
-				}
-				cancel()
+			ctx, cancel := context.WithTimeout(context.Background(), m.cfg.Timeout)
+			if err := t.lease.Release(ctx, rel); err != nil {
+				m.cfg.Log.Warn("ordered: lease not released; the others wait it out", zap.String("tag", t.Name), zap.Error(err))
 			}
+			cancel()
+		}
+		if c, ok := m.store.(io.Closer); ok { // the lease statements' connection (MySQLLeases)
+			_ = c.Close()
 		}
 	})
 	return nil
@@ -239,7 +247,7 @@ func (m *Manager) add(tag string, drop bool) (*Tag, error) {
 	tag = strings.Clone(tag)
 	t := &Tag{Name: tag, m: m, stepped: make(chan struct{})}
 	if !m.cfg.Local {
-		l, err := New(Config{Tag: tag, Holder: m.self, Length: m.cfg.Length, Margin: m.cfg.Margin, Clock: m.cfg.Clock}, m.store)
+		l, err := New(Config{Tag: tag, Holder: m.self, Length: m.cfg.Length, Margin: m.cfg.Margin, Clock: m.cfg.Clock, watch: m.watch}, m.store)
 		if err != nil {
 			m.mu.Unlock()
 			return nil, err
@@ -447,16 +455,19 @@ func (m *Manager) run(ctx context.Context) {
 	}
 }
 
-// Round runs the lease calls that are due now (each tag's renewal or campaign, the list of
-// ordered tags every Length) and returns when the next is due. The lease goroutine calls it;
+// Round runs the lease calls that are due now (each tag's renewal or campaign, and with
+// Manual the list of ordered tags every Length) and returns when the next is due. The lease goroutine calls it;
 // so do tests with Manual (never both, nor two callers at once).
 func (m *Manager) Round(ctx context.Context) time.Time {
 	clk := m.cfg.Clock
-	if !clk.Now().Before(m.nextList) {
-		m.refreshList(ctx)
-		m.nextList = clk.Now().Add(m.cfg.Length)
+	due := clk.Now().Add(m.cfg.Length)
+	if !m.listApart {
+		if !clk.Now().Before(m.nextList) {
+			m.refreshList(ctx)
+			m.nextList = clk.Now().Add(m.cfg.Length)
+		}
+		due = m.nextList
 	}
-	due := m.nextList
 	for _, t := range *m.tags.Load() {
 		if ctx.Err() != nil {
 			return due
@@ -476,8 +487,17 @@ func (m *Manager) step(ctx context.Context, t *Tag) {
 	clk := m.cfg.Clock
 	renewEvery := m.cfg.Length / 3
 	retry := max(m.cfg.Length/20, time.Millisecond)
-	cctx, cancel := context.WithTimeout(ctx, m.cfg.Timeout)
+	// A leader's renewal may take until its deadline: cut at a third of the lease, a
+	// round trip near that bound would fail (and lose its connection) on any hiccup.
+	timeout := m.cfg.Timeout
+	if ls := t.lease.State(); ls.Leader {
+		timeout = max(timeout, ls.Until.Sub(clk.Now()))
+	}
+	cctx, cancel := context.WithTimeout(ctx, timeout)
 	_, wasServing := t.Serving()
+	// The next turn counts from this one's start, as the deadline counts from its send: a
+	// slow round trip does not push the renewals toward the deadline.
+	start := clk.Now()
 	s, err := t.lease.Renew(cctx)
 	cancel()
 	defer t.markStepped()
@@ -500,7 +520,7 @@ func (m *Manager) step(ctx context.Context, t *Tag) {
 		if wasServing {
 			m.cfg.Log.Warn("ordered: lease lost; stopped serving the tag", zap.String("tag", t.Name), zap.String("holder", s.Holder))
 		}
-		t.next = now.Add(renewEvery)
+		t.next = start.Add(renewEvery)
 		if s.HolderUntil.Before(t.next) { // campaign as soon as the holder's lease can have lapsed
 			t.next = s.HolderUntil.Add(time.Millisecond)
 		}
@@ -516,7 +536,7 @@ func (m *Manager) step(ctx context.Context, t *Tag) {
 		m.cfg.Log.Info("ordered: leader of the tag", zap.String("tag", t.Name), zap.Int64("epoch", s.Epoch),
 			zap.Time("serves_from", s.From))
 	}
-	t.next = now.Add(renewEvery)
+	t.next = start.Add(renewEvery)
 }
 
 func (t *Tag) markStepped() {
@@ -544,48 +564,4 @@ func (t *Tag) WaitFirst(d time.Duration) {
 	case <-t.stepped:
 	case <-tm.C():
 	}
-}
-
-// refreshList adds the ordered tags the store lists that are not known here.
-func (m *Manager) refreshList(ctx context.Context) {
-	cctx, cancel := context.WithTimeout(ctx, m.cfg.Timeout)
-	tags, err := m.cat.List(cctx)
-	cancel()
-	if err != nil {
-		if m.listed.Load() {
-			m.cfg.Log.Debug("ordered: list failed", zap.Error(err))
-		} else {
-			m.cfg.Log.Warn("ordered: cannot list the ordered tags yet; retrying", zap.Error(err))
-		}
-		return
-	}
-	m.listed.Store(true)
-	for _, tag := range tags {
-		if m.Lookup(tag) == nil {
-			if _, err := m.Add(tag); err != nil {
-				m.cfg.Log.Warn("ordered: tag not tracked", zap.String("tag", tag), zap.Error(err))
-			}
-		}
-	}
-}
-
-// remove forgets an ordered tag whose row is gone (it becomes an ordinary tag).
-func (m *Manager) remove(tag string) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	old := *m.tags.Load()
-	t := old[tag]
-	if t == nil {
-		return
-	}
-	t.lease.Drop()
-	nm := make(map[string]*Tag, len(old))
-	for k, v := range old {
-		if k != tag {
-			nm[k] = v
-		}
-	}
-	m.tags.Store(&nm)
-	m.n.Store(int64(len(nm)))
-	m.cfg.Log.Info("ordered: the tag's lease row is gone; it is an ordinary tag now", zap.String("tag", tag))
 }

@@ -114,8 +114,19 @@ func (s *MySQLStore) identExpr(ctx context.Context) (string, error) {
 	if id.Kind == mysqlcluster.Galera {
 		s.log.Info("segment: the database is a Galera cluster: its identity is the cluster's (wsrep_cluster_state_uuid), the same on every member")
 	}
+	s.identID.Store(&id.ID)
 	s.ident.Store(&id.Pair)
 	return id.Pair, nil
+}
+
+// leaderIdentity is the identity column an ORDERED tag's creating insert records in its
+// leafd_leader row (ordered.CreateRowSQL): the database's, once known, else the server's
+// (on a Galera cluster the lease then counts the row as moved and settles once).
+func (s *MySQLStore) leaderIdentity() string {
+	if p := s.identID.Load(); p != nil {
+		return *p
+	}
+	return "@@server_id"
 }
 
 // fence runs at the start of an allocation transaction: it locks the tag's rows and, when the

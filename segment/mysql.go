@@ -23,6 +23,7 @@ import (
 	"github.com/leafd/leafd/internal/mysqlcluster"
 	"github.com/leafd/leafd/internal/quietlog"
 	"github.com/leafd/leafd/internal/storeerr"
+	"github.com/leafd/leafd/ordered"
 )
 
 var (
@@ -236,6 +237,7 @@ type MySQLStore struct {
 	maxStep         int64
 	requireSemiSync bool
 	ident           atomic.Pointer[string] // SQL of the server identity, once known
+	identID         atomic.Pointer[string] // its one-column form (mysqlcluster.Ident.ID)
 	gapRecorded     atomic.Bool            // this instance's gap is in the database fence row
 	deadlocks       atomic.Uint64          // rolled back transactions run again (retryDeadlock)
 
@@ -707,7 +709,7 @@ func (s *MySQLStore) createUncommitted(ctx context.Context, t Tag) (*sql.Tx, err
 		err = s.createFenceRow(ctx, tx, t.Name)
 	}
 	if err == nil && t.Ordered { // the row of package ordered's lease; leafd creates the table at start
-		_, err = tx.ExecContext(ctx, "INSERT IGNORE INTO leafd_leader (biz_tag) VALUES (?)", t.Name)
+		_, err = tx.ExecContext(ctx, ordered.CreateRowSQL(s.leaderIdentity()), t.Name)
 	}
 	if err != nil {
 		_ = tx.Rollback()

@@ -207,7 +207,7 @@ func TestMySQLCreateBatchOrdered(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = db.Close() })
 	// The table package ordered creates at leafd's start (only biz_tag matters here).
-	if _, err := db.ExecContext(ctx, "CREATE TABLE leafd_leader (biz_tag VARCHAR(128) NOT NULL PRIMARY KEY)"); err != nil {
+	if _, err := db.ExecContext(ctx, "CREATE TABLE leafd_leader (biz_tag VARCHAR(128) NOT NULL PRIMARY KEY, server_id bigint NOT NULL DEFAULT 0)"); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Create(ctx, Tag{Name: "first", Step: 10}); err != nil {

@@ -77,7 +77,14 @@ func CreateTag(t testing.TB, l *Leafd, db *sql.DB, tag string, step int64) {
 // on failover. dsn reaches database leafd through the proxy.
 func Replicated(t testing.TB) (r *testenv.Replication, px *Proxy, dsn string) {
 	t.Helper()
-	r = testenv.StartReplication(t)
+	return ReplicatedEnv(t, nil, nil)
+}
+
+// ReplicatedEnv is Replicated with primaryEnv and replicaEnv added to each server's
+// environment (e.g. testenv.FakeTime.Env: a replica whose clock is off).
+func ReplicatedEnv(t testing.TB, primaryEnv, replicaEnv []string) (r *testenv.Replication, px *Proxy, dsn string) {
+	t.Helper()
+	r = testenv.StartReplicationEnv(t, primaryEnv, replicaEnv)
 	r.Primary.Exec("CREATE DATABASE leafd")
 	r.WaitCaughtUp(30 * time.Second)
 	px = StartProxy(t, r.Primary.Addr())

@@ -99,6 +99,13 @@ var mariadbOpts = []string{
 // or LEAFD_TEST_REQUIRE.
 func StartMariaDB(t testing.TB, extra ...string) *MariaDB {
 	t.Helper()
+	return StartMariaDBEnv(t, nil, extra...)
+}
+
+// StartMariaDBEnv is StartMariaDB with env added to the server's environment (e.g.
+// FakeTime.Env: a server whose clock the test steps).
+func StartMariaDBEnv(t testing.TB, env []string, extra ...string) *MariaDB {
+	t.Helper()
 	sbin := []string{"/usr/sbin", "/usr/libexec", "/usr/local/sbin", "/usr/local/mysql/bin"}
 	server, ok := lookBin([]string{"mariadbd", "mysqld"}, sbin...)
 	if !ok {
@@ -151,7 +158,7 @@ func StartMariaDB(t testing.TB, extra ...string) *MariaDB {
 		}, user...)
 		argv = append(argv, opts...)
 		argv = append(argv, extra...)
-		m.proc = &proc{t: t, name: "mariadbd", argv: argv, logPath: filepath.Join(dir, "mariadbd.log")}
+		m.proc = &proc{t: t, name: "mariadbd", argv: argv, env: env, logPath: filepath.Join(dir, "mariadbd.log")}
 		err := m.start()
 		if err == nil {
 			break

@@ -37,9 +37,16 @@ var replOpts = []string{
 // databases on the primary after it returns: the replica receives everything.
 func StartReplication(t testing.TB) *Replication {
 	t.Helper()
+	return StartReplicationEnv(t, nil, nil)
+}
+
+// StartReplicationEnv is StartReplication with primaryEnv and replicaEnv added to each
+// server's environment (e.g. FakeTime.Env: servers whose clocks differ).
+func StartReplicationEnv(t testing.TB, primaryEnv, replicaEnv []string) *Replication {
+	t.Helper()
 	r := &Replication{t: t, serverID: 2}
-	r.Primary = StartMariaDB(t, append([]string{"--server-id=1"}, replOpts...)...)
-	r.Replica = StartMariaDB(t, append([]string{"--server-id=2"}, replOpts...)...)
+	r.Primary = StartMariaDBEnv(t, primaryEnv, append([]string{"--server-id=1"}, replOpts...)...)
+	r.Replica = StartMariaDBEnv(t, replicaEnv, append([]string{"--server-id=2"}, replOpts...)...)
 	r.attach(r.Replica, r.Primary)
 	return r
 }

@@ -107,6 +107,7 @@ type proc struct {
 	t       testing.TB
 	name    string
 	argv    []string
+	env     []string // added to this process's environment
 	logPath string
 
 	mu     sync.Mutex
@@ -134,6 +135,9 @@ func (p *proc) start() error {
 	fmt.Fprintf(logf, "\n=== testenv %s: starting %q\n", time.Now().Format(time.RFC3339Nano), p.argv)
 	cmd := exec.Command(p.argv[0], p.argv[1:]...)
 	cmd.Stdout, cmd.Stderr = logf, logf
+	if len(p.env) > 0 {
+		cmd.Env = append(os.Environ(), p.env...)
+	}
 	cmd.SysProcAttr = childAttr()
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start %s: %w", p.name, err)
