@@ -69,14 +69,10 @@ func (h *Handler) orderedCmd(c *resp.Conn, t *ordered.Tag, args [][]byte, kind i
 	if r.Leader == "" || r.Here {
 		return h.tryAgain(t, r, "")
 	}
-	call := h.fwd.Do(r.Leader, args)
-	defer h.fwd.Release(call)
-	if call.Err != nil {
-		return h.forwardFailed(t, r, call.Err)
+	if redirects(c) {
+		return h.redirect(t, r)
 	}
-	t.Forwarded.Add(1)
-	h.ord.Forwarded.Add(1)
-	writeReply(c, &call.Reply)
+	h.forward(c, t, r, args)
 	return nil
 }
 
@@ -123,11 +119,11 @@ func (h *Handler) orderedNext(t *ordered.Tag, key string) (int64, error) {
 	}
 	t.Forwarded.Add(1)
 	h.ord.Forwarded.Add(1)
-	switch call.Reply.Kind {
+	switch rep := &call.Replies[0]; rep.Kind {
 	case ':':
-		return call.Reply.Int, nil
+		return rep.Int, nil
 	case '-':
-		return 0, replyError(string(call.Reply.Str))
+		return 0, replyError(string(rep.Str))
 	}
 	return 0, replyError("ERR the leader answered INCR with no integer")
 }

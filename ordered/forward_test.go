@@ -143,12 +143,12 @@ func TestForwarderPipelinesInOrder(t *testing.T) {
 			last := int64(0)
 			for range each {
 				c := f.Do(leader.ln.Addr().String(), cmd("INCR", "t"))
-				if c.Err != nil || c.Reply.Kind != ':' || c.Reply.Int <= last {
-					errs <- errors.New("reply " + strconv.FormatInt(c.Reply.Int, 10) + " after " + strconv.FormatInt(last, 10) + ": " + errString(c.Err))
+				if c.Err != nil || c.Replies[0].Kind != ':' || c.Replies[0].Int <= last {
+					errs <- errors.New("reply " + strconv.FormatInt(c.Replies[0].Int, 10) + " after " + strconv.FormatInt(last, 10) + ": " + errString(c.Err))
 					f.Release(c)
 					return
 				}
-				last = c.Reply.Int
+				last = c.Replies[0].Int
 				mu.Lock()
 				dup := seen[last]
 				seen[last] = true
@@ -173,8 +173,8 @@ func TestForwarderPipelinesInOrder(t *testing.T) {
 		t.Fatalf("%d connections to the leader, want at most 2 (Conns)", n)
 	}
 	c := f.Do(leader.ln.Addr().String(), cmd("SEG"))
-	if c.Err != nil || c.Reply.Kind != '*' || len(c.Reply.Elems) != 2 || string(c.Reply.Elems[1].Str) != "abc" {
-		t.Fatalf("array reply: %+v %v", c.Reply, c.Err)
+	if c.Err != nil || c.Replies[0].Kind != '*' || len(c.Replies[0].Elems) != 2 || string(c.Replies[0].Elems[1].Str) != "abc" {
+		t.Fatalf("array reply: %+v %v", c.Replies, c.Err)
 	}
 	f.Release(c)
 }
@@ -199,7 +199,7 @@ func TestForwarderUnreachable(t *testing.T) {
 	f := NewForwarder(ForwarderConfig{Timeout: 300 * time.Millisecond, Backoff: time.Millisecond})
 	defer f.Close()
 	if c := f.Do(dead, cmd("INCR", "t")); !errors.Is(c.Err, ErrUnreachable) {
-		t.Fatalf("refused connection: %+v %v", c.Reply, c.Err)
+		t.Fatalf("refused connection: %+v %v", c.Replies, c.Err)
 	}
 
 	leader := startFakeLeader(t, "")
@@ -222,14 +222,14 @@ func TestForwarderUnreachable(t *testing.T) {
 		t.Fatalf("%d of 4 stalled requests failed (after %v)", stalled.Load(), time.Since(start))
 	}
 	// The connection is dialed again afterwards.
-	if c := f.Do(addr, cmd("INCR", "t")); c.Err != nil || c.Reply.Kind != ':' {
-		t.Fatalf("after the stall: %+v %v", c.Reply, c.Err)
+	if c := f.Do(addr, cmd("INCR", "t")); c.Err != nil || c.Replies[0].Kind != ':' {
+		t.Fatalf("after the stall: %+v %v", c.Replies, c.Err)
 	}
 
 	locked := startFakeLeader(t, "right")
 	fw := NewForwarder(ForwarderConfig{Password: "wrong", Timeout: time.Second})
 	defer fw.Close()
 	if c := fw.Do(locked.ln.Addr().String(), cmd("INCR", "t")); !errors.Is(c.Err, ErrUnreachable) {
-		t.Fatalf("wrong password: %+v %v", c.Reply, c.Err)
+		t.Fatalf("wrong password: %+v %v", c.Replies, c.Err)
 	}
 }
