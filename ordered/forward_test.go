@@ -233,3 +233,65 @@ func TestForwarderUnreachable(t *testing.T) {
 		t.Fatalf("wrong password: %+v %v", c.Replies, c.Err)
 	}
 }
+
+// TestForwarderCallOneWrite: a call of many requests (a client's pipeline) goes out in one
+// write on one connection and gets its replies in its order; a stalled one fails every
+// request of the call, and the calls queued behind it, with ErrUnreachable.
+func TestForwarderCallOneWrite(t *testing.T) {
+	leader := startFakeLeader(t, "")
+	addr := leader.ln.Addr().String()
+	f := NewForwarder(ForwarderConfig{Conns: 2, Timeout: 300 * time.Millisecond, Backoff: time.Millisecond})
+	defer f.Close()
+	if c := f.Do(addr, cmd("INCR", "t")); c.Err != nil { // dial first
+		t.Fatal(c.Err)
+	}
+	const n = 100
+	for round := range 3 {
+		w0, r0 := f.Writes(), f.Requests()
+		c := f.NewCall()
+		for i := range n {
+			if i%10 == 9 {
+				c.Add(cmd("SEG"))
+			} else {
+				c.Add(cmd("INCR", "t"))
+			}
+		}
+		f.Run(addr, c)
+		if c.Err != nil || len(c.Replies) != n {
+			t.Fatalf("round %d: %d replies, err %v", round, len(c.Replies), c.Err)
+		}
+		last := int64(0)
+		for i, r := range c.Replies {
+			v, kind := r.Int, r.Kind
+			if i%10 == 9 {
+				if kind != '*' || len(r.Elems) != 2 || string(r.Elems[1].Str) != "abc" {
+					t.Fatalf("round %d: reply %d: got %+v, want the SEG array", round, i, r)
+				}
+				v = r.Elems[0].Int
+			} else if kind != ':' {
+				t.Fatalf("round %d: reply %d: got %+v, want an integer", round, i, r)
+			}
+			if v != last+1 && last != 0 {
+				t.Fatalf("round %d: reply %d is %d after %d: the call's requests ran out of order", round, i, v, last)
+			}
+			last = v
+		}
+		if w, r := f.Writes()-w0, f.Requests()-r0; w != 1 || r != n {
+			t.Fatalf("round %d: %d requests in %d writes, want %d in 1", round, r, w, n)
+		}
+		f.Release(c)
+	}
+
+	c := f.NewCall()
+	c.Add(cmd("INCR", "t"))
+	c.Add(cmd("STALL"))
+	c.Add(cmd("INCR", "t"))
+	f.Run(addr, c)
+	if !errors.Is(c.Err, ErrUnreachable) {
+		t.Fatalf("stalled call: got %v, want ErrUnreachable", c.Err)
+	}
+	f.Release(c)
+	if c := f.Do(addr, cmd("INCR", "t")); c.Err != nil || c.Replies[0].Kind != ':' {
+		t.Fatalf("after the stall: %+v %v", c.Replies, c.Err)
+	}
+}
