@@ -67,7 +67,7 @@ func (h *Handler) joinPipeline(c *resp.Conn, st *connState, call *ordered.Call, 
 		if ids += cnt; ids > maxJoinedIDs {
 			break
 		}
-		if r := t.Route(); r.Here || r.Leader != leader {
+		if t.Route().Leader != leader { // another leader, or none, or served here ("")
 			break
 		}
 		call.Add(args)
@@ -79,7 +79,7 @@ func (h *Handler) joinPipeline(c *resp.Conn, st *connState, call *ordered.Call, 
 }
 
 // joinable returns the command, the ordered tag and the IDs asked of a command that may join
-// a forwarded call: an ID command of an ordered tag this instance does not serve, which
+// a forwarded call: an ID command of an ordered tag (joinPipeline checks its route), which
 // ServeRESP would run as it stands (arity, authentication, no transaction, no CLIENT
 // CACHING refusal) and whose count is well formed; a nil tag otherwise.
 func (h *Handler) joinable(c *resp.Conn, st *connState, args [][]byte) (*command, *ordered.Tag, int64) {
@@ -97,9 +97,6 @@ func (h *Handler) joinable(c *resp.Conn, st *connState, args [][]byte) (*command
 	}
 	t := h.orderedTag(args)
 	if t == nil {
-		return nil, nil, 0
-	}
-	if _, held := t.Held(); held {
 		return nil, nil, 0
 	}
 	return cmd, t, n

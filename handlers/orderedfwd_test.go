@@ -289,3 +289,56 @@ func leaderAddr(err error) (string, bool) {
 	}
 	return f[1], true
 }
+
+// TestOrderedFollowerPipelineManyLeaders: one follower's pipeline interleaves tags led by
+// two other instances and a tag it leads itself: each forwarded call goes to one leader
+// (a command for another leader, or one served here, ends it), so every reply is an ID of
+// its own tag's sequence, none a TRYAGAIN of the wrong leader.
+func TestOrderedFollowerPipelineManyLeaders(t *testing.T) {
+	cl := newOrdCluster(t)
+	a := cl.start(t, ordOpts{manual: true})
+	b := cl.start(t, ordOpts{manual: true})
+	c := cl.start(t, ordOpts{manual: true})
+	ctx := context.Background()
+	for _, x := range []struct {
+		in  *ordInstance
+		tag string
+	}{{a, "sa"}, {c, "sc"}, {b, "sb"}} {
+		if err := x.in.client(t).Do(ctx, "IDS.CREATE", x.tag, "ORDERED").Err(); err != nil {
+			t.Fatal(err)
+		}
+		x.in.round(t)
+	}
+	// Each instance learns of the others' tags at its first request of them (TRYAGAIN until
+	// its next lease call tells it the leader).
+	for _, in := range []*ordInstance{a, b, c} {
+		for _, tag := range []string{"sa", "sc", "sb"} {
+			_, _ = incr(t, in.client(t), tag)
+		}
+		in.round(t)
+	}
+	cb := pipeClient(t, b.addr)
+	last := map[string]int64{}
+	for _, tag := range []string{"sa", "sc", "sb"} {
+		last[tag] = mustIncr(t, cb, tag)
+	}
+	tags := []string{"sa", "sa", "sc", "sa", "sb", "sc", "sc", "sa", "sb", "sb", "sa", "sc"}
+	for round := range 3 {
+		cmds, err := cb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for _, tag := range tags {
+				p.Incr(ctx, tag)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		for i, cmd := range cmds {
+			tag := tags[i]
+			if got := cmd.(*redis.IntCmd).Val(); got != last[tag]+1 {
+				t.Fatalf("round %d: INCR %s (%d of the pipeline): got %d, want %d", round, tag, i, got, last[tag]+1)
+			}
+			last[tag]++
+		}
+	}
+}
