@@ -53,6 +53,7 @@ type Forwarder struct {
 	cfg    ForwarderConfig
 	mu     sync.Mutex
 	peers  map[string]*peer
+	known  atomic.Pointer[map[string]*peer] // a copy of peers, read without the lock
 	closed bool
 	wg     sync.WaitGroup
 	calls  sync.Pool
@@ -174,6 +175,7 @@ func (f *Forwarder) Close() error {
 	f.closed = true
 	peers := f.peers
 	f.peers = map[string]*peer{}
+	f.known.Store(nil)
 	f.mu.Unlock()
 	for _, p := range peers {
 		for _, pc := range p.conns {
@@ -185,6 +187,11 @@ func (f *Forwarder) Close() error {
 }
 
 func (f *Forwarder) peer(addr string) (*peer, error) {
+	if m := f.known.Load(); m != nil { // the common case: no lock
+		if p := (*m)[addr]; p != nil {
+			return p, nil
+		}
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.closed {
@@ -197,6 +204,11 @@ func (f *Forwarder) peer(addr string) (*peer, error) {
 			p.conns[i] = &pconn{f: f, addr: addr}
 		}
 		f.peers[addr] = p
+		m := make(map[string]*peer, len(f.peers))
+		for k, v := range f.peers {
+			m[k] = v
+		}
+		f.known.Store(&m)
 	}
 	return p, nil
 }
@@ -205,16 +217,11 @@ func (f *Forwarder) peer(addr string) (*peer, error) {
 type peer struct {
 	addr  string
 	conns []*pconn
-	mu    sync.Mutex
-	rr    int
+	rr    atomic.Uint64
 }
 
 func (p *peer) pick() *pconn {
-	p.mu.Lock()
-	p.rr++
-	c := p.conns[p.rr%len(p.conns)]
-	p.mu.Unlock()
-	return c
+	return p.conns[p.rr.Add(1)%uint64(len(p.conns))]
 }
 
 // pconn is one pipelined connection slot to a leader: at most one live link at a time,

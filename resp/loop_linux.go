@@ -375,7 +375,14 @@ func (lp *loop) run(busy *Conn) {
 				continue
 			}
 			c := lp.conns[fd]
-			if c == nil || c.busy {
+			if c == nil {
+				continue
+			}
+			if c.busy {
+				// A goroutine owns it, and its client sent more or hung up: out of the epoll
+				// set until handed back (detach). Detached only then, a command off the loop
+				// costs no epoll_ctl while its client just waits for the reply.
+				lp.detach(c)
 				continue
 			}
 			c.now = now
@@ -412,8 +419,7 @@ func (lp *loop) settle(c *Conn, st status) bool {
 	case stDeposed:
 		return true
 	case stBusy:
-		lp.detach(c)
-		return false
+		return false // detached by run if the socket turns ready meanwhile
 	case stClose:
 		lp.closeConn(c)
 		return false
@@ -453,8 +459,8 @@ func (lp *loop) setEvents(c *Conn, ev uint32) {
 }
 
 // detach takes a connection out of the loop's epoll set while a goroutine other than the
-// loop owns it (an offloaded command, or one the watchdog took the loop from). An interest
-// of 0 would not do: EPOLLHUP and EPOLLERR cannot be masked, so after the client's reset a
+// loop owns it (an offloaded command whose socket turned ready, or one the watchdog took the
+// loop from). An interest of 0 would not do: EPOLLHUP and EPOLLERR cannot be masked, so after the client's reset a
 // level-triggered epoll_wait would return the socket at once on every call and the loop
 // would spin, skipping it, until the command ends (issue 21; TestLoopResetWhileOffloaded).
 // setEvents adds it back when the connection is handed back.
