@@ -67,7 +67,9 @@ func (h *Handler) joinPipeline(c *resp.Conn, st *connState, call *ordered.Call, 
 		if ids += cnt; ids > maxJoinedIDs {
 			break
 		}
-		if t.Route().Leader != leader { // another leader, or none, or served here ("")
+		// Another leader, or none, or served here (""); a tag already in the call was routed
+		// to leader just before.
+		if t != tags[len(tags)-1] && t.Route().Leader != leader {
 			break
 		}
 		call.Add(args)

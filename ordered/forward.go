@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -201,7 +202,7 @@ func (f *Forwarder) peer(addr string) (*peer, error) {
 	if p == nil {
 		p = &peer{addr: addr, conns: make([]*pconn, f.cfg.Conns)}
 		for i := range p.conns {
-			p.conns[i] = &pconn{f: f, addr: addr}
+			p.conns[i] = &pconn{f: f, p: p, addr: addr}
 		}
 		f.peers[addr] = p
 		m := make(map[string]*peer, len(f.peers))
@@ -213,7 +214,9 @@ func (f *Forwarder) peer(addr string) (*peer, error) {
 	return p, nil
 }
 
-// peer is one leader's connections.
+// peer is one leader's connections. Calls go to the connection rr names until its writer
+// takes them: the calls queued meanwhile share that write, and the next ones go to the next
+// connection.
 type peer struct {
 	addr  string
 	conns []*pconn
@@ -221,13 +224,14 @@ type peer struct {
 }
 
 func (p *peer) pick() *pconn {
-	return p.conns[p.rr.Add(1)%uint64(len(p.conns))]
+	return p.conns[p.rr.Load()%uint64(len(p.conns))]
 }
 
 // pconn is one pipelined connection slot to a leader: at most one live link at a time,
 // dialed again on demand after a failure.
 type pconn struct {
 	f    *Forwarder
+	p    *peer
 	addr string
 
 	mu        sync.Mutex
@@ -371,6 +375,10 @@ func (pc *pconn) writer(l *link) {
 			return
 		case <-l.wake:
 		}
+		// Let the goroutines that are about to queue calls (many clients' requests read in
+		// one round of the event loop) run first: they share this write instead of each
+		// costing one (a write on loopback also runs the receiver's side of TCP).
+		runtime.Gosched()
 		pc.mu.Lock()
 		if pc.cur != l {
 			pc.mu.Unlock()
@@ -393,6 +401,7 @@ func (pc *pconn) writer(l *link) {
 		}
 		clear(pc.queue)
 		pc.queue = pc.queue[:0]
+		pc.p.rr.Add(1) // the next calls go to the next connection
 		pc.mu.Unlock()
 		pc.f.writes.Add(1)
 		pc.f.requests.Add(int64(n))

@@ -121,6 +121,7 @@ type loop struct {
 	inCmd atomic.Pointer[Conn]
 	cmd   atomic.Uint64
 	stop  chan struct{}
+	jobs  chan offJob // to an idle offload goroutine (startOffload)
 	// deposed counts the watchdog's hand-offs, offloads the commands run off the loop
 	// (Stats), iters the loop's epoll returns (tests: a spinning loop shows here).
 	deposed  atomic.Int64
@@ -170,7 +171,7 @@ func (s *Server) startLoops(n int) error {
 			return err
 		}
 		lp := &loop{srv: s, blocker: b, epfd: epfd, wakefd: wfd, conns: make(map[int]*Conn),
-			stop: make(chan struct{}), lastSweep: s.now(), hooks: s.hooks}
+			stop: make(chan struct{}), jobs: make(chan offJob), lastSweep: s.now(), hooks: s.hooks}
 		loops = append(loops, lp)
 		if parkInPoller {
 			if err := unix.SetNonblock(epfd, true); err != nil {
@@ -710,8 +711,7 @@ func (lp *loop) process(c *Conn) status {
 			c.replyStart = before
 			c.busy = true
 			lp.offloads.Add(1)
-			srv.loopWG.Add(1)
-			go lp.offload(c, args, before)
+			lp.startOffload(offJob{c: c, args: args, before: before})
 			return stBusy
 		}
 		tok := lp.beginCmd(c)
@@ -814,28 +814,6 @@ func (c *Conn) finish() status {
 	}
 	c.drainClose = true
 	return stOK
-}
-
-// offload runs a command that may block on a goroutine of its own, then hands the connection
-// back to the loop (which runs the rest of its buffer).
-func (lp *loop) offload(c *Conn, args [][]byte, before int) {
-	defer lp.srv.loopWG.Done()
-	st := stOK
-	func() {
-		defer func() {
-			if r := recover(); r != nil {
-				lp.srv.log.Error("command panicked; connection closed", zap.Any("panic", r),
-					zap.String("client", c.remote), zap.Stack("stack"))
-				st = stClose
-			}
-		}()
-		lp.srv.handler.ServeRESP(c, args)
-		st = lp.afterCommand(c, before)
-	}()
-	if st == stClose {
-		c.closeNow = true
-	}
-	lp.handBack(c)
 }
 
 // watch is the loop's watchdog: a command that has run for a whole period on the loop
