@@ -522,12 +522,12 @@ func readReply(br *bufio.Reader, r *Reply, depth int) error {
 		r.Str = append(r.Str, body...)
 		return nil
 	case ':':
-		r.Int, err = strconv.ParseInt(string(body), 10, 64)
+		r.Int, err = parseReplyInt(body)
 		return err
 	case '_':
 		return nil
 	case '$', '*':
-		n, err := strconv.ParseInt(string(body), 10, 64)
+		n, err := parseReplyInt(body)
 		if err != nil || n > maxReplyLen || n < -1 {
 			return fmt.Errorf("malformed length %q", body)
 		}
@@ -561,4 +561,35 @@ func readReply(br *bufio.Reader, r *Reply, depth int) error {
 		return nil
 	}
 	return fmt.Errorf("unexpected reply type %q", r.Kind)
+}
+
+var errReplyInt = errors.New("malformed integer in reply")
+
+// parseReplyInt parses a RESP integer without allocating (strconv.ParseInt of string(b)
+// makes the string escape, one allocation per reply).
+func parseReplyInt(b []byte) (int64, error) {
+	neg := len(b) > 0 && b[0] == '-'
+	if neg {
+		b = b[1:]
+	}
+	if len(b) == 0 || len(b) > 19 {
+		return 0, errReplyInt
+	}
+	var n uint64
+	for _, ch := range b {
+		if ch < '0' || ch > '9' {
+			return 0, errReplyInt
+		}
+		n = n*10 + uint64(ch-'0')
+	}
+	if neg {
+		if n > 1<<63 {
+			return 0, errReplyInt
+		}
+		return -int64(n), nil
+	}
+	if n > 1<<63-1 {
+		return 0, errReplyInt
+	}
+	return int64(n), nil
 }

@@ -295,3 +295,19 @@ func TestForwarderCallOneWrite(t *testing.T) {
 		t.Fatalf("after the stall: %+v %v", c.Replies, c.Err)
 	}
 }
+
+// TestParseReplyInt: RESP integers as strconv reads them, the bounds included; anything
+// else is an error.
+func TestParseReplyInt(t *testing.T) {
+	for _, s := range []string{"0", "7", "-1", "1001", "9223372036854775807", "-9223372036854775808"} {
+		want, _ := strconv.ParseInt(s, 10, 64)
+		if got, err := parseReplyInt([]byte(s)); err != nil || got != want {
+			t.Errorf("%q: got %d %v, want %d", s, got, err, want)
+		}
+	}
+	for _, s := range []string{"", "-", "+1", "1x", "9223372036854775808", "-9223372036854775809", "99999999999999999999", " 1"} {
+		if got, err := parseReplyInt([]byte(s)); err == nil {
+			t.Errorf("%q: got %d, want an error", s, got)
+		}
+	}
+}
