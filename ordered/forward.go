@@ -368,6 +368,10 @@ func (pc *pconn) handshake(cfg ForwarderConfig) (net.Conn, error) {
 func (pc *pconn) writer(l *link) {
 	defer pc.f.wg.Done()
 	var buf []byte
+	write := func(b []byte) error { _, err := l.nc.Write(b); return err }
+	if w := newRawIO(l.nc); w != nil {
+		write = w.writeAll
+	}
 	for {
 		select {
 		case <-l.dead:
@@ -405,7 +409,7 @@ func (pc *pconn) writer(l *link) {
 		pc.f.writes.Add(1)
 		pc.f.requests.Add(int64(n))
 		_ = l.nc.SetWriteDeadline(now.Add(pc.f.cfg.Timeout))
-		if _, err := l.nc.Write(buf); err != nil {
+		if err := write(buf); err != nil {
 			pc.fail(l, err, false)
 			return
 		}
@@ -419,7 +423,11 @@ func (pc *pconn) writer(l *link) {
 // oldest call).
 func (pc *pconn) reader(l *link) {
 	defer pc.f.wg.Done()
-	br := bufio.NewReaderSize(l.nc, 32<<10)
+	var src io.Reader = l.nc
+	if r := newRawIO(l.nc); r != nil {
+		src = r
+	}
+	br := bufio.NewReaderSize(src, 32<<10)
 	var r Reply // read here, then swapped into the call (each keeps reusable buffers)
 	for {
 		if err := readReply(br, &r, 0); err != nil {
