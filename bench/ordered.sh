@@ -1,23 +1,30 @@
 #!/usr/bin/env bash
-# bench/ordered.sh DSN: INCR on an ORDERED tag (issue 20) against an ordinary tag, at the
-# leader and through a follower, same binaries, same database, same run.
+# bench/ordered.sh DSN: INCR on an ORDERED tag against an ordinary tag, at the leader and
+# through a follower, same binaries, same database, same run.
 #
 # Two leafd instances on DSN (default --ordered-lease): A, which leads the ordered tag, pinned
 # to SERVER_CPU (0); B, a follower that forwards the tag's commands to A, pinned to CLIENT_CPU
-# (1) with leafd-bench (so the follower's hop costs the client's core: on two cores there is
-# no third one to give it). Each of RUNS (5) rounds measures, in this order, DUR (3s) each at
-# -P 1 and -P 16 with 50 connections:
+# (1) with the client (so the follower's hop costs the client's core: on two cores there is
+# no third one to give it). Each of RUNS (5) rounds measures, in this order, at -P 1 and
+# -P 16 with 50 connections:
 #   plain-leader    INCR plain   sent to A (an ordinary tag: the baseline)
 #   ordered-leader  INCR ordered sent to A (the leader serves it from its own segments)
-#   ordered-follower INCR ordered sent to B (B forwards to A over its pipelined connection)
+#   ordered-follower INCR ordered sent to B (B forwards each connection's pipeline to A in
+#                   one call, many connections' calls in one write)
 # and prints the medians, and the medians of the per-round ratios ordered-leader/plain-leader
 # and ordered-follower/ordered-leader (the same client load sent to the leader directly).
-# Needs: go, redis-cli, taskset, python3; a database the DSN's user may write.
+# CLIENT=redis-benchmark (default; N1 requests at -P 1, N16 at -P 16 per measurement; it
+# stops at the first error reply, and the round is then marked failed) or CLIENT=leafd-bench
+# (DUR per measurement; counts errors and goes on).
+# Needs: go, redis-cli, redis-benchmark, taskset, python3; a database the DSN's user may write.
 # Output: OUT (bench/out/ordered): the JSON of each run and the servers' logs.
 set -uo pipefail
 DSN=${1:?usage: bench/ordered.sh DSN}
 RUNS=${RUNS:-5}
 DUR=${DUR:-3s}
+CLIENT=${CLIENT:-redis-benchmark}
+N1=${N1:-100000}
+N16=${N16:-1000000}
 SERVER_CPU=${SERVER_CPU:-0}
 CLIENT_CPU=${CLIENT_CPU:-1}
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -33,6 +40,7 @@ cleanup() {
 }
 trap cleanup EXIT
 (cd "$root" && go build -o "$work/leafd" ./cmd/leafd && go build -o "$work/leafd-bench" ./cmd/leafd-bench) || exit 2
+echo "load average at the start: $(cut -d' ' -f1-3 /proc/loadavg)"
 PA=27201 PB=27202
 start() { # name port cpu
 	mkdir -p "$work/$1"
@@ -62,8 +70,25 @@ done
 redis-cli -p "$PB" IDS.INFO ordered >"$OUT/info-follower.txt"
 redis-cli -p "$PA" IDS.INFO ordered >"$OUT/info-leader.txt"
 bench() { # name port tag P round
-	taskset -c "$CLIENT_CPU" "$work/leafd-bench" -addr "127.0.0.1:$2" -cmd incr -tag "$3" -c 50 -P "$4" -d "$DUR" \
-		-warmup 500ms -json >"$OUT/$1-P$4-$5.json" 2>"$OUT/$1-P$4-$5.err"
+	local out="$OUT/$1-P$4-$5"
+	if [ "$CLIENT" = leafd-bench ]; then
+		taskset -c "$CLIENT_CPU" "$work/leafd-bench" -addr "127.0.0.1:$2" -cmd incr -tag "$3" -c 50 -P "$4" -d "$DUR" \
+			-warmup 500ms -json >"$out.json" 2>"$out.err"
+		return
+	fi
+	local n=$N1
+	[ "$4" = 1 ] || n=$N16
+	taskset -c "$CLIENT_CPU" redis-benchmark -p "$2" -c 50 -n "$n" -P "$4" --csv INCR "$3" >"$out.csv" 2>"$out.err"
+	python3 - "$out" <<'PY'
+import csv, json, sys
+out = sys.argv[1]
+rows = [r for r in csv.reader(open(out + ".csv")) if r and r[0] != "test"]
+err = open(out + ".err").read().strip() + open(out + ".csv").read().split("\n")[-1]
+res = {"ids_per_sec": 0.0, "latency": {"p99_ms": 0.0}, "errors": 1, "first_error": err}
+if rows and "Error" not in err:
+    res = {"ids_per_sec": float(rows[0][1]), "latency": {"p99_ms": float(rows[0][6])}, "errors": 0}
+json.dump(res, open(out + ".json", "w"))
+PY
 }
 for r in $(seq "$RUNS"); do
 	for P in 1 16; do
@@ -72,6 +97,7 @@ for r in $(seq "$RUNS"); do
 		bench ordered-follower "$PB" ordered "$P" "$r"
 	done
 done
+echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
 python3 - "$OUT" "$RUNS" <<'PY'
 import json, statistics, sys
 out, runs = sys.argv[1], int(sys.argv[2])
@@ -88,10 +114,17 @@ for p in (1, 16):
         print(f"| {n} | {p} | {', '.join(str(round(x)) for x in ids)} | {round(statistics.median(ids))} | "
               f"{', '.join(f'{x:.2f}' for x in p99)} | {statistics.median(p99):.2f} | {sum(x['errors'] for x in rs)} |")
 print()
+def ok(*xs):
+    return all(x["ids_per_sec"] > 0 and x["latency"]["p99_ms"] > 0 for x in xs)
 for p in (1, 16):
     for a, b in (("ordered-leader", "plain-leader"), ("ordered-follower", "ordered-leader")):
-        rat = [load(a, p, r)["ids_per_sec"] / load(b, p, r)["ids_per_sec"] for r in range(1, runs + 1)]
-        p99 = [load(a, p, r)["latency"]["p99_ms"] / load(b, p, r)["latency"]["p99_ms"] for r in range(1, runs + 1)]
+        pairs = [(load(a, p, r), load(b, p, r)) for r in range(1, runs + 1)]
+        good = [(x, y) for x, y in pairs if ok(x, y)]
+        if not good:
+            print(f"-P {p}: {a} / {b}: every round failed")
+            continue
+        rat = [x["ids_per_sec"] / y["ids_per_sec"] for x, y in good]
+        p99 = [x["latency"]["p99_ms"] / y["latency"]["p99_ms"] for x, y in good]
         print(f"-P {p}: {a} / {b}: throughput {statistics.median(rat):.2f}x (rounds {', '.join(f'{x:.2f}' for x in rat)}), "
-              f"p99 {statistics.median(p99):.2f}x")
+              f"p99 {statistics.median(p99):.2f}x; {len(pairs) - len(good)} of {len(pairs)} rounds failed (an error reply)")
 PY

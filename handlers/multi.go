@@ -3,6 +3,7 @@ package handlers
 import (
 	"fmt"
 
+	"github.com/leafd/leafd/ordered"
 	"github.com/leafd/leafd/resp"
 )
 
@@ -23,13 +24,17 @@ const maxQueuedBytes = 4 << 20
 // connState is the handler's per-connection state, made on the first command that needs it
 // (MULTI, CLIENT TRACKING, NO-EVICT/NO-TOUCH) and dropped by RESET.
 type connState struct {
-	multi  bool
-	dirty  bool // a command was refused while queueing: EXEC aborts
-	queue  []queued
-	qbytes int
-	track  tracking
-	batch  batchCounts // the commands of the current batch, for their latency
-	sum    demand      // EXEC's demand per tag, while waitExec asks the queue (mayblock.go)
+	multi bool
+	dirty bool // a command was refused while queueing: EXEC aborts
+	exec  bool // EXEC runs its queue: a forwarded command joins no pipelined one
+	// redirect: IDS.REDIRECT ON; fwdTags: the tags of a forwarded call (orderedfwd.go)
+	redirect bool
+	fwdTags  []*ordered.Tag
+	queue    []queued
+	qbytes   int
+	track    tracking
+	batch    batchCounts // the commands of the current batch, for their latency
+	sum      demand      // EXEC's demand per tag, while waitExec asks the queue (mayblock.go)
 }
 
 type queued struct {
@@ -93,6 +98,8 @@ func cmdExec(h *Handler, c *resp.Conn, args [][]byte) error {
 		return replyError("EXECABORT Transaction discarded because of previous errors.")
 	}
 	c.WriteArray(len(q))
+	st.exec = true
+	defer func() { st.exec = false }()
 	for _, e := range q {
 		// The replies of a whole transaction are one reply: past the output limit the
 		// connection is closed (resp), so stop building it (issue #14).

@@ -69,14 +69,10 @@ func (h *Handler) orderedCmd(c *resp.Conn, t *ordered.Tag, args [][]byte, kind i
 	if r.Leader == "" || r.Here {
 		return h.tryAgain(t, r, "")
 	}
-	call := h.fwd.Do(r.Leader, args)
-	defer h.fwd.Release(call)
-	if call.Err != nil {
-		return h.forwardFailed(t, r, call.Err)
+	if redirects(c) {
+		return h.redirect(t, r)
 	}
-	t.Forwarded.Add(1)
-	h.ord.Forwarded.Add(1)
-	writeReply(c, &call.Reply)
+	h.forward(c, t, r, args)
 	return nil
 }
 
@@ -123,11 +119,11 @@ func (h *Handler) orderedNext(t *ordered.Tag, key string) (int64, error) {
 	}
 	t.Forwarded.Add(1)
 	h.ord.Forwarded.Add(1)
-	switch call.Reply.Kind {
+	switch rep := &call.Replies[0]; rep.Kind {
 	case ':':
-		return call.Reply.Int, nil
+		return rep.Int, nil
 	case '-':
-		return 0, replyError(string(call.Reply.Str))
+		return 0, replyError(string(rep.Str))
 	}
 	return 0, replyError("ERR the leader answered INCR with no integer")
 }
@@ -304,12 +300,16 @@ func (h *Handler) createOrdered(c *resp.Conn, t segment.Tag, sp shape.Spec) erro
 // statusOrdered is /status.json's "ordered": the forwarding counters and each ordered tag's
 // leader as this instance sees it.
 type statusOrdered struct {
-	Local         bool               `json:"local"` // the embedded store: every ordered tag is led here
-	Holder        string             `json:"advertise_addr"`
-	Forwarded     int64              `json:"forwarded"`
-	ForwardErrors int64              `json:"forward_errors"`
-	TryAgain      int64              `json:"tryagain"`
-	Tags          []statusOrderedTag `json:"tags"`
+	Local         bool   `json:"local"` // the embedded store: every ordered tag is led here
+	Holder        string `json:"advertise_addr"`
+	Forwarded     int64  `json:"forwarded"`
+	ForwardErrors int64  `json:"forward_errors"`
+	TryAgain      int64  `json:"tryagain"`
+	// ForwardWrites and ForwardRequests: the writes to leaders and the requests they carried
+	// (a follower's pipelines and many clients' calls share writes).
+	ForwardWrites   int64              `json:"forward_writes"`
+	ForwardRequests int64              `json:"forward_requests"`
+	Tags            []statusOrderedTag `json:"tags"`
 }
 
 type statusOrderedTag struct {
@@ -329,6 +329,9 @@ func (h *Handler) orderedStatus() *statusOrdered {
 	}
 	so := &statusOrdered{Local: h.ord.Local(), Holder: h.ord.Holder(), Forwarded: h.ord.Forwarded.Load(),
 		ForwardErrors: h.ord.ForwardErrors.Load(), TryAgain: h.ord.TryAgain.Load(), Tags: []statusOrderedTag{}}
+	if h.fwd != nil {
+		so.ForwardWrites, so.ForwardRequests = h.fwd.Writes(), h.fwd.Requests()
+	}
 	for _, s := range h.ord.Statuses() {
 		so.Tags = append(so.Tags, statusOrderedTag{Tag: s.Tag, Leader: s.Leader, LeaderHere: s.Here, Epoch: s.Epoch,
 			LeaseRemainingMs: s.Remaining.Milliseconds(), Forwarded: s.Forwarded, ForwardErrors: s.ForwardErrors, LastError: s.LastError})

@@ -386,7 +386,8 @@ func TestOrderedFollowerForwards(t *testing.T) {
 	if err := json.Unmarshal([]byte(body), &rep); err != nil {
 		t.Fatal(err)
 	}
-	if o := rep.Ordered; o == nil || o.Forwarded < 60 || len(o.Tags) != 1 || o.Tags[0].Leader != a.addr || o.Tags[0].LeaderHere || o.TryAgain < 1 {
+	if o := rep.Ordered; o == nil || o.Forwarded < 60 || len(o.Tags) != 1 || o.Tags[0].Leader != a.addr || o.Tags[0].LeaderHere || o.TryAgain < 1 ||
+		o.ForwardRequests < 60 || o.ForwardWrites >= o.ForwardRequests {
 		t.Fatalf("status.json ordered: %+v", rep.Ordered)
 	}
 	_, _, metrics := get(t, hs, http.MethodGet, "/metrics")

@@ -25,6 +25,7 @@ func commands() []*command {
 		{name: "ids.tags", arity: -1, readonly: true, group: "segment", summary: "List the tags this server knows.", run: cmdIDsTags},
 		{name: "ids.marks", arity: 1, readonly: true, group: "segment", summary: "List every durable mark of this server: tag, highest range end ever granted.", run: cmdIDsMarks, mayWait: waitAlways},
 		{name: "ids.create", arity: -2, write: true, group: "segment", summary: "Create a tag in the store.", run: cmdIDsCreate, mayWait: waitAlways},
+		{name: "ids.redirect", arity: 2, group: "connection", summary: "ON: answer a command of an ORDERED tag led elsewhere with LEADER host:port instead of forwarding it; OFF (the default).", run: cmdIDsRedirect},
 		{name: "ids.retire", arity: 2, write: true, group: "segment", summary: "Stop serving a tag from this server; its IDs are never reissued.", run: cmdIDsRetire},
 		{name: "ids.snowflake", arity: -1, write: true, group: "snowflake", summary: "Return one snowflake ID, or an array of count; STRING: as bulk strings.", run: cmdIDsSnowflake, mayWait: waitIDsSnowflake},
 		{name: "ids.decode", arity: 2, readonly: true, group: "snowflake", summary: "Decode a snowflake ID with this server's layout.", run: cmdIDsDecode},

@@ -7,8 +7,9 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"strconv"
+	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -44,16 +45,28 @@ type ForwarderConfig struct {
 // Forwarder carries requests to leaders over pooled RESP connections: per connection one
 // writer goroutine writes every request queued since its last write in one write (a batch of
 // many clients' requests) and one reader goroutine matches the replies to the requests in
-// order (FIFO). Do blocks its caller until the reply; no goroutine is started per request.
-// Safe for concurrent use.
+// order (FIFO). A Call holds one request or a client's whole pipeline: its requests go on one
+// connection, back to back in one write, so they run at the leader in their order and cost
+// one round trip together. Run blocks its caller until the call's last reply; no goroutine
+// is started per request. Safe for concurrent use.
 type Forwarder struct {
 	cfg    ForwarderConfig
 	mu     sync.Mutex
 	peers  map[string]*peer
+	known  atomic.Pointer[map[string]*peer] // a copy of peers, read without the lock
 	closed bool
 	wg     sync.WaitGroup
 	calls  sync.Pool
+
+	writes, requests atomic.Int64
 }
+
+// Writes is the number of writes to leaders so far, Requests the requests they carried: a
+// pipeline forwarded whole costs one write (one round trip), not one per request.
+func (f *Forwarder) Writes() int64 { return f.writes.Load() }
+
+// Requests is the number of requests written to leaders so far.
+func (f *Forwarder) Requests() int64 { return f.requests.Load() }
 
 // NewForwarder returns a Forwarder.
 func NewForwarder(cfg ForwarderConfig) *Forwarder {
@@ -85,37 +98,72 @@ type Reply struct {
 	Elems []Reply
 }
 
-// Call is one forwarded request; get one with Forwarder.Do's caller-owned reuse (Release).
+// Call is one or more requests forwarded together (NewCall, Add, Run), and their replies.
 type Call struct {
-	buf   []byte
-	done  chan struct{}
-	Reply Reply
-	Err   error
+	buf  []byte
+	n    int // requests in buf
+	got  int // replies matched (the reader's, under the pconn's lock)
+	done chan struct{}
+	// Replies holds one reply per request, in the requests' order (valid after Run when Err
+	// is nil).
+	Replies []Reply
+	Err     error
 }
 
-// Do sends args to the leader at addr and waits for the reply. The returned Call holds the
-// reply (or Err); pass it to Release when done with the reply.
-func (f *Forwarder) Do(addr string, args [][]byte) *Call {
+// NewCall returns an empty call (from a pool): Add its requests, Run it, Release it.
+func (f *Forwarder) NewCall() *Call {
 	c := f.calls.Get().(*Call)
-	c.Err = nil
-	c.buf = appendCommand(c.buf[:0], args)
-	p, err := f.peer(addr)
-	if err != nil {
-		c.Err = err
-		return c
-	}
-	if err := p.pick().send(c); err != nil {
-		c.Err = err
-		return c
-	}
-	<-c.done
+	c.buf, c.n, c.got, c.Err = c.buf[:0], 0, 0, nil
 	return c
 }
 
-// Release returns c for reuse; its Reply must not be used afterwards.
+// Add appends a request to c (before Run).
+func (c *Call) Add(args [][]byte) {
+	c.buf = appendCommand(c.buf, args)
+	c.n++
+}
+
+// Len is the number of requests added.
+func (c *Call) Len() int { return c.n }
+
+// Run sends c's requests to the leader at addr, in order, on one connection and in one
+// write, and waits for every reply (or Err: then none of the replies is valid).
+func (f *Forwarder) Run(addr string, c *Call) {
+	if c.n == 0 {
+		return
+	}
+	if cap(c.Replies) < c.n {
+		c.Replies = append(c.Replies[:cap(c.Replies)], make([]Reply, c.n-cap(c.Replies))...)
+	}
+	c.Replies = c.Replies[:c.n]
+	p, err := f.peer(addr)
+	if err != nil {
+		c.Err = err
+		return
+	}
+	if err := p.pick().send(c); err != nil {
+		c.Err = err
+		return
+	}
+	<-c.done
+}
+
+// Do sends args to the leader at addr and waits for the reply (Replies[0], or Err); pass the
+// call to Release when done with the reply.
+func (f *Forwarder) Do(addr string, args [][]byte) *Call {
+	c := f.NewCall()
+	c.Add(args)
+	f.Run(addr, c)
+	return c
+}
+
+// Release returns c for reuse; its replies must not be used afterwards.
 func (f *Forwarder) Release(c *Call) {
 	if cap(c.buf) > 64<<10 {
 		c.buf = nil
+	}
+	if cap(c.Replies) > 1024 {
+		c.Replies = nil
 	}
 	f.calls.Put(c)
 }
@@ -127,6 +175,7 @@ func (f *Forwarder) Close() error {
 	f.closed = true
 	peers := f.peers
 	f.peers = map[string]*peer{}
+	f.known.Store(nil)
 	f.mu.Unlock()
 	for _, p := range peers {
 		for _, pc := range p.conns {
@@ -138,6 +187,11 @@ func (f *Forwarder) Close() error {
 }
 
 func (f *Forwarder) peer(addr string) (*peer, error) {
+	if m := f.known.Load(); m != nil { // the common case: no lock
+		if p := (*m)[addr]; p != nil {
+			return p, nil
+		}
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.closed {
@@ -147,33 +201,36 @@ func (f *Forwarder) peer(addr string) (*peer, error) {
 	if p == nil {
 		p = &peer{addr: addr, conns: make([]*pconn, f.cfg.Conns)}
 		for i := range p.conns {
-			p.conns[i] = &pconn{f: f, addr: addr}
+			p.conns[i] = &pconn{f: f, p: p, addr: addr}
 		}
 		f.peers[addr] = p
+		m := make(map[string]*peer, len(f.peers))
+		for k, v := range f.peers {
+			m[k] = v
+		}
+		f.known.Store(&m)
 	}
 	return p, nil
 }
 
-// peer is one leader's connections.
+// peer is one leader's connections. Calls go to the connection rr names until its writer
+// takes them: the calls queued meanwhile share that write, and the next ones go to the next
+// connection.
 type peer struct {
 	addr  string
 	conns []*pconn
-	mu    sync.Mutex
-	rr    int
+	rr    atomic.Uint64
 }
 
 func (p *peer) pick() *pconn {
-	p.mu.Lock()
-	p.rr++
-	c := p.conns[p.rr%len(p.conns)]
-	p.mu.Unlock()
-	return c
+	return p.conns[p.rr.Load()%uint64(len(p.conns))]
 }
 
 // pconn is one pipelined connection slot to a leader: at most one live link at a time,
 // dialed again on demand after a failure.
 type pconn struct {
 	f    *Forwarder
+	p    *peer
 	addr string
 
 	mu        sync.Mutex
@@ -183,6 +240,7 @@ type pconn struct {
 	downUntil time.Time // after a failed dial
 	queue     []*Call   // to write, in order
 	inflight  []*Call   // written on cur, awaiting their replies, in order
+	pending   int       // requests of queue and inflight
 }
 
 // link is one TCP connection of a pconn and its two goroutines.
@@ -211,11 +269,12 @@ func (pc *pconn) send(c *Call) error {
 		pc.mu.Unlock()
 		return fmt.Errorf("%w: %s: the last connection attempt failed", ErrUnreachable, pc.addr)
 	}
-	if len(pc.queue)+len(pc.inflight) >= pc.f.cfg.MaxPending {
+	if pc.pending+c.n > pc.f.cfg.MaxPending {
 		pc.mu.Unlock()
 		return fmt.Errorf("%w: %s: %d requests outstanding on the connection", ErrUnreachable, pc.addr, pc.f.cfg.MaxPending)
 	}
 	pc.queue = append(pc.queue, c)
+	pc.pending += c.n
 	l := pc.cur
 	dial := l == nil && !pc.dialing
 	if dial {
@@ -247,7 +306,7 @@ func (pc *pconn) connect() {
 		}
 		pc.downUntil = time.Now().Add(cfg.Backoff)
 		q := pc.queue
-		pc.queue = nil
+		pc.queue, pc.pending = nil, 0
 		pc.mu.Unlock()
 		cfg.Log.Warn("ordered: cannot reach the leader", zap.String("leader", pc.addr), zap.Error(err))
 		for _, c := range q {
@@ -309,12 +368,20 @@ func (pc *pconn) handshake(cfg ForwarderConfig) (net.Conn, error) {
 func (pc *pconn) writer(l *link) {
 	defer pc.f.wg.Done()
 	var buf []byte
+	write := func(b []byte) error { _, err := l.nc.Write(b); return err }
+	if w := newRawIO(l.nc); w != nil {
+		write = w.writeAll
+	}
 	for {
 		select {
 		case <-l.dead:
 			return
 		case <-l.wake:
 		}
+		// Let the goroutines that are about to queue calls (many clients' requests read in
+		// one round of the event loop) run first: they share this write instead of each
+		// costing one (a write on loopback also runs the receiver's side of TCP).
+		runtime.Gosched()
 		pc.mu.Lock()
 		if pc.cur != l {
 			pc.mu.Unlock()
@@ -329,15 +396,20 @@ func (pc *pconn) writer(l *link) {
 			_ = l.nc.SetReadDeadline(now.Add(pc.f.cfg.Timeout))
 		}
 		buf = buf[:0]
+		n := 0
 		for _, c := range pc.queue {
 			buf = append(buf, c.buf...)
+			n += c.n
 			pc.inflight = append(pc.inflight, c)
 		}
 		clear(pc.queue)
 		pc.queue = pc.queue[:0]
+		pc.p.rr.Add(1) // the next calls go to the next connection
 		pc.mu.Unlock()
+		pc.f.writes.Add(1)
+		pc.f.requests.Add(int64(n))
 		_ = l.nc.SetWriteDeadline(now.Add(pc.f.cfg.Timeout))
-		if _, err := l.nc.Write(buf); err != nil {
+		if err := write(buf); err != nil {
 			pc.fail(l, err, false)
 			return
 		}
@@ -347,10 +419,15 @@ func (pc *pconn) writer(l *link) {
 	}
 }
 
-// reader matches each reply to the oldest request outstanding.
+// reader matches each reply to the oldest request outstanding (the next reply slot of the
+// oldest call).
 func (pc *pconn) reader(l *link) {
 	defer pc.f.wg.Done()
-	br := bufio.NewReaderSize(l.nc, 32<<10)
+	var src io.Reader = l.nc
+	if r := newRawIO(l.nc); r != nil {
+		src = r
+	}
+	br := bufio.NewReaderSize(src, 32<<10)
 	var r Reply // read here, then swapped into the call (each keeps reusable buffers)
 	for {
 		if err := readReply(br, &r, 0); err != nil {
@@ -364,16 +441,25 @@ func (pc *pconn) reader(l *link) {
 			return
 		}
 		c := pc.inflight[0]
-		pc.inflight[0] = nil
-		pc.inflight = pc.inflight[1:]
-		if len(pc.inflight) > 0 {
-			_ = l.nc.SetReadDeadline(time.Now().Add(pc.f.cfg.Timeout))
-		} else {
-			_ = l.nc.SetReadDeadline(time.Time{})
+		c.Replies[c.got], r = r, c.Replies[c.got]
+		c.got++
+		pc.pending--
+		last := c.got == c.n
+		if last {
+			pc.inflight[0] = nil
+			pc.inflight = pc.inflight[1:]
+		}
+		if br.Buffered() == 0 { // the next read waits on the socket: bound it by the oldest
+			if len(pc.inflight) > 0 {
+				_ = l.nc.SetReadDeadline(time.Now().Add(pc.f.cfg.Timeout))
+			} else {
+				_ = l.nc.SetReadDeadline(time.Time{})
+			}
 		}
 		pc.mu.Unlock()
-		c.Reply, r = r, c.Reply
-		c.done <- struct{}{}
+		if last {
+			c.done <- struct{}{}
+		}
 	}
 }
 
@@ -391,7 +477,7 @@ func (pc *pconn) fail(l *link, err error, closed bool) {
 	}
 	pc.cur = nil
 	reqs := append(pc.inflight, pc.queue...)
-	pc.inflight, pc.queue = nil, nil
+	pc.inflight, pc.queue, pc.pending = nil, nil, 0
 	pc.mu.Unlock()
 	close(l.dead)
 	_ = l.nc.Close()
@@ -402,84 +488,4 @@ func (pc *pconn) fail(l *link, err error, closed bool) {
 		c.Err = fmt.Errorf("%w: %s: %v", ErrUnreachable, pc.addr, err)
 		c.done <- struct{}{}
 	}
-}
-
-// appendCommand appends args as a RESP array of bulk strings.
-func appendCommand(b []byte, args [][]byte) []byte {
-	b = append(b, '*')
-	b = strconv.AppendInt(b, int64(len(args)), 10)
-	b = append(b, '\r', '\n')
-	for _, a := range args {
-		b = append(b, '$')
-		b = strconv.AppendInt(b, int64(len(a)), 10)
-		b = append(b, '\r', '\n')
-		b = append(b, a...)
-		b = append(b, '\r', '\n')
-	}
-	return b
-}
-
-// maxReplyDepth bounds nested arrays; maxReplyLen bounds a bulk string or an array.
-const (
-	maxReplyDepth = 4
-	maxReplyLen   = 1 << 20
-)
-
-// readReply reads one RESP2 reply into r, reusing its buffers.
-func readReply(br *bufio.Reader, r *Reply, depth int) error {
-	line, err := br.ReadSlice('\n')
-	if err != nil {
-		return err
-	}
-	if len(line) < 3 || line[len(line)-2] != '\r' {
-		return errors.New("malformed reply line")
-	}
-	body := line[1 : len(line)-2]
-	r.Kind = line[0]
-	r.Str = r.Str[:0]
-	r.Elems = r.Elems[:0]
-	switch r.Kind {
-	case '+', '-':
-		r.Str = append(r.Str, body...)
-		return nil
-	case ':':
-		r.Int, err = strconv.ParseInt(string(body), 10, 64)
-		return err
-	case '_':
-		return nil
-	case '$', '*':
-		n, err := strconv.ParseInt(string(body), 10, 64)
-		if err != nil || n > maxReplyLen || n < -1 {
-			return fmt.Errorf("malformed length %q", body)
-		}
-		if n == -1 {
-			r.Kind = '_'
-			return nil
-		}
-		if r.Kind == '$' {
-			if cap(r.Str) < int(n)+2 {
-				r.Str = make([]byte, n+2)
-			}
-			r.Str = r.Str[:n+2]
-			if _, err := io.ReadFull(br, r.Str); err != nil {
-				return err
-			}
-			r.Str = r.Str[:n]
-			return nil
-		}
-		if depth >= maxReplyDepth {
-			return errors.New("reply nested too deep")
-		}
-		if cap(r.Elems) < int(n) {
-			r.Elems = make([]Reply, n)
-		}
-		r.Elems = r.Elems[:n]
-		for i := range r.Elems {
-			if err := readReply(br, &r.Elems[i], depth+1); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	return fmt.Errorf("unexpected reply type %q", r.Kind)
 }

@@ -143,12 +143,12 @@ func TestForwarderPipelinesInOrder(t *testing.T) {
 			last := int64(0)
 			for range each {
 				c := f.Do(leader.ln.Addr().String(), cmd("INCR", "t"))
-				if c.Err != nil || c.Reply.Kind != ':' || c.Reply.Int <= last {
-					errs <- errors.New("reply " + strconv.FormatInt(c.Reply.Int, 10) + " after " + strconv.FormatInt(last, 10) + ": " + errString(c.Err))
+				if c.Err != nil || c.Replies[0].Kind != ':' || c.Replies[0].Int <= last {
+					errs <- errors.New("reply " + strconv.FormatInt(c.Replies[0].Int, 10) + " after " + strconv.FormatInt(last, 10) + ": " + errString(c.Err))
 					f.Release(c)
 					return
 				}
-				last = c.Reply.Int
+				last = c.Replies[0].Int
 				mu.Lock()
 				dup := seen[last]
 				seen[last] = true
@@ -173,8 +173,8 @@ func TestForwarderPipelinesInOrder(t *testing.T) {
 		t.Fatalf("%d connections to the leader, want at most 2 (Conns)", n)
 	}
 	c := f.Do(leader.ln.Addr().String(), cmd("SEG"))
-	if c.Err != nil || c.Reply.Kind != '*' || len(c.Reply.Elems) != 2 || string(c.Reply.Elems[1].Str) != "abc" {
-		t.Fatalf("array reply: %+v %v", c.Reply, c.Err)
+	if c.Err != nil || c.Replies[0].Kind != '*' || len(c.Replies[0].Elems) != 2 || string(c.Replies[0].Elems[1].Str) != "abc" {
+		t.Fatalf("array reply: %+v %v", c.Replies, c.Err)
 	}
 	f.Release(c)
 }
@@ -199,7 +199,7 @@ func TestForwarderUnreachable(t *testing.T) {
 	f := NewForwarder(ForwarderConfig{Timeout: 300 * time.Millisecond, Backoff: time.Millisecond})
 	defer f.Close()
 	if c := f.Do(dead, cmd("INCR", "t")); !errors.Is(c.Err, ErrUnreachable) {
-		t.Fatalf("refused connection: %+v %v", c.Reply, c.Err)
+		t.Fatalf("refused connection: %+v %v", c.Replies, c.Err)
 	}
 
 	leader := startFakeLeader(t, "")
@@ -222,14 +222,92 @@ func TestForwarderUnreachable(t *testing.T) {
 		t.Fatalf("%d of 4 stalled requests failed (after %v)", stalled.Load(), time.Since(start))
 	}
 	// The connection is dialed again afterwards.
-	if c := f.Do(addr, cmd("INCR", "t")); c.Err != nil || c.Reply.Kind != ':' {
-		t.Fatalf("after the stall: %+v %v", c.Reply, c.Err)
+	if c := f.Do(addr, cmd("INCR", "t")); c.Err != nil || c.Replies[0].Kind != ':' {
+		t.Fatalf("after the stall: %+v %v", c.Replies, c.Err)
 	}
 
 	locked := startFakeLeader(t, "right")
 	fw := NewForwarder(ForwarderConfig{Password: "wrong", Timeout: time.Second})
 	defer fw.Close()
 	if c := fw.Do(locked.ln.Addr().String(), cmd("INCR", "t")); !errors.Is(c.Err, ErrUnreachable) {
-		t.Fatalf("wrong password: %+v %v", c.Reply, c.Err)
+		t.Fatalf("wrong password: %+v %v", c.Replies, c.Err)
+	}
+}
+
+// TestForwarderCallOneWrite: a call of many requests (a client's pipeline) goes out in one
+// write on one connection and gets its replies in its order; a stalled one fails every
+// request of the call, and the calls queued behind it, with ErrUnreachable.
+func TestForwarderCallOneWrite(t *testing.T) {
+	leader := startFakeLeader(t, "")
+	addr := leader.ln.Addr().String()
+	f := NewForwarder(ForwarderConfig{Conns: 2, Timeout: 300 * time.Millisecond, Backoff: time.Millisecond})
+	defer f.Close()
+	if c := f.Do(addr, cmd("INCR", "t")); c.Err != nil { // dial first
+		t.Fatal(c.Err)
+	}
+	const n = 100
+	for round := range 3 {
+		w0, r0 := f.Writes(), f.Requests()
+		c := f.NewCall()
+		for i := range n {
+			if i%10 == 9 {
+				c.Add(cmd("SEG"))
+			} else {
+				c.Add(cmd("INCR", "t"))
+			}
+		}
+		f.Run(addr, c)
+		if c.Err != nil || len(c.Replies) != n {
+			t.Fatalf("round %d: %d replies, err %v", round, len(c.Replies), c.Err)
+		}
+		last := int64(0)
+		for i, r := range c.Replies {
+			v, kind := r.Int, r.Kind
+			if i%10 == 9 {
+				if kind != '*' || len(r.Elems) != 2 || string(r.Elems[1].Str) != "abc" {
+					t.Fatalf("round %d: reply %d: got %+v, want the SEG array", round, i, r)
+				}
+				v = r.Elems[0].Int
+			} else if kind != ':' {
+				t.Fatalf("round %d: reply %d: got %+v, want an integer", round, i, r)
+			}
+			if v != last+1 && last != 0 {
+				t.Fatalf("round %d: reply %d is %d after %d: the call's requests ran out of order", round, i, v, last)
+			}
+			last = v
+		}
+		if w, r := f.Writes()-w0, f.Requests()-r0; w != 1 || r != n {
+			t.Fatalf("round %d: %d requests in %d writes, want %d in 1", round, r, w, n)
+		}
+		f.Release(c)
+	}
+
+	c := f.NewCall()
+	c.Add(cmd("INCR", "t"))
+	c.Add(cmd("STALL"))
+	c.Add(cmd("INCR", "t"))
+	f.Run(addr, c)
+	if !errors.Is(c.Err, ErrUnreachable) {
+		t.Fatalf("stalled call: got %v, want ErrUnreachable", c.Err)
+	}
+	f.Release(c)
+	if c := f.Do(addr, cmd("INCR", "t")); c.Err != nil || c.Replies[0].Kind != ':' {
+		t.Fatalf("after the stall: %+v %v", c.Replies, c.Err)
+	}
+}
+
+// TestParseReplyInt: RESP integers as strconv reads them, the bounds included; anything
+// else is an error.
+func TestParseReplyInt(t *testing.T) {
+	for _, s := range []string{"0", "7", "-1", "1001", "9223372036854775807", "-9223372036854775808"} {
+		want, _ := strconv.ParseInt(s, 10, 64)
+		if got, err := parseReplyInt([]byte(s)); err != nil || got != want {
+			t.Errorf("%q: got %d %v, want %d", s, got, err, want)
+		}
+	}
+	for _, s := range []string{"", "-", "+1", "1x", "9223372036854775808", "-9223372036854775809", "99999999999999999999", " 1"} {
+		if got, err := parseReplyInt([]byte(s)); err == nil {
+			t.Errorf("%q: got %d, want an error", s, got)
+		}
 	}
 }

@@ -41,7 +41,8 @@ type Conn struct {
 	r, w   int
 	out    []byte
 	parser *Parser
-	cmds   int64 // commands in the current batch, folded into server stats per batch
+	peeker *Parser // PeekNext's own (made on first use): the running command's args stay intact
+	cmds   int64   // commands in the current batch, folded into server stats per batch
 
 	// Event-loop model only (loop_linux.go); fd is -1 on the goroutine model.
 	fd         int
@@ -143,6 +144,36 @@ func (c *Conn) Info(now time.Time) ClientInfo {
 		Age: now.Sub(c.born), Idle: now.Sub(last), Proto: c.proto,
 		LibName: c.libName, LibVer: c.libVer,
 	}
+}
+
+// PeekNext parses the command that follows the running one in the pipeline (the read
+// buffer), without taking it: a handler may answer the commands that follow its own in one
+// go (a pipeline forwarded in one round trip) and take each with TakeNext. It reports false
+// when no complete command follows, the next is inline, or it is malformed (the connection
+// then parses it as usual). args alias the read buffer, which stays put until the running
+// ServeRESP returns; the slice itself is reused by the next PeekNext. Called only from
+// ServeRESP, on the connection's goroutine.
+func (c *Conn) PeekNext() (args [][]byte, n int, ok bool) {
+	if c.r >= c.w || c.buf[c.r] != '*' {
+		return nil, 0, false
+	}
+	if c.peeker == nil {
+		c.peeker = NewParser(c.srv.cfg.Limits)
+	}
+	args, n, err := c.peeker.Next(c.buf[c.r:c.w], c.authed)
+	if err != nil || n == 0 || len(args) == 0 {
+		c.peeker.Reset()
+		return nil, 0, false
+	}
+	return args, n, true
+}
+
+// TakeNext takes the n bytes of the command PeekNext returned: the running ServeRESP
+// answers it (one reply more, after its own).
+func (c *Conn) TakeNext(n int) {
+	c.r += n
+	c.cmds++
+	c.peeker.Release()
 }
 
 // readYield is a build-time switch for benchmarks, not a setting: building with

@@ -121,6 +121,7 @@ type loop struct {
 	inCmd atomic.Pointer[Conn]
 	cmd   atomic.Uint64
 	stop  chan struct{}
+	jobs  chan offJob // to an idle offload goroutine (startOffload)
 	// deposed counts the watchdog's hand-offs, offloads the commands run off the loop
 	// (Stats), iters the loop's epoll returns (tests: a spinning loop shows here).
 	deposed  atomic.Int64
@@ -170,7 +171,7 @@ func (s *Server) startLoops(n int) error {
 			return err
 		}
 		lp := &loop{srv: s, blocker: b, epfd: epfd, wakefd: wfd, conns: make(map[int]*Conn),
-			stop: make(chan struct{}), lastSweep: s.now(), hooks: s.hooks}
+			stop: make(chan struct{}), jobs: make(chan offJob), lastSweep: s.now(), hooks: s.hooks}
 		loops = append(loops, lp)
 		if parkInPoller {
 			if err := unix.SetNonblock(epfd, true); err != nil {
@@ -375,7 +376,14 @@ func (lp *loop) run(busy *Conn) {
 				continue
 			}
 			c := lp.conns[fd]
-			if c == nil || c.busy {
+			if c == nil {
+				continue
+			}
+			if c.busy {
+				// A goroutine owns it, and its client sent more or hung up: out of the epoll
+				// set until handed back (detach). Detached only then, a command off the loop
+				// costs no epoll_ctl while its client just waits for the reply.
+				lp.detach(c)
 				continue
 			}
 			c.now = now
@@ -412,8 +420,7 @@ func (lp *loop) settle(c *Conn, st status) bool {
 	case stDeposed:
 		return true
 	case stBusy:
-		lp.detach(c)
-		return false
+		return false // detached by run if the socket turns ready meanwhile
 	case stClose:
 		lp.closeConn(c)
 		return false
@@ -453,8 +460,8 @@ func (lp *loop) setEvents(c *Conn, ev uint32) {
 }
 
 // detach takes a connection out of the loop's epoll set while a goroutine other than the
-// loop owns it (an offloaded command, or one the watchdog took the loop from). An interest
-// of 0 would not do: EPOLLHUP and EPOLLERR cannot be masked, so after the client's reset a
+// loop owns it (an offloaded command whose socket turned ready, or one the watchdog took the
+// loop from). An interest of 0 would not do: EPOLLHUP and EPOLLERR cannot be masked, so after the client's reset a
 // level-triggered epoll_wait would return the socket at once on every call and the loop
 // would spin, skipping it, until the command ends (issue 21; TestLoopResetWhileOffloaded).
 // setEvents adds it back when the connection is handed back.
@@ -704,8 +711,7 @@ func (lp *loop) process(c *Conn) status {
 			c.replyStart = before
 			c.busy = true
 			lp.offloads.Add(1)
-			srv.loopWG.Add(1)
-			go lp.offload(c, args, before)
+			lp.startOffload(offJob{c: c, args: args, before: before})
 			return stBusy
 		}
 		tok := lp.beginCmd(c)
@@ -808,28 +814,6 @@ func (c *Conn) finish() status {
 	}
 	c.drainClose = true
 	return stOK
-}
-
-// offload runs a command that may block on a goroutine of its own, then hands the connection
-// back to the loop (which runs the rest of its buffer).
-func (lp *loop) offload(c *Conn, args [][]byte, before int) {
-	defer lp.srv.loopWG.Done()
-	st := stOK
-	func() {
-		defer func() {
-			if r := recover(); r != nil {
-				lp.srv.log.Error("command panicked; connection closed", zap.Any("panic", r),
-					zap.String("client", c.remote), zap.Stack("stack"))
-				st = stClose
-			}
-		}()
-		lp.srv.handler.ServeRESP(c, args)
-		st = lp.afterCommand(c, before)
-	}()
-	if st == stClose {
-		c.closeNow = true
-	}
-	lp.handBack(c)
 }
 
 // watch is the loop's watchdog: a command that has run for a whole period on the loop

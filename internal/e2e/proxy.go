@@ -36,6 +36,7 @@ type Proxy struct {
 	ln     net.Listener
 	mode   atomic.Int32
 	delay  atomic.Int64 // ns, for ProxyDelay
+	chunks atomic.Int64 // reads from the dialing side forwarded (Chunks)
 
 	mu     sync.Mutex
 	conns  map[net.Conn]struct{}
@@ -60,6 +61,10 @@ func StartProxy(t testing.TB, target string) *Proxy {
 
 // Addr is the address clients dial instead of the target.
 func (p *Proxy) Addr() string { return p.ln.Addr().String() }
+
+// Chunks is the number of reads from the side that dialed the proxy that it forwarded: a
+// peer that waits for each reply before it sends the next request costs one per request.
+func (p *Proxy) Chunks() int64 { return p.chunks.Load() }
 
 // SetMode switches the behaviour. Leaving blackhole, and entering reset, closes every open
 // connection: a blackholed stream has lost bytes and cannot carry the protocol any more.
@@ -175,8 +180,8 @@ func (p *Proxy) accept() {
 			continue
 		}
 		p.wg.Add(2)
-		go p.pipe(c, up)
-		go p.pipe(up, c)
+		go p.pipe(c, up, &p.chunks)
+		go p.pipe(up, c, nil)
 	}
 }
 
@@ -187,8 +192,9 @@ func (p *Proxy) sink(c net.Conn) {
 	p.untrack(c)
 }
 
-// pipe copies src to dst chunk by chunk, applying the mode current at each chunk.
-func (p *Proxy) pipe(src, dst net.Conn) {
+// pipe copies src to dst chunk by chunk, applying the mode current at each chunk; count,
+// when set, counts the chunks forwarded.
+func (p *Proxy) pipe(src, dst net.Conn, count *atomic.Int64) {
 	defer p.wg.Done()
 	defer p.untrack(src, dst)
 	buf := make([]byte, 32<<10)
@@ -205,6 +211,9 @@ func (p *Proxy) pipe(src, dst net.Conn) {
 			}
 			if _, werr := dst.Write(buf[:n]); werr != nil {
 				return
+			}
+			if count != nil {
+				count.Add(1)
 			}
 		}
 		if err != nil {

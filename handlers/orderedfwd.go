@@ -1,0 +1,159 @@
+package handlers
+
+import (
+	"fmt"
+
+	"github.com/leafd/leafd/ordered"
+	"github.com/leafd/leafd/resp"
+)
+
+// Forwarding a client's pipeline (docs/SEGMENT.md, "Followers and the leader"). A command of
+// an ordered tag led elsewhere is forwarded together with the commands that follow it in the
+// connection's read buffer and go to the same leader (resp.Conn.PeekNext): one call of the
+// Forwarder, its requests back to back on one connection to the leader, in one write. The
+// leader runs them in that order on that connection, so their replies are as if sent one by
+// one, and they cost one round trip. Every joined request was in the buffer before any of
+// the replies was written, so each was sent before the client saw any of them: concurrent
+// requests, and the leader's order is a valid one. The first command that cannot join (any
+// other command, another leader, a tag served here) ends the group and runs as usual after
+// it.
+
+// maxJoined bounds the commands one forwarded call carries; maxJoinedIDs the IDs they ask
+// for (their replies are written as one batch, under the connection's output limit).
+const (
+	maxJoined    = 256
+	maxJoinedIDs = 4096
+)
+
+// forward sends args (and the pipelined commands that can join it) to the leader r names and
+// writes every reply, in order; an unreachable leader answers each of them UNAVAILABLE.
+func (h *Handler) forward(c *resp.Conn, t *ordered.Tag, r ordered.Route, args [][]byte) {
+	st := state(c, true)
+	call := h.fwd.NewCall()
+	defer h.fwd.Release(call)
+	call.Add(args)
+	tags := append(st.fwdTags[:0], t)
+	if !st.exec { // EXEC's queue is one reply: nothing joins it
+		tags = h.joinPipeline(c, st, call, tags, r.Leader, joinCount(args))
+	}
+	h.fwd.Run(r.Leader, call)
+	if call.Err != nil {
+		for _, jt := range tags {
+			c.WriteError(h.errorReply(h.forwardFailed(jt, r, call.Err)))
+		}
+	} else {
+		for i := range call.Replies {
+			tags[i].Forwarded.Add(1)
+			writeReply(c, &call.Replies[i])
+		}
+		h.ord.Forwarded.Add(int64(len(tags)))
+	}
+	clear(tags)
+	st.fwdTags = tags[:0]
+}
+
+// joinPipeline adds to call the commands after the running one that go to leader too, and
+// takes them from the connection; tags gets each one's tag. ids is what the call asks so far.
+func (h *Handler) joinPipeline(c *resp.Conn, st *connState, call *ordered.Call, tags []*ordered.Tag, leader string, ids int64) []*ordered.Tag {
+	for len(tags) < maxJoined {
+		args, n, ok := c.PeekNext()
+		if !ok {
+			break
+		}
+		cmd, t, cnt := h.joinable(c, st, args)
+		if t == nil {
+			break
+		}
+		if ids += cnt; ids > maxJoinedIDs {
+			break
+		}
+		// Another leader, or none, or served here (""); a tag already in the call was routed
+		// to leader just before.
+		if t != tags[len(tags)-1] && t.Route().Leader != leader {
+			break
+		}
+		call.Add(args)
+		c.TakeNext(n)
+		st.batch.add(cmd.idx, len(h.lat))
+		tags = append(tags, t)
+	}
+	return tags
+}
+
+// joinable returns the command, the ordered tag and the IDs asked of a command that may join
+// a forwarded call: an ID command of an ordered tag (joinPipeline checks its route), which
+// ServeRESP would run as it stands (arity, authentication, no transaction, no CLIENT
+// CACHING refusal) and whose count is well formed; a nil tag otherwise.
+func (h *Handler) joinable(c *resp.Conn, st *connState, args [][]byte) (*command, *ordered.Tag, int64) {
+	cmd := h.lookup(args[0])
+	if cmd == nil || !forwardable(cmd) || !c.Authed() || h.cfg.NoSegment || st.multi || st.redirect ||
+		(st.track.caching && st.track.optin) {
+		return nil, nil, 0
+	}
+	if (cmd.arity > 0 && len(args) != cmd.arity) || (cmd.arity < 0 && len(args) < -cmd.arity) {
+		return nil, nil, 0
+	}
+	n := joinCount(args)
+	if n < 1 || (cmd.name == "incr" && len(args) != 2) {
+		return nil, nil, 0
+	}
+	t := h.orderedTag(args)
+	if t == nil {
+		return nil, nil, 0
+	}
+	return cmd, t, n
+}
+
+// joinCount is the IDs an ID command asks for: 1, or its count argument (0 when malformed or
+// with more arguments than a count).
+func joinCount(args [][]byte) int64 {
+	switch len(args) {
+	case 2:
+		return 1
+	case 3:
+		n, err := parseInt(args[2])
+		if err != nil || n < 1 {
+			return 0
+		}
+		return n
+	}
+	return 0
+}
+
+// forwardable reports whether cmd is one of the ID commands an ordered tag routes.
+func forwardable(cmd *command) bool {
+	switch cmd.name {
+	case "incr", "incrby", "ids.segment", "ids.next":
+		return true
+	}
+	return false
+}
+
+// redirect is the answer to a client that asked for redirects (IDS.REDIRECT ON) instead of
+// a forward: the leader's address, second word, as Redis Cluster's MOVED gives it.
+func (h *Handler) redirect(t *ordered.Tag, r ordered.Route) error {
+	return replyError(fmt.Sprintf("LEADER %s ordered tag '%s' is served by its leader there", r.Leader, t.Name))
+}
+
+// redirects reports whether c asked for LEADER redirects.
+func redirects(c *resp.Conn) bool {
+	st, _ := c.State().(*connState)
+	return st != nil && st.redirect
+}
+
+// cmdIDsRedirect: IDS.REDIRECT ON|OFF — with ON, a command of an ordered tag led by another
+// instance is answered "LEADER host:port ..." instead of being forwarded there (RESET and
+// new connections: OFF).
+func cmdIDsRedirect(h *Handler, c *resp.Conn, args [][]byte) error {
+	var on bool
+	switch {
+	case asciiEqualFold(args[1], "on"):
+		on = true
+	case asciiEqualFold(args[1], "off"):
+	default:
+		return errSyntax
+	}
+	state(c, true).redirect = on
+	c.WriteSimple("OK")
+	return nil
+}

@@ -1,0 +1,123 @@
+package ordered
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+)
+
+// The Forwarder's side of RESP: requests written as arrays of bulk strings, replies read
+// into reusable Reply values, bounded.
+
+// appendCommand appends args as a RESP array of bulk strings.
+func appendCommand(b []byte, args [][]byte) []byte {
+	b = append(b, '*')
+	b = strconv.AppendInt(b, int64(len(args)), 10)
+	b = append(b, '\r', '\n')
+	for _, a := range args {
+		b = append(b, '$')
+		b = strconv.AppendInt(b, int64(len(a)), 10)
+		b = append(b, '\r', '\n')
+		b = append(b, a...)
+		b = append(b, '\r', '\n')
+	}
+	return b
+}
+
+// maxReplyDepth bounds nested arrays; maxReplyLen bounds a bulk string or an array.
+const (
+	maxReplyDepth = 4
+	maxReplyLen   = 1 << 20
+)
+
+// readReply reads one RESP2 reply into r, reusing its buffers.
+func readReply(br *bufio.Reader, r *Reply, depth int) error {
+	line, err := br.ReadSlice('\n')
+	if err != nil {
+		return err
+	}
+	if len(line) < 3 || line[len(line)-2] != '\r' {
+		return errors.New("malformed reply line")
+	}
+	body := line[1 : len(line)-2]
+	r.Kind = line[0]
+	r.Str = r.Str[:0]
+	r.Elems = r.Elems[:0]
+	switch r.Kind {
+	case '+', '-':
+		r.Str = append(r.Str, body...)
+		return nil
+	case ':':
+		r.Int, err = parseReplyInt(body)
+		return err
+	case '_':
+		return nil
+	case '$', '*':
+		n, err := parseReplyInt(body)
+		if err != nil || n > maxReplyLen || n < -1 {
+			return fmt.Errorf("malformed length %q", body)
+		}
+		if n == -1 {
+			r.Kind = '_'
+			return nil
+		}
+		if r.Kind == '$' {
+			if cap(r.Str) < int(n)+2 {
+				r.Str = make([]byte, n+2)
+			}
+			r.Str = r.Str[:n+2]
+			if _, err := io.ReadFull(br, r.Str); err != nil {
+				return err
+			}
+			r.Str = r.Str[:n]
+			return nil
+		}
+		if depth >= maxReplyDepth {
+			return errors.New("reply nested too deep")
+		}
+		if cap(r.Elems) < int(n) {
+			r.Elems = make([]Reply, n)
+		}
+		r.Elems = r.Elems[:n]
+		for i := range r.Elems {
+			if err := readReply(br, &r.Elems[i], depth+1); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return fmt.Errorf("unexpected reply type %q", r.Kind)
+}
+
+var errReplyInt = errors.New("malformed integer in reply")
+
+// parseReplyInt parses a RESP integer without allocating (strconv.ParseInt of string(b)
+// makes the string escape, one allocation per reply).
+func parseReplyInt(b []byte) (int64, error) {
+	neg := len(b) > 0 && b[0] == '-'
+	if neg {
+		b = b[1:]
+	}
+	if len(b) == 0 || len(b) > 19 {
+		return 0, errReplyInt
+	}
+	var n uint64
+	for _, ch := range b {
+		if ch < '0' || ch > '9' {
+			return 0, errReplyInt
+		}
+		n = n*10 + uint64(ch-'0')
+	}
+	if neg {
+		if n > 1<<63 {
+			return 0, errReplyInt
+		}
+		return -int64(n), nil
+	}
+	if n > 1<<63-1 {
+		return 0, errReplyInt
+	}
+	return int64(n), nil
+}
