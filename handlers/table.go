@@ -23,7 +23,7 @@ func commands() []*command {
 		{name: "ids.prune", arity: 3, write: true, group: "segment", summary: "Delete a periodic tag's rows of the periods before the given one.", run: cmdIDsPrune, mayWait: waitAlways},
 		{name: "ids.info", arity: 2, readonly: true, group: "segment", summary: "Show a tag's double buffer.", run: cmdIDsInfo},
 		{name: "ids.tags", arity: -1, readonly: true, group: "segment", summary: "List the tags this server knows.", run: cmdIDsTags},
-		{name: "ids.marks", arity: 1, readonly: true, group: "segment", summary: "List every durable mark of this server: tag, highest range end ever granted.", run: cmdIDsMarks, mayWait: waitAlways},
+		{name: "ids.marks", arity: -1, readonly: true, group: "segment", summary: "List every durable mark of this server: tag, highest range end ever granted.", run: cmdIDsMarks, mayWait: waitAlways},
 		{name: "ids.create", arity: -2, write: true, group: "segment", summary: "Create a tag in the store.", run: cmdIDsCreate, mayWait: waitAlways},
 		{name: "ids.retire", arity: 2, write: true, group: "segment", summary: "Stop serving a tag from this server; its IDs are never reissued.", run: cmdIDsRetire},
 		{name: "ids.snowflake", arity: -1, write: true, group: "snowflake", summary: "Return one snowflake ID, or an array of count; STRING: as bulk strings.", run: cmdIDsSnowflake, mayWait: waitIDsSnowflake},
