@@ -211,9 +211,7 @@ func loadConfig(args []string, getenv func(string) string, stderr io.Writer) (Co
 	fs := flagSet(&c)
 	configPath := fs.String("config", "", "config file: lines of 'name value' or 'name = value' with the flag names; # comments")
 	showVersion := fs.Bool("version", false, "print the version and exit (also: leafd version)")
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, usageHeader); fs.PrintDefaults() }
-	if err := fs.Parse(args); err != nil {
+	if err := parseArgs(fs, args, stderr, func() { fmt.Fprint(stderr, usageHeader); fs.PrintDefaults() }); err != nil {
 		return c, err
 	}
 	if *showVersion {
@@ -229,34 +227,7 @@ func loadConfig(args []string, getenv func(string) string, stderr io.Writer) (Co
 			c.secretsOnCmdline = append(c.secretsOnCmdline, name)
 		}
 	}
-	if *configPath == "" {
-		*configPath = getenv(envName("config"))
-	}
-	fileVals := map[string]string{}
-	if *configPath != "" {
-		var err error
-		if fileVals, err = readConfigFile(*configPath, fs); err != nil {
-			return c, err
-		}
-	}
-	var errs []error
-	fs.VisitAll(func(f *flag.Flag) {
-		if onCmdline[f.Name] || f.Name == "config" || f.Name == "version" {
-			return
-		}
-		if v := getenv(envName(f.Name)); v != "" {
-			if err := fs.Set(f.Name, v); err != nil {
-				errs = append(errs, fmt.Errorf("%s=%q: %s (--%s)", envName(f.Name), v, expected(f), f.Name))
-			}
-			return
-		}
-		if v, ok := fileVals[f.Name]; ok {
-			if err := fs.Set(f.Name, v); err != nil {
-				errs = append(errs, fmt.Errorf("%s: %s %q: %s", *configPath, f.Name, v, expected(f)))
-			}
-		}
-	})
-	if err := errors.Join(errs...); err != nil {
+	if err := applyLayers(fs, onCmdline, func(string) bool { return true }, getenv, *configPath); err != nil {
 		return c, err
 	}
 	if err := c.readSecrets(); err != nil {
@@ -306,7 +277,9 @@ func readConfigFile(path string, fs *flag.FlagSet) (map[string]string, error) {
 			val = uq
 		}
 		if fs.Lookup(name) == nil || name == "config" || name == "version" {
-			return nil, fmt.Errorf("%s:%d: unknown option %q", path, n, name)
+			var names []string
+			fs.VisitAll(func(f *flag.Flag) { names = append(names, f.Name) })
+			return nil, fmt.Errorf("%s:%d: unknown option %q (did you mean %s?)", path, n, name, nearest(name, names))
 		}
 		vals[name] = val
 	}
