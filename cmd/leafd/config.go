@@ -29,13 +29,16 @@ type Config struct {
 	// AcceptMissingMarks starts the embedded store although marks.db is missing or not paired
 	// with leafd.db (segment.PairMarks), pairing them anew.
 	AcceptMissingMarks bool
-	MySQLDSN           string
-	ZKAddrs            string
-	Name               string
-	WorkerID           int64 // -1: unset
-	AdvertiseAddr      string
-	WorkerReuse        bool
-	ZKSession          time.Duration
+	// SwitchStore starts the data dir on a store other than the one its store record names
+	// (storeid.go), recording the new one.
+	SwitchStore   bool
+	MySQLDSN      string
+	ZKAddrs       string
+	Name          string
+	WorkerID      int64 // -1: unset
+	AdvertiseAddr string
+	WorkerReuse   bool
+	ZKSession     time.Duration
 	// ZKOutageTolerance: how long past the bound ZooKeeper confirmed an instance keeps issuing
 	// without ZooKeeper.
 	ZKOutageTolerance time.Duration
@@ -122,6 +125,7 @@ func flagSet(c *Config) *flag.FlagSet {
 	fs.IntVar(&c.HTTPMaxClients, "http-maxclients", 64, "admin connections served at once; more wait in the listen backlog")
 	fs.StringVar(&c.DataDir, "data-dir", "./leafd-data", "embedded store, regression marks and worker-id caches")
 	fs.BoolVar(&c.AcceptMissingMarks, "accept-missing-marks", false, "embedded store: start although marks.db is missing or not paired with leafd.db (raise max_id above every ID issued first; docs/SEGMENT.md)")
+	fs.BoolVar(&c.SwitchStore, "switch-store", false, "start although the data dir served another store (the embedded one, or another MySQL database) and record the new one; the data dir's marks stay (docs/OPERATIONS.md)")
 	fs.StringVar(&c.MySQLDSN, "mysql-dsn", "", "go-sql-driver DSN; when set, segments come from MySQL/MariaDB (table leaf_alloc); prefer LEAFD_MYSQL_DSN or --mysql-dsn-file")
 	fs.StringVar(&c.MySQLDSNFile, "mysql-dsn-file", "", "file holding the --mysql-dsn (preferred over the flag)")
 	fs.StringVar(&c.ZKAddrs, "zk-addrs", "", "ZooKeeper connection string host:port[,host:port...][/chroot]; when set, worker ids come from ZooKeeper")
