@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"unicode"
 
 	"github.com/go-sql-driver/mysql"
 	"go.uber.org/zap"
@@ -170,6 +171,7 @@ func (s *MySQLStore) Adopt(ctx context.Context, cfg AdoptConfig) ([]Adoption, er
 	}
 	rows.Close()
 	cancel()
+	floors := foldFloors(cfg.Floors)
 	for i := range out {
 		a := &out[i]
 		if a.State != "" {
@@ -181,31 +183,43 @@ func (s *MySQLStore) Adopt(ctx context.Context, cfg AdoptConfig) ([]Adoption, er
 		}
 		if cfg.DryRun {
 			a.State = "would adopt"
-			if err := belowFloor(a.MaxID, floorOf(cfg.Floors, a.Tag)); err != nil {
+			if err := belowFloor(a.MaxID, floors[foldKey(a.Tag)]); err != nil {
 				a.State, a.Err = "refused", err
 			}
 			continue
 		}
-		if err := s.adoptTag(ctx, a, floorOf(cfg.Floors, a.Tag)); err != nil {
+		if err := s.adoptTag(ctx, a, floors[foldKey(a.Tag)]); err != nil {
 			a.State, a.Err = "refused", err
 		}
 	}
 	return out, nil
 }
 
-// floorOf is the highest floor of tag in floors, whatever the letter case of its keys: the
-// instances report their marks under the spelling their clients used, and with MySQL's default
+// foldFloors keys floors by foldKey, keeping the highest floor of each: the instances report
+// their marks under the spelling their clients used, and with MySQL's default
 // case-insensitive collation a tag `Order` is served from the row `order`. With a binary
 // collation the two are distinct tags and this is only more cautious (a refusal names the
-// mark, and raise-max-id resolves it).
-func floorOf(floors map[string]int64, tag string) int64 {
-	f := floors[tag]
+// mark, and raise-max-id resolves it). One pass, so that a million marks cost a million steps.
+func foldFloors(floors map[string]int64) map[string]int64 {
+	out := make(map[string]int64, len(floors))
 	for k, v := range floors {
-		if v > f && strings.EqualFold(k, tag) {
-			f = v
+		if f := foldKey(k); v > out[f] {
+			out[f] = v
 		}
 	}
-	return f
+	return out
+}
+
+// foldKey maps every rune to the smallest rune of its simple case-folding orbit: two strings
+// have the same key exactly when strings.EqualFold holds.
+func foldKey(s string) string {
+	return strings.Map(func(r rune) rune {
+		m := r
+		for f := unicode.SimpleFold(r); f != r; f = unicode.SimpleFold(f) {
+			m = min(m, f)
+		}
+		return m
+	}, s)
 }
 
 // belowFloor is the refusal of a tag whose max_id is below an instance's mark.

@@ -48,8 +48,8 @@ type grantProbe struct {
 }
 
 // checkAdoptGrants runs adopt's probes: the replication status (adopt refuses a replica),
-// reading leaf_alloc and leafd_fence and, unless dryRun, locking leaf_alloc rows and writing
-// leafd_fence. The first missing privilege is an error naming the GRANT.
+// reading leaf_alloc and leafd_fence and, unless dryRun, locking leaf_alloc rows, creating
+// leafd_fence and writing it. The first missing privilege is an error naming the GRANT.
 func checkAdoptGrants(ctx context.Context, dsn string, dryRun bool, timeout time.Duration) error {
 	db, err := sql.Open("mysql", dsn)
 	if err != nil {
@@ -74,7 +74,10 @@ func checkAdoptGrants(ctx context.Context, dsn string, dryRun bool, timeout time
 		probes = append(probes, grantProbe{"read leafd_fence", "SELECT biz_tag, max_end FROM leafd_fence WHERE 1 = 0", "SELECT ON `%s`.`leafd_fence`"})
 	}
 	if !dryRun {
-		probes = append(probes, grantProbe{"lock leaf_alloc rows (SELECT ... FOR UPDATE)", "SELECT max_id FROM leaf_alloc WHERE 1 = 0 FOR UPDATE", "UPDATE ON `%s`.`leaf_alloc`"})
+		probes = append(probes,
+			grantProbe{"lock leaf_alloc rows (SELECT ... FOR UPDATE)", "SELECT max_id FROM leaf_alloc WHERE 1 = 0 FOR UPDATE", "UPDATE ON `%s`.`leaf_alloc`"},
+			// leaf_alloc exists (read above): a no-op that needs the CREATE of leafd_fence.
+			grantProbe{"create leafd_fence (CREATE TABLE IF NOT EXISTS)", "CREATE TABLE IF NOT EXISTS leaf_alloc (biz_tag varchar(128) NOT NULL PRIMARY KEY)", "CREATE ON `%s`.*"})
 		if fence > 0 {
 			probes = append(probes,
 				grantProbe{"write leafd_fence rows", "INSERT INTO leafd_fence (biz_tag, server_id, epoch, token) SELECT biz_tag, 0, 0, 0 FROM leaf_alloc WHERE 1 = 0", "INSERT ON `%s`.`leafd_fence`"},
@@ -104,6 +107,10 @@ func probeGrant(ctx context.Context, db *sql.DB, q string) error {
 	var err error
 	for _, q := range queries {
 		var rows *sql.Rows
+		if strings.HasPrefix(q, "CREATE") {
+			_, err = db.ExecContext(ctx, q)
+			return err
+		}
 		rows, err = db.QueryContext(ctx, q)
 		if err == nil {
 			return rows.Close()
