@@ -144,33 +144,11 @@ func (s *MySQLStore) Adopt(ctx context.Context, cfg AdoptConfig) ([]Adoption, er
 			return nil, s.wrap("adopt: database fence row", "", err)
 		}
 	}
-	q := "SELECT biz_tag, max_id, step, 0 FROM leaf_alloc ORDER BY biz_tag"
-	if fenceTable {
-		q = "SELECT a.biz_tag, a.max_id, a.step, f.biz_tag IS NOT NULL FROM leaf_alloc a LEFT JOIN leafd_fence f ON f.biz_tag = a.biz_tag ORDER BY a.biz_tag"
-	}
-	rows, err := s.db.QueryContext(lctx, q)
-	if err != nil {
-		return nil, s.wrap("adopt: list", "", err)
-	}
-	var out []Adoption
-	for rows.Next() {
-		var a Adoption
-		var fenced bool
-		if err := rows.Scan(&a.Tag, &a.MaxID, &a.Step, &fenced); err != nil {
-			rows.Close()
-			return nil, s.wrap("adopt: list", "", err)
-		}
-		if fenced {
-			a.State = "already adopted"
-		}
-		out = append(out, a)
-	}
-	if err := rows.Err(); err != nil {
-		rows.Close()
-		return nil, s.wrap("adopt: list", "", err)
-	}
-	rows.Close()
 	cancel()
+	out, err := s.adoptList(ctx, fenceTable)
+	if err != nil {
+		return nil, err
+	}
 	floors := foldFloors(cfg.Floors)
 	for i := range out {
 		a := &out[i]
@@ -193,6 +171,51 @@ func (s *MySQLStore) Adopt(ctx context.Context, cfg AdoptConfig) ([]Adoption, er
 		}
 	}
 	return out, nil
+}
+
+// adoptListPage is the number of leaf_alloc rows one listing query of Adopt reads.
+const adoptListPage = 10000
+
+// adoptList lists every row of leaf_alloc with whether it has a fence row, by tag, a page of
+// adoptListPage rows per query (each within the store's timeout, whatever the row count).
+func (s *MySQLStore) adoptList(ctx context.Context, fenceTable bool) ([]Adoption, error) {
+	q := "SELECT biz_tag, max_id, step, 0 FROM leaf_alloc WHERE biz_tag > ? ORDER BY biz_tag LIMIT ?"
+	if fenceTable {
+		q = "SELECT a.biz_tag, a.max_id, a.step, f.biz_tag IS NOT NULL FROM leaf_alloc a LEFT JOIN leafd_fence f ON f.biz_tag = a.biz_tag WHERE a.biz_tag > ? ORDER BY a.biz_tag LIMIT ?"
+	}
+	var out []Adoption
+	for after := ""; ; {
+		n, err := func() (int, error) {
+			lctx, cancel := context.WithTimeout(ctx, s.timeout)
+			defer cancel()
+			rows, err := s.db.QueryContext(lctx, q, after, adoptListPage)
+			if err != nil {
+				return 0, err
+			}
+			defer rows.Close()
+			n := 0
+			for rows.Next() {
+				var a Adoption
+				var fenced bool
+				if err := rows.Scan(&a.Tag, &a.MaxID, &a.Step, &fenced); err != nil {
+					return 0, err
+				}
+				if fenced {
+					a.State = "already adopted"
+				}
+				out = append(out, a)
+				after = a.Tag
+				n++
+			}
+			return n, rows.Err()
+		}()
+		if err != nil {
+			return nil, s.wrap("adopt: list", "", err)
+		}
+		if n < adoptListPage {
+			return out, nil
+		}
+	}
 }
 
 // foldFloors keys floors by foldKey, keeping the highest floor of each: the instances report

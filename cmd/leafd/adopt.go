@@ -11,8 +11,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
@@ -130,10 +130,10 @@ func runAdopt(ctx context.Context, args []string, getenv func(string) string, st
 		fmt.Fprintln(stdout, "no --instances: the instances' marks were not checked (after a failover, give every instance)")
 	}
 	status := 0
-	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "TAG\tMAX_ID\tSTEP\tNEXT RANGE\tSTATE")
+	var tw table
+	tw.row("TAG", "MAX_ID", "STEP", "NEXT RANGE", "STATE")
 	for _, a := range res {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t[%d, %d)\t%s\n", a.Tag, a.MaxID, a.Step, a.MaxID, a.MaxID+a.Step, a.State)
+		tw.row(a.Tag, strconv.FormatInt(a.MaxID, 10), strconv.FormatInt(a.Step, 10), fmt.Sprintf("[%d, %d)", a.MaxID, a.MaxID+a.Step), a.State)
 		if a.Err != nil {
 			status = 1
 			detail := a.Err.Error()
@@ -143,7 +143,7 @@ func runAdopt(ctx context.Context, args []string, getenv func(string) string, st
 			fmt.Fprintf(stderr, "leafd adopt: tag %q not adopted: %s\n", a.Tag, detail)
 		}
 	}
-	_ = tw.Flush()
+	_ = tw.writeTo(stdout)
 	if *dryRun {
 		fmt.Fprintln(stdout, "dry run: nothing written")
 	}

@@ -15,8 +15,8 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
@@ -95,7 +95,7 @@ func runRaise(ctx context.Context, args []string, getenv func(string) string, st
 
 	redis.SetLogger(quietRedisLog{})
 	status := 0
-	marks := map[string][]raiseMark{}
+	marks := map[string]raiseMark{} // per tag, the highest mark of any instance
 	for _, addr := range strings.Split(*instances, ",") {
 		addr = strings.TrimSpace(addr)
 		if addr == "" {
@@ -108,7 +108,9 @@ func runRaise(ctx context.Context, args []string, getenv func(string) string, st
 			continue
 		}
 		for tag, m := range got {
-			marks[tag] = append(marks[tag], raiseMark{addr, m})
+			if best, ok := marks[tag]; !ok || m > best.mark {
+				marks[tag] = raiseMark{addr, m}
+			}
 		}
 	}
 
@@ -130,11 +132,10 @@ func runRaise(ctx context.Context, args []string, getenv func(string) string, st
 		fmt.Fprintln(stderr, "leafd raise-max-id: read max_id:", err)
 		return 1
 	}
-	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "TAG\tHIGHEST RANGE END (instance)\tMAX_ID BEFORE\tMAX_ID AFTER")
+	var tw table
+	tw.row("TAG", "HIGHEST RANGE END (instance)", "MAX_ID BEFORE", "MAX_ID AFTER")
 	for _, tag := range tags {
-		ms := marks[tag]
-		best := slices.MaxFunc(ms, func(a, b raiseMark) int { return cmpInt64(a.mark, b.mark) })
+		best := marks[tag]
 		target := best.mark + *margin
 		before, after := int64(0), int64(0)
 		if cur, ok := maxIDs[tag]; ok && cur >= target {
@@ -144,23 +145,23 @@ func runRaise(ctx context.Context, args []string, getenv func(string) string, st
 			status = 1
 			continue
 		}
-		fmt.Fprintf(tw, "%s\t%d (%s)\t%d\t%d\n", tag, best.mark, best.inst, before, after)
+		tw.row(tag, fmt.Sprintf("%d (%s)", best.mark, best.inst), strconv.FormatInt(before, 10), strconv.FormatInt(after, 10))
 	}
-	_ = tw.Flush()
+	_ = tw.writeTo(stdout)
 	if *dryRun {
 		fmt.Fprintln(stdout, "dry run: nothing changed")
 	}
 	return status
 }
 
-// readMaxIDs reads max_id of the tags (sorted) in batches of 1000, without locks. A tag is
+// readMaxIDs reads max_id of the tags (sorted) in batches of 5000, without locks. A tag is
 // in the result only when a row of exactly its name came back; the others (no row, or a row
 // of another letter case under a case-insensitive collation) are left to raiseTag, which asks
 // the server for that one tag.
 func readMaxIDs(ctx context.Context, db *sql.DB, tags []string, timeout time.Duration) (map[string]int64, error) {
 	out := make(map[string]int64, len(tags))
 	for len(tags) > 0 {
-		batch := tags[:min(len(tags), 1000)]
+		batch := tags[:min(len(tags), 5000)]
 		tags = tags[len(batch):]
 		args := make([]any, len(batch))
 		for i, t := range batch {
@@ -192,16 +193,6 @@ func readMaxIDs(ctx context.Context, db *sql.DB, tags []string, timeout time.Dur
 		}
 	}
 	return out, nil
-}
-
-func cmpInt64(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // instanceMarks asks one instance for the highest range end it was ever granted per tag: its
