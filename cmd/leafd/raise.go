@@ -85,6 +85,10 @@ func runRaise(ctx context.Context, args []string, getenv func(string) string, st
 		return runRaiseBolt(ctx, *dataDir, *margin, *dryRun, *timeout, stdout, stderr)
 	}
 	if c.MySQLDSN == "" || *instances == "" {
+		if len(args) == 0 {
+			usage()
+			return 2
+		}
 		fmt.Fprintln(stderr, "leafd raise-max-id: want the database (--mysql-dsn-file, LEAFD_MYSQL_DSN or --mysql-dsn) and --instances, or --data-dir (--help lists the options)")
 		return 2
 	}
