@@ -85,6 +85,17 @@ CREATE TABLE IF NOT EXISTS `leafd_remainder` (
   PRIMARY KEY (`token`)
 ) ENGINE=InnoDB;
 
+-- The database's identity: one row with a random UUID, written once by the first leafd that
+-- finds the table empty; it replicates with the data, so a promoted replica is the same
+-- database. A data dir records it (store.json) and refuses another database
+-- (docs/OPERATIONS.md, Which store a data dir serves).
+CREATE TABLE IF NOT EXISTS `leafd_identity` (
+  `id` tinyint NOT NULL COMMENT 'always 1',
+  `uuid` char(36) NOT NULL COMMENT 'random, written once: this database, on every replica',
+  `created` timestamp NOT NULL DEFAULT CURRENT_TIMESTAMP,
+  PRIMARY KEY (`id`)
+) ENGINE=InnoDB;
+
 -- The region layout (--region k/n): one row, written by the first regional start on an empty
 -- database, checked by every start after it (docs/MYSQL.md, Regions). A single-region
 -- deployment never creates it.

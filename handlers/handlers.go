@@ -35,6 +35,8 @@ type Segments interface {
 	Info(tag string) (segment.Info, error)
 	Tags() []string
 	Marks() ([]segment.Mark, error)
+	// MarksAfter lists up to n marks whose tag sorts after the given one (a page of Marks).
+	MarksAfter(after string, n int) ([]segment.Mark, error)
 	Create(ctx context.Context, t segment.Tag) error
 	Stats() segment.Stats
 	Health() segment.Health

@@ -408,32 +408,6 @@ func cmdIDsTags(h *Handler, c *resp.Conn, args [][]byte) error {
 	return nil
 }
 
-// cmdIDsMarks: IDS.MARKS — every durable mark of this server, read from the marks file: tag →
-// highest range end ever granted, for held tags and for tags not loaded since the start alike
-// (a map in RESP3, a flat array in RESP2, by tag name). The repair after a failover
-// (leafd raise-max-id) reads it. The reply is counted before it is written: one that would
-// pass the connection's output limit (--max-output-buffer) is a LIMIT error instead, so the
-// client learns why rather than seeing the connection closed.
-func cmdIDsMarks(h *Handler, c *resp.Conn, args [][]byte) error {
-	marks, err := h.seg.Marks()
-	if err != nil {
-		return err
-	}
-	size := respHeaderLen(2 * len(marks))
-	for _, m := range marks {
-		size += respHeaderLen(len(m.Tag)) + len(m.Tag) + 2 + respHeaderLen(int(m.End))
-	}
-	if room := c.OutputRoom(); size > room {
-		return replyError(fmt.Sprintf("LIMIT IDS.MARKS reply of %d marks is %d bytes, over the output limit (%d bytes left of --max-output-buffer); raise --max-output-buffer", len(marks), size, room))
-	}
-	c.WriteMap(len(marks))
-	for _, m := range marks {
-		c.WriteBulkString(m.Tag)
-		c.WriteInt(m.End)
-	}
-	return nil
-}
-
 // respHeaderLen is the length of a RESP line holding n: a type byte, the decimal digits and
 // CRLF (an integer reply, or the header of a bulk string, array or map). An upper bound for
 // a RESP3 map header of n/2 entries too.

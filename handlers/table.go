@@ -23,7 +23,7 @@ func commands() []*command {
 		{name: "ids.prune", arity: 3, write: true, group: "segment", summary: "Delete a periodic tag's rows of the periods before the given one.", run: cmdIDsPrune, mayWait: waitAlways},
 		{name: "ids.info", arity: 2, readonly: true, group: "segment", summary: "Show a tag's double buffer.", run: cmdIDsInfo},
 		{name: "ids.tags", arity: -1, readonly: true, group: "segment", summary: "List the tags this server knows.", run: cmdIDsTags},
-		{name: "ids.marks", arity: 1, readonly: true, group: "segment", summary: "List every durable mark of this server: tag, highest range end ever granted.", run: cmdIDsMarks, mayWait: waitAlways},
+		{name: "ids.marks", arity: -1, readonly: true, group: "segment", summary: "List every durable mark of this server: tag, highest range end ever granted.", run: cmdIDsMarks, mayWait: waitAlways},
 		{name: "ids.create", arity: -2, write: true, group: "segment", summary: "Create a tag in the store.", run: cmdIDsCreate, mayWait: waitAlways},
 		{name: "ids.redirect", arity: 2, group: "connection", summary: "ON: answer a command of an ORDERED tag led elsewhere with LEADER host:port instead of forwarding it; OFF (the default).", run: cmdIDsRedirect},
 		{name: "ids.retire", arity: 2, write: true, group: "segment", summary: "Stop serving a tag from this server; its IDs are never reissued.", run: cmdIDsRetire},

@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"unicode"
 
 	"github.com/go-sql-driver/mysql"
 	"go.uber.org/zap"
@@ -143,33 +144,12 @@ func (s *MySQLStore) Adopt(ctx context.Context, cfg AdoptConfig) ([]Adoption, er
 			return nil, s.wrap("adopt: database fence row", "", err)
 		}
 	}
-	q := "SELECT biz_tag, max_id, step, 0 FROM leaf_alloc ORDER BY biz_tag"
-	if fenceTable {
-		q = "SELECT a.biz_tag, a.max_id, a.step, f.biz_tag IS NOT NULL FROM leaf_alloc a LEFT JOIN leafd_fence f ON f.biz_tag = a.biz_tag ORDER BY a.biz_tag"
-	}
-	rows, err := s.db.QueryContext(lctx, q)
-	if err != nil {
-		return nil, s.wrap("adopt: list", "", err)
-	}
-	var out []Adoption
-	for rows.Next() {
-		var a Adoption
-		var fenced bool
-		if err := rows.Scan(&a.Tag, &a.MaxID, &a.Step, &fenced); err != nil {
-			rows.Close()
-			return nil, s.wrap("adopt: list", "", err)
-		}
-		if fenced {
-			a.State = "already adopted"
-		}
-		out = append(out, a)
-	}
-	if err := rows.Err(); err != nil {
-		rows.Close()
-		return nil, s.wrap("adopt: list", "", err)
-	}
-	rows.Close()
 	cancel()
+	out, err := s.adoptList(ctx, fenceTable)
+	if err != nil {
+		return nil, err
+	}
+	floors := foldFloors(cfg.Floors)
 	for i := range out {
 		a := &out[i]
 		if a.State != "" {
@@ -181,31 +161,88 @@ func (s *MySQLStore) Adopt(ctx context.Context, cfg AdoptConfig) ([]Adoption, er
 		}
 		if cfg.DryRun {
 			a.State = "would adopt"
-			if err := belowFloor(a.MaxID, floorOf(cfg.Floors, a.Tag)); err != nil {
+			if err := belowFloor(a.MaxID, floors[foldKey(a.Tag)]); err != nil {
 				a.State, a.Err = "refused", err
 			}
 			continue
 		}
-		if err := s.adoptTag(ctx, a, floorOf(cfg.Floors, a.Tag)); err != nil {
+		if err := s.adoptTag(ctx, a, floors[foldKey(a.Tag)]); err != nil {
 			a.State, a.Err = "refused", err
 		}
 	}
 	return out, nil
 }
 
-// floorOf is the highest floor of tag in floors, whatever the letter case of its keys: the
-// instances report their marks under the spelling their clients used, and with MySQL's default
-// case-insensitive collation a tag `Order` is served from the row `order`. With a binary
-// collation the two are distinct tags and this is only more cautious (a refusal names the
-// mark, and raise-max-id resolves it).
-func floorOf(floors map[string]int64, tag string) int64 {
-	f := floors[tag]
-	for k, v := range floors {
-		if v > f && strings.EqualFold(k, tag) {
-			f = v
+// adoptListPage is the number of leaf_alloc rows one listing query of Adopt reads.
+const adoptListPage = 10000
+
+// adoptList lists every row of leaf_alloc with whether it has a fence row, by tag, a page of
+// adoptListPage rows per query (each within the store's timeout, whatever the row count).
+func (s *MySQLStore) adoptList(ctx context.Context, fenceTable bool) ([]Adoption, error) {
+	q := "SELECT biz_tag, max_id, step, 0 FROM leaf_alloc WHERE biz_tag > ? ORDER BY biz_tag LIMIT ?"
+	if fenceTable {
+		q = "SELECT a.biz_tag, a.max_id, a.step, f.biz_tag IS NOT NULL FROM leaf_alloc a LEFT JOIN leafd_fence f ON f.biz_tag = a.biz_tag WHERE a.biz_tag > ? ORDER BY a.biz_tag LIMIT ?"
+	}
+	var out []Adoption
+	for after := ""; ; {
+		n, err := func() (int, error) {
+			lctx, cancel := context.WithTimeout(ctx, s.timeout)
+			defer cancel()
+			rows, err := s.db.QueryContext(lctx, q, after, adoptListPage)
+			if err != nil {
+				return 0, err
+			}
+			defer rows.Close()
+			n := 0
+			for rows.Next() {
+				var a Adoption
+				var fenced bool
+				if err := rows.Scan(&a.Tag, &a.MaxID, &a.Step, &fenced); err != nil {
+					return 0, err
+				}
+				if fenced {
+					a.State = "already adopted"
+				}
+				out = append(out, a)
+				after = a.Tag
+				n++
+			}
+			return n, rows.Err()
+		}()
+		if err != nil {
+			return nil, s.wrap("adopt: list", "", err)
+		}
+		if n < adoptListPage {
+			return out, nil
 		}
 	}
-	return f
+}
+
+// foldFloors keys floors by foldKey, keeping the highest floor of each: the instances report
+// their marks under the spelling their clients used, and with MySQL's default
+// case-insensitive collation a tag `Order` is served from the row `order`. With a binary
+// collation the two are distinct tags and this is only more cautious (a refusal names the
+// mark, and raise-max-id resolves it). One pass, so that a million marks cost a million steps.
+func foldFloors(floors map[string]int64) map[string]int64 {
+	out := make(map[string]int64, len(floors))
+	for k, v := range floors {
+		if f := foldKey(k); v > out[f] {
+			out[f] = v
+		}
+	}
+	return out
+}
+
+// foldKey maps every rune to the smallest rune of its simple case-folding orbit: two strings
+// have the same key exactly when strings.EqualFold holds.
+func foldKey(s string) string {
+	return strings.Map(func(r rune) rune {
+		m := r
+		for f := unicode.SimpleFold(r); f != r; f = unicode.SimpleFold(f) {
+			m = min(m, f)
+		}
+		return m
+	}, s)
 }
 
 // belowFloor is the refusal of a tag whose max_id is below an instance's mark.

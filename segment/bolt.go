@@ -381,6 +381,11 @@ func (s *BoltStore) RecentTags(n int) ([]string, error) { return boltRecent(s.db
 // AllMarks lists every mark of the file, by tag name.
 func (s *BoltStore) AllMarks() ([]Mark, error) { return boltAll(s.db) }
 
+// MarksAfter lists up to n marks whose tag sorts after the given one, by tag name.
+func (s *BoltStore) MarksAfter(after string, n int) ([]Mark, error) {
+	return boltAfter(s.db, after, n)
+}
+
 // Close releases the file and its lock. It is idempotent.
 func (s *BoltStore) Close() error {
 	err := s.db.Close()

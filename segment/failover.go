@@ -594,3 +594,7 @@ func (e *belowFloorError) Error() string {
 }
 
 func (e *belowFloorError) Unwrap() error { return ErrRegression }
+
+// FenceTableDDL is the DDL of leafd_fence, for a tool that checks it may create the table
+// (leafd adopt's grant check runs it: a no-op where the table exists).
+func FenceTableDDL() string { return mysqlCreateFence }

@@ -98,6 +98,16 @@ func (g *Generator) Marks() ([]Mark, error) {
 	return ml.AllMarks()
 }
 
+// MarksAfter lists up to n durable marks whose tag sorts after the given one, by tag name:
+// one page of Marks (IDS.MARKS cursor), read without the others.
+func (g *Generator) MarksAfter(after string, n int) ([]Mark, error) {
+	ml, ok := g.marks.(MarkLister)
+	if !ok {
+		return nil, errors.New("segment: the marks store cannot list its marks")
+	}
+	return ml.MarksAfter(after, n)
+}
+
 // Stats are counters since New.
 type Stats struct {
 	IDs           int64 // IDs handed out (an estimate: NextN remainders are subtracted, dropped tags kept)

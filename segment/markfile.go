@@ -59,32 +59,58 @@ func (m *MarkFile) RecentTags(n int) ([]string, error) { return boltRecent(m.db,
 // AllMarks lists every mark of the file, by tag name (IDS.MARKS, raise-max-id).
 func (m *MarkFile) AllMarks() ([]Mark, error) { return boltAll(m.db) }
 
+// MarksAfter lists up to n marks whose tag sorts after the given one, by tag name (a page
+// of IDS.MARKS).
+func (m *MarkFile) MarksAfter(after string, n int) ([]Mark, error) {
+	return boltAfter(m.db, after, n)
+}
+
+// RaiseAll raises the marks of ms (never lowering one) in one durable commit per chunk of
+// 100,000: the bulk form of Raise, for moving or restoring many marks at once.
+func (m *MarkFile) RaiseAll(ms []Mark) error {
+	for len(ms) > 0 {
+		chunk := ms[:min(len(ms), 100_000)]
+		ms = ms[len(chunk):]
+		err := m.group.update(context.Background(), func(tx *bolt.Tx) error {
+			b := tx.Bucket(boltMarksBucket)
+			at := uint64(m.now().UnixNano())
+			for _, e := range chunk {
+				if e.Tag == "" || len(e.Tag) > bolt.MaxKeySize {
+					return fmt.Errorf("%w: %q", ErrInvalidTag, e.Tag)
+				}
+				cur, err := decodeBoltMark(b.Get([]byte(e.Tag)))
+				if err != nil {
+					return fmt.Errorf("tag %q: %w", e.Tag, err)
+				}
+				if cur >= e.End {
+					continue
+				}
+				var v [16]byte
+				binary.BigEndian.PutUint64(v[:], uint64(e.End))
+				binary.BigEndian.PutUint64(v[8:], at)
+				if err := b.Put([]byte(e.Tag), v[:]); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return boltWrap("raise all", err)
+		}
+	}
+	return nil
+}
+
 // MigrateMarks raises the marks of to to those kept inside the embedded store file by
 // earlier versions (which kept them there); marks are never lowered. It returns how many
 // tags it read.
 func MigrateMarks(from *BoltStore, to *MarkFile) (int, error) {
-	type kv struct {
-		tag string
-		end int64
-	}
-	var all []kv
-	err := from.db.View(func(tx *bolt.Tx) error {
-		return tx.Bucket(boltMarksBucket).ForEach(func(k, v []byte) error {
-			end, _, err := decodeBoltMarkTime(v)
-			if err != nil {
-				return fmt.Errorf("tag %q: %w", k, err)
-			}
-			all = append(all, kv{string(k), end})
-			return nil
-		})
-	})
+	all, err := boltAll(from.db)
 	if err != nil {
-		return 0, boltWrap("migrate marks", err)
+		return 0, err
 	}
-	for _, e := range all {
-		if err := to.Raise(e.tag, e.end); err != nil {
-			return 0, err
-		}
+	if err := to.RaiseAll(all); err != nil {
+		return 0, err
 	}
 	return len(all), nil
 }
@@ -114,6 +140,31 @@ func boltAll(db *bolt.DB) ([]Mark, error) {
 		return nil, boltWrap("all marks", err)
 	}
 	return all, nil
+}
+
+// boltAfter lists up to n marks of the marks bucket whose tag sorts after the given one, in
+// key order, reading only those (a cursor seek): a page costs the same at any number of marks.
+func boltAfter(db *bolt.DB, after string, n int) ([]Mark, error) {
+	out := make([]Mark, 0, min(n, 1024))
+	err := db.View(func(tx *bolt.Tx) error {
+		c := tx.Bucket(boltMarksBucket).Cursor()
+		k, v := c.Seek([]byte(after))
+		if k != nil && string(k) == after {
+			k, v = c.Next()
+		}
+		for ; k != nil && len(out) < n; k, v = c.Next() {
+			end, _, err := decodeBoltMarkTime(v)
+			if err != nil {
+				return fmt.Errorf("tag %q: %w", k, err)
+			}
+			out = append(out, Mark{Tag: string(k), End: end})
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, boltWrap("marks page", err)
+	}
+	return out, nil
 }
 
 // boltRecent lists up to n tags of the marks bucket, most recently raised first.

@@ -95,6 +95,9 @@ type Mark struct {
 // (*MarkFile, *BoltStore): the tags this instance ever leased, held now or not.
 type MarkLister interface {
 	AllMarks() ([]Mark, error)
+	// MarksAfter lists up to n marks whose tag sorts after the given one ("" : from the
+	// first), by tag name: one page of AllMarks, read without the others.
+	MarksAfter(after string, n int) ([]Mark, error)
 }
 
 // Errors returned by this package, wrapped with %w; match them with errors.Is.

@@ -11,8 +11,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
@@ -22,7 +22,7 @@ import (
 	"github.com/leafd/leafd/segment"
 )
 
-const adoptUsage = `usage: leafd adopt --mysql-dsn DSN [--dry-run] [--instances host:port,...] [--tags a,b] [options]
+const adoptUsage = `usage: leafd adopt [--dry-run] [--instances host:port,...] [--tags a,b] [options]
 
 Records a leafd_fence row for every tag of leaf_alloc that has none, moving nothing: the
 next range of each tag is [max_id, max_id + step), as Leaf would lease it. Running it is
@@ -34,33 +34,61 @@ is below the highest range end an instance was granted (IDS.MARKS) is not adopte
 database lost allocations (a promoted replica that missed an earlier adoption); run
 leafd raise-max-id first. An instance that does not answer stops the whole run.
 
+The database (--mysql-dsn, --mysql-dsn-file), the instances' password (--requirepass,
+--requirepass-file) and --mysql-failover-allocs are the server's options: given as flags,
+else read from the server's LEAFD_* variables and its config file (LEAFD_CONFIG). The
+grants adopt needs are checked first (docs/MYSQL.md, "Grants").
+
 `
 
 // runAdopt runs `leafd adopt args...` and returns the exit status: 0 done, 1 refused (not
 // the primary, a tag below a mark, an instance that did not answer), 2 bad usage.
-func runAdopt(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+func runAdopt(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("leafd adopt", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, adoptUsage); fs.PrintDefaults() }
-	dsn := fs.String("mysql-dsn", "", "go-sql-driver DSN of the primary")
+	var c Config
+	shared := []string{"mysql-dsn", "mysql-dsn-file", "requirepass", "requirepass-file", "mysql-failover-allocs"}
+	shareOptions(fs, &c, shared...)
 	dryRun := fs.Bool("dry-run", false, "show what would be adopted; write nothing")
 	instances := fs.String("instances", "", "comma-separated RESP addresses of the leafd instances, whose marks a tag must not be below")
-	pass := fs.String("requirepass", "", "the instances' --requirepass")
 	only := fs.String("tags", "", "comma-separated tags to adopt (default: every tag without a fence row)")
 	timeout := fs.Duration("timeout", 5*time.Second, "timeout of each instance query and each transaction")
-	if err := fs.Parse(args); err != nil {
+	usage := func() { fmt.Fprint(stderr, adoptUsage); fs.PrintDefaults() }
+	if err := loadShared(fs, &c, shared, args, getenv, stderr, usage); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
+		fmt.Fprintln(stderr, "leafd adopt:", err)
 		return 2
 	}
-	if *dsn == "" || fs.NArg() > 0 || *timeout <= 0 {
-		fs.Usage()
+	if c.MySQLDSN == "" {
+		fmt.Fprintln(stderr, "leafd adopt: no database: give --mysql-dsn-file, LEAFD_MYSQL_DSN or --mysql-dsn (--help lists the options)")
 		return 2
 	}
-	if _, err := mysql.ParseDSN(*dsn); err != nil {
+	if *timeout <= 0 {
+		fmt.Fprintf(stderr, "leafd adopt: --timeout %v: must be positive\n", *timeout)
+		return 2
+	}
+	if _, err := mysql.ParseDSN(c.MySQLDSN); err != nil {
 		fmt.Fprintln(stderr, "leafd adopt: --mysql-dsn:", err)
 		return 2
+	}
+
+	cfg := segment.DefaultMySQLConfig()
+	cfg.DSN = c.MySQLDSN
+	cfg.QueryTimeout = *timeout
+	cfg.MaxOpenConns = 2
+	cfg.CreateTable = false // Adopt creates leafd_fence itself, and only when not a dry run
+	cfg.FailoverAllocs = c.MySQLFailover
+	st, err := segment.OpenMySQL(ctx, cfg, zap.NewNop())
+	if err != nil {
+		fmt.Fprintln(stderr, "leafd adopt:", err)
+		return 2
+	}
+	defer st.Close()
+	// Every privilege adopt uses is checked before it reads an instance or writes a row.
+	if err := checkAdoptGrants(ctx, c.MySQLDSN, *dryRun, *timeout); err != nil {
+		fmt.Fprintln(stderr, "leafd adopt:", err)
+		return 1
 	}
 
 	floors := map[string]int64{}
@@ -72,7 +100,7 @@ func runAdopt(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		if addr == "" {
 			continue
 		}
-		got, err := instanceMarks(ctx, addr, *pass, *timeout) // raise.go
+		got, err := instanceMarks(ctx, addr, c.RequirePass, *timeout) // raise.go
 		if err != nil {
 			fmt.Fprintf(stderr, "leafd adopt: instance %s: %v; nothing adopted (its marks could be above max_id)\n", addr, err)
 			return 1
@@ -85,17 +113,6 @@ func runAdopt(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		checked = append(checked, addr)
 	}
 
-	cfg := segment.DefaultMySQLConfig()
-	cfg.DSN = *dsn
-	cfg.QueryTimeout = *timeout
-	cfg.MaxOpenConns = 2
-	cfg.CreateTable = false // Adopt creates leafd_fence itself, and only when not a dry run
-	st, err := segment.OpenMySQL(ctx, cfg, zap.NewNop())
-	if err != nil {
-		fmt.Fprintln(stderr, "leafd adopt:", err)
-		return 2
-	}
-	defer st.Close()
 	var tags []string
 	for _, tag := range strings.Split(*only, ",") {
 		if tag = strings.TrimSpace(tag); tag != "" {
@@ -104,7 +121,7 @@ func runAdopt(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	res, err := st.Adopt(ctx, segment.AdoptConfig{DryRun: *dryRun, Floors: floors, Tags: tags})
 	if err != nil {
-		fmt.Fprintln(stderr, "leafd adopt:", err)
+		fmt.Fprintln(stderr, "leafd adopt:", withGrant(ctx, c.MySQLDSN, err))
 		return 1
 	}
 	if len(checked) > 0 {
@@ -113,10 +130,10 @@ func runAdopt(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintln(stdout, "no --instances: the instances' marks were not checked (after a failover, give every instance)")
 	}
 	status := 0
-	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "TAG\tMAX_ID\tSTEP\tNEXT RANGE\tSTATE")
+	var tw table
+	tw.row("TAG", "MAX_ID", "STEP", "NEXT RANGE", "STATE")
 	for _, a := range res {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t[%d, %d)\t%s\n", a.Tag, a.MaxID, a.Step, a.MaxID, a.MaxID+a.Step, a.State)
+		tw.row(a.Tag, strconv.FormatInt(a.MaxID, 10), strconv.FormatInt(a.Step, 10), fmt.Sprintf("[%d, %d)", a.MaxID, a.MaxID+a.Step), a.State)
 		if a.Err != nil {
 			status = 1
 			detail := a.Err.Error()
@@ -126,7 +143,7 @@ func runAdopt(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 			fmt.Fprintf(stderr, "leafd adopt: tag %q not adopted: %s\n", a.Tag, detail)
 		}
 	}
-	_ = tw.Flush()
+	_ = tw.writeTo(stdout)
 	if *dryRun {
 		fmt.Fprintln(stdout, "dry run: nothing written")
 	}

@@ -29,13 +29,16 @@ type Config struct {
 	// AcceptMissingMarks starts the embedded store although marks.db is missing or not paired
 	// with leafd.db (segment.PairMarks), pairing them anew.
 	AcceptMissingMarks bool
-	MySQLDSN           string
-	ZKAddrs            string
-	Name               string
-	WorkerID           int64 // -1: unset
-	AdvertiseAddr      string
-	WorkerReuse        bool
-	ZKSession          time.Duration
+	// SwitchStore starts the data dir on a store other than the one its store record names
+	// (storeid.go), recording the new one.
+	SwitchStore   bool
+	MySQLDSN      string
+	ZKAddrs       string
+	Name          string
+	WorkerID      int64 // -1: unset
+	AdvertiseAddr string
+	WorkerReuse   bool
+	ZKSession     time.Duration
 	// ZKOutageTolerance: how long past the bound ZooKeeper confirmed an instance keeps issuing
 	// without ZooKeeper.
 	ZKOutageTolerance time.Duration
@@ -125,6 +128,7 @@ func flagSet(c *Config) *flag.FlagSet {
 	fs.IntVar(&c.HTTPMaxClients, "http-maxclients", 64, "admin connections served at once; more wait in the listen backlog")
 	fs.StringVar(&c.DataDir, "data-dir", "./leafd-data", "embedded store, regression marks and worker-id caches")
 	fs.BoolVar(&c.AcceptMissingMarks, "accept-missing-marks", false, "embedded store: start although marks.db is missing or not paired with leafd.db (raise max_id above every ID issued first; docs/SEGMENT.md)")
+	fs.BoolVar(&c.SwitchStore, "switch-store", false, "start although the data dir served another store (the embedded one, or another MySQL database) and record the new one; the data dir's marks stay (docs/OPERATIONS.md)")
 	fs.StringVar(&c.MySQLDSN, "mysql-dsn", "", "go-sql-driver DSN; when set, segments come from MySQL/MariaDB (table leaf_alloc); prefer LEAFD_MYSQL_DSN or --mysql-dsn-file")
 	fs.StringVar(&c.MySQLDSNFile, "mysql-dsn-file", "", "file holding the --mysql-dsn (preferred over the flag)")
 	fs.StringVar(&c.ZKAddrs, "zk-addrs", "", "ZooKeeper connection string host:port[,host:port...][/chroot]; when set, worker ids come from ZooKeeper")
@@ -216,9 +220,7 @@ func loadConfig(args []string, getenv func(string) string, stderr io.Writer) (Co
 	fs := flagSet(&c)
 	configPath := fs.String("config", "", "config file: lines of 'name value' or 'name = value' with the flag names; # comments")
 	showVersion := fs.Bool("version", false, "print the version and exit (also: leafd version)")
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, usageHeader); fs.PrintDefaults() }
-	if err := fs.Parse(args); err != nil {
+	if err := parseArgs(fs, args, stderr, func() { fmt.Fprint(stderr, usageHeader); fs.PrintDefaults() }); err != nil {
 		return c, err
 	}
 	if *showVersion {
@@ -234,34 +236,7 @@ func loadConfig(args []string, getenv func(string) string, stderr io.Writer) (Co
 			c.secretsOnCmdline = append(c.secretsOnCmdline, name)
 		}
 	}
-	if *configPath == "" {
-		*configPath = getenv(envName("config"))
-	}
-	fileVals := map[string]string{}
-	if *configPath != "" {
-		var err error
-		if fileVals, err = readConfigFile(*configPath, fs); err != nil {
-			return c, err
-		}
-	}
-	var errs []error
-	fs.VisitAll(func(f *flag.Flag) {
-		if onCmdline[f.Name] || f.Name == "config" || f.Name == "version" {
-			return
-		}
-		if v := getenv(envName(f.Name)); v != "" {
-			if err := fs.Set(f.Name, v); err != nil {
-				errs = append(errs, fmt.Errorf("%s=%q: %s (--%s)", envName(f.Name), v, expected(f), f.Name))
-			}
-			return
-		}
-		if v, ok := fileVals[f.Name]; ok {
-			if err := fs.Set(f.Name, v); err != nil {
-				errs = append(errs, fmt.Errorf("%s: %s %q: %s", *configPath, f.Name, v, expected(f)))
-			}
-		}
-	})
-	if err := errors.Join(errs...); err != nil {
+	if err := applyLayers(fs, onCmdline, func(string) bool { return true }, getenv, *configPath); err != nil {
 		return c, err
 	}
 	if err := c.readSecrets(); err != nil {
@@ -311,7 +286,9 @@ func readConfigFile(path string, fs *flag.FlagSet) (map[string]string, error) {
 			val = uq
 		}
 		if fs.Lookup(name) == nil || name == "config" || name == "version" {
-			return nil, fmt.Errorf("%s:%d: unknown option %q", path, n, name)
+			var names []string
+			fs.VisitAll(func(f *flag.Flag) { names = append(names, f.Name) })
+			return nil, fmt.Errorf("%s:%d: unknown option %q (did you mean %s?)", path, n, name, nearest(name, names))
 		}
 		vals[name] = val
 	}

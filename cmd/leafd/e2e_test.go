@@ -214,7 +214,7 @@ func TestConfigSources(t *testing.T) {
 		{"bad env", nil, map[string]string{"LEAFD_MAXCLIENTS": "many"}, "LEAFD_MAXCLIENTS"},
 		{"reuse without zk", []string{"--worker-reuse"}, nil, "--worker-reuse needs --zk-addrs"},
 		{"bad ratio", []string{"--preload-ratio", "1.5"}, nil, "--preload-ratio"},
-		{"unknown flag", []string{"--nope"}, nil, "flag provided but not defined"},
+		{"unknown flag", []string{"--nope"}, nil, "unknown flag --nope"},
 	} {
 		_, err := loadConfig(tc.args, func(k string) string { return tc.env[k] }, io.Discard)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

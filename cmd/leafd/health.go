@@ -14,26 +14,30 @@ import (
 // health is `leafd health`: it asks the admin port of a running leafd for /healthz (or
 // /readyz with --ready) and returns 0 when the answer is 200, 1 otherwise, 2 for bad usage.
 // The container image's HEALTHCHECK runs it, since the image has no shell and no curl. The
-// address is --addr, else LEAFD_HTTP_ADDR (what the server listens on), else the default
-// 127.0.0.1:8080; an unspecified host (0.0.0.0, ::, empty) is probed on loopback.
+// address is --addr, else the server's --http-addr as the server reads it (flag,
+// LEAFD_HTTP_ADDR, the config file; default 127.0.0.1:8080); an unspecified host (0.0.0.0,
+// ::, empty) is probed on loopback. The token and TLS are the server's options too.
 func health(args []string, getenv func(string) string, stderr io.Writer) int {
 	fs := flag.NewFlagSet("leafd health", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	addr := fs.String("addr", "", "admin address to probe (default: $LEAFD_HTTP_ADDR, else 127.0.0.1:8080)")
+	var c Config
+	shared := []string{"http-addr", "http-auth", "http-auth-file", "http-tls", "requirepass", "requirepass-file"}
+	shareOptions(fs, &c, shared...)
+	addr := fs.String("addr", "", "admin address to probe (default: the server's --http-addr, from LEAFD_HTTP_ADDR or its config file)")
 	ready := fs.Bool("ready", false, "probe /readyz (can serve IDs) instead of /healthz (process alive)")
 	mode := fs.String("mode", "", "with --ready: probe one mode's readiness, segment or snowflake (default: every enabled mode)")
 	timeout := fs.Duration("timeout", 3*time.Second, "give up after this long")
-	if err := fs.Parse(args); err != nil {
+	usage := func() {
+		fmt.Fprintln(stderr, "usage: leafd health [--ready [--mode segment|snowflake]] [--addr host:port] [options]")
+		fs.PrintDefaults()
+	}
+	if err := loadShared(fs, &c, shared, args, getenv, stderr, usage); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
+		fmt.Fprintln(stderr, "leafd health:", err)
 		return 2
 	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "leafd health: unexpected argument %q\n", fs.Arg(0))
-		return 2
-	}
-	target, err := probeTarget(*addr, getenv)
+	target, err := probeTarget(*addr, c.HTTPAddr)
 	if err != nil {
 		fmt.Fprintln(stderr, "leafd health:", err)
 		return 2
@@ -48,11 +52,7 @@ func health(args []string, getenv func(string) string, stderr io.Writer) int {
 	case *ready:
 		path = "/readyz"
 	}
-	token, scheme, client, err := healthClient(getenv) // healthauth.go
-	if err != nil {
-		fmt.Fprintln(stderr, "leafd health:", err)
-		return 2
-	}
+	token, scheme, client := healthClient(c) // healthauth.go
 	if err := probe(client, scheme+"://"+target+path, token, *timeout); err != nil {
 		fmt.Fprintln(stderr, "leafd health:", err)
 		return 1
@@ -60,11 +60,11 @@ func health(args []string, getenv func(string) string, stderr io.Writer) int {
 	return 0
 }
 
-// probeTarget is the host:port to probe: addr, else LEAFD_HTTP_ADDR, else the default, with
-// an unspecified host replaced by loopback.
-func probeTarget(addr string, getenv func(string) string) (string, error) {
+// probeTarget is the host:port to probe: addr, else the server's httpAddr, else the default,
+// with an unspecified host replaced by loopback.
+func probeTarget(addr, httpAddr string) (string, error) {
 	if addr == "" {
-		addr = getenv("LEAFD_HTTP_ADDR")
+		addr = httpAddr
 	}
 	if addr == "" {
 		addr = "127.0.0.1:8080" // --http-addr's default

@@ -22,18 +22,13 @@ func TestProbeTarget(t *testing.T) {
 		{name: "flag beats env", flag: "127.0.0.2:1", env: "0.0.0.0:9090", want: "127.0.0.2:1"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := probeTarget(tc.flag, func(k string) string {
-				if k == "LEAFD_HTTP_ADDR" {
-					return tc.env
-				}
-				return ""
-			})
+			got, err := probeTarget(tc.flag, tc.env)
 			if err != nil || got != tc.want {
 				t.Errorf("got %q, %v; want %q", got, err, tc.want)
 			}
 		})
 	}
-	if _, err := probeTarget("nonsense", func(string) string { return "" }); err == nil {
+	if _, err := probeTarget("nonsense", ""); err == nil {
 		t.Error("bad address: got no error")
 	}
 }

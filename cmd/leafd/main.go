@@ -26,18 +26,23 @@ func realMain() int {
 		fmt.Println("leafd", leafdVersion())
 		return 0
 	}
+	// The server and every admin tool read the same LEAFD_* variables: none is ignored.
+	if err := checkEnviron(os.Environ()); err != nil {
+		fmt.Fprintln(os.Stderr, "leafd: configuration:", err)
+		return 2
+	}
 	if len(os.Args) > 1 && os.Args[1] == "health" {
 		return health(os.Args[2:], os.Getenv, os.Stderr)
 	}
 	if len(os.Args) > 1 && os.Args[1] == "raise-max-id" { // the operator's failover command
 		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 		defer stop()
-		return runRaise(ctx, os.Args[2:], os.Stdout, os.Stderr)
+		return runRaise(ctx, os.Args[2:], os.Getenv, os.Stdout, os.Stderr)
 	}
 	if len(os.Args) > 1 && os.Args[1] == "adopt" { // records fence rows of rows leafd did not create
 		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 		defer stop()
-		return runAdopt(ctx, os.Args[2:], os.Stdout, os.Stderr)
+		return runAdopt(ctx, os.Args[2:], os.Getenv, os.Stdout, os.Stderr)
 	}
 	if len(os.Args) > 1 && os.Args[1] == "region" { // the region procedures (regiontool.go)
 		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)

@@ -15,8 +15,8 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
@@ -29,7 +29,7 @@ type quietRedisLog struct{}
 func (quietRedisLog) Printf(context.Context, string, ...any) {}
 
 // raiseUsage is the subcommand's help header.
-const raiseUsage = `usage: leafd raise-max-id --mysql-dsn DSN --instances host:port[,host:port...] [options]
+const raiseUsage = `usage: leafd raise-max-id --instances host:port[,host:port...] [options]
        leafd raise-max-id --data-dir DIR [--margin N] [--dry-run]
 
 Reads the highest range end each leafd instance was ever granted per tag (IDS.MARKS:
@@ -41,6 +41,11 @@ With --data-dir (the embedded store, leafd stopped, e.g. after restoring a copy 
 leafd.db): raises max_id of each tag in DIR/leafd.db to at least its mark in DIR/marks.db
 plus --margin, only upward.
 
+The database (--mysql-dsn, --mysql-dsn-file) and the instances' password (--requirepass,
+--requirepass-file) are the server's options: given as flags, else read from the server's
+LEAFD_* variables and its config file (LEAFD_CONFIG). The instances' marks are read page by
+page (IDS.MARKS cursor), so any number fits their output limit.
+
 `
 
 // raiseMark is what one instance reported for one tag.
@@ -50,59 +55,70 @@ type raiseMark struct {
 }
 
 // runRaise runs `leafd raise-max-id args...` and returns the exit status.
-func runRaise(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+func runRaise(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("leafd raise-max-id", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, raiseUsage); fs.PrintDefaults() }
-	dsn := fs.String("mysql-dsn", "", "go-sql-driver DSN of the (new) primary")
+	var c Config
+	shared := []string{"mysql-dsn", "mysql-dsn-file", "requirepass", "requirepass-file"}
+	shareOptions(fs, &c, shared...)
 	instances := fs.String("instances", "", "comma-separated RESP addresses of every leafd instance")
-	pass := fs.String("requirepass", "", "the instances' --requirepass")
 	margin := fs.Int64("margin", 0, "IDs to add above the highest range end (for instances that cannot be reached)")
 	dryRun := fs.Bool("dry-run", false, "show what would change; change nothing")
 	timeout := fs.Duration("timeout", 5*time.Second, "timeout of each instance query and each transaction")
 	dataDir := fs.String("data-dir", "", "the embedded store: raise the tags of DIR/leafd.db to the marks of DIR/marks.db (leafd stopped)")
-	if err := fs.Parse(args); err != nil {
+	usage := func() { fmt.Fprint(stderr, raiseUsage); fs.PrintDefaults() }
+	if err := loadShared(fs, &c, shared, args, getenv, stderr, usage); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
+		fmt.Fprintln(stderr, "leafd raise-max-id:", err)
+		return 2
+	}
+	if *margin < 0 || *timeout <= 0 {
+		fmt.Fprintln(stderr, "leafd raise-max-id: --margin must not be negative and --timeout must be positive")
 		return 2
 	}
 	if *dataDir != "" {
-		if *dsn != "" || *instances != "" || *margin < 0 || fs.NArg() > 0 {
-			fs.Usage()
+		if *instances != "" {
+			fmt.Fprintln(stderr, "leafd raise-max-id: --data-dir (the embedded store) and --instances (MySQL) exclude each other")
 			return 2
 		}
 		return runRaiseBolt(ctx, *dataDir, *margin, *dryRun, *timeout, stdout, stderr)
 	}
-	if *dsn == "" || *instances == "" || *margin < 0 || fs.NArg() > 0 {
-		fs.Usage()
+	if c.MySQLDSN == "" || *instances == "" {
+		if len(args) == 0 {
+			usage()
+			return 2
+		}
+		fmt.Fprintln(stderr, "leafd raise-max-id: want the database (--mysql-dsn-file, LEAFD_MYSQL_DSN or --mysql-dsn) and --instances, or --data-dir (--help lists the options)")
 		return 2
 	}
-	if _, err := mysql.ParseDSN(*dsn); err != nil {
+	if _, err := mysql.ParseDSN(c.MySQLDSN); err != nil {
 		fmt.Fprintln(stderr, "leafd raise-max-id: --mysql-dsn:", err)
 		return 2
 	}
 
 	redis.SetLogger(quietRedisLog{})
 	status := 0
-	marks := map[string][]raiseMark{}
+	marks := map[string]raiseMark{} // per tag, the highest mark of any instance
 	for _, addr := range strings.Split(*instances, ",") {
 		addr = strings.TrimSpace(addr)
 		if addr == "" {
 			continue
 		}
-		got, err := instanceMarks(ctx, addr, *pass, *timeout)
+		got, err := instanceMarks(ctx, addr, c.RequirePass, *timeout)
 		if err != nil {
 			fmt.Fprintf(stderr, "leafd raise-max-id: instance %s: %v (its ranges are not taken into account; use --margin)\n", addr, err)
 			status = 1
 			continue
 		}
 		for tag, m := range got {
-			marks[tag] = append(marks[tag], raiseMark{addr, m})
+			if best, ok := marks[tag]; !ok || m > best.mark {
+				marks[tag] = raiseMark{addr, m}
+			}
 		}
 	}
 
-	db, err := sql.Open("mysql", *dsn)
+	db, err := sql.Open("mysql", c.MySQLDSN)
 	if err != nil {
 		fmt.Fprintln(stderr, "leafd raise-max-id:", err)
 		return 2
@@ -113,35 +129,74 @@ func runRaise(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		tags = append(tags, tag)
 	}
 	slices.Sort(tags)
-	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "TAG\tHIGHEST RANGE END (instance)\tMAX_ID BEFORE\tMAX_ID AFTER")
+	// max_id of every tag, read in batches without locks: a tag already at or above its target
+	// needs no transaction (at a million marks, most of them).
+	maxIDs, err := readMaxIDs(ctx, db, tags, *timeout)
+	if err != nil {
+		fmt.Fprintln(stderr, "leafd raise-max-id: read max_id:", err)
+		return 1
+	}
+	var tw table
+	tw.row("TAG", "HIGHEST RANGE END (instance)", "MAX_ID BEFORE", "MAX_ID AFTER")
 	for _, tag := range tags {
-		ms := marks[tag]
-		best := slices.MaxFunc(ms, func(a, b raiseMark) int { return cmpInt64(a.mark, b.mark) })
+		best := marks[tag]
 		target := best.mark + *margin
-		before, after, err := raiseTag(ctx, db, tag, target, *dryRun, *timeout)
-		if err != nil {
+		before, after := int64(0), int64(0)
+		if cur, ok := maxIDs[tag]; ok && cur >= target {
+			before, after = cur, cur
+		} else if before, after, err = raiseTag(ctx, db, tag, target, *dryRun, *timeout); err != nil {
 			fmt.Fprintf(stderr, "leafd raise-max-id: tag %q: %v\n", tag, err)
 			status = 1
 			continue
 		}
-		fmt.Fprintf(tw, "%s\t%d (%s)\t%d\t%d\n", tag, best.mark, best.inst, before, after)
+		tw.row(tag, fmt.Sprintf("%d (%s)", best.mark, best.inst), strconv.FormatInt(before, 10), strconv.FormatInt(after, 10))
 	}
-	_ = tw.Flush()
+	_ = tw.writeTo(stdout)
 	if *dryRun {
 		fmt.Fprintln(stdout, "dry run: nothing changed")
 	}
 	return status
 }
 
-func cmpInt64(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
+// readMaxIDs reads max_id of the tags (sorted) in batches of 5000, without locks. A tag is
+// in the result only when a row of exactly its name came back; the others (no row, or a row
+// of another letter case under a case-insensitive collation) are left to raiseTag, which asks
+// the server for that one tag.
+func readMaxIDs(ctx context.Context, db *sql.DB, tags []string, timeout time.Duration) (map[string]int64, error) {
+	out := make(map[string]int64, len(tags))
+	for len(tags) > 0 {
+		batch := tags[:min(len(tags), 5000)]
+		tags = tags[len(batch):]
+		args := make([]any, len(batch))
+		for i, t := range batch {
+			args[i] = t
+		}
+		q := "SELECT biz_tag, max_id FROM leaf_alloc WHERE biz_tag IN (?" + strings.Repeat(", ?", len(batch)-1) + ")"
+		err := func() error {
+			qctx, cancel := context.WithTimeout(ctx, timeout)
+			defer cancel()
+			rows, err := db.QueryContext(qctx, q, args...)
+			if err != nil {
+				return err
+			}
+			defer rows.Close()
+			for rows.Next() {
+				var tag string
+				var maxID int64
+				if err := rows.Scan(&tag, &maxID); err != nil {
+					return err
+				}
+				if _, asked := slices.BinarySearch(batch, tag); asked {
+					out[tag] = maxID
+				}
+			}
+			return rows.Err()
+		}()
+		if err != nil {
+			return nil, err
+		}
 	}
-	return 0
+	return out, nil
 }
 
 // instanceMarks asks one instance for the highest range end it was ever granted per tag: its
@@ -156,30 +211,88 @@ func instanceMarks(ctx context.Context, addr, pass string, timeout time.Duration
 		DisableIdentity: true,
 	})
 	defer c.Close()
-	v, err := c.Do(ctx, "IDS.MARKS").Result()
+	out, err := allMarks(ctx, c)
 	if err != nil {
-		return nil, fmt.Errorf("IDS.MARKS: %w", err)
-	}
-	out, err := marksField(v)
-	if err != nil {
-		return nil, fmt.Errorf("IDS.MARKS: %w", err)
+		return nil, err
 	}
 	tags, err := heldTags(ctx, c)
 	if err != nil {
 		return nil, err
 	}
-	for _, tag := range tags {
-		v, err := c.Do(ctx, "IDS.INFO", tag).Result()
-		if err != nil {
-			return nil, fmt.Errorf("IDS.INFO %s: %w", tag, err)
+	// IDS.INFO of the held tags, pipelined 1000 at a time.
+	for len(tags) > 0 {
+		batch := tags[:min(len(tags), 1000)]
+		tags = tags[len(batch):]
+		pipe := c.Pipeline()
+		cmds := make([]*redis.Cmd, len(batch))
+		for i, tag := range batch {
+			cmds[i] = pipe.Do(ctx, "IDS.INFO", tag)
 		}
-		m, ok := infoField(v, "high_water_mark")
-		if !ok {
-			return nil, fmt.Errorf("IDS.INFO %s: no high_water_mark in %v", tag, v)
+		_, _ = pipe.Exec(ctx) // each command's error is read below
+		for i, tag := range batch {
+			v, err := cmds[i].Result()
+			if err != nil {
+				return nil, fmt.Errorf("IDS.INFO %s: %w", tag, err)
+			}
+			m, ok := infoField(v, "high_water_mark")
+			if !ok {
+				return nil, fmt.Errorf("IDS.INFO %s: no high_water_mark in %v", tag, v)
+			}
+			out[tag] = max(out[tag], m)
 		}
-		out[tag] = max(out[tag], m)
 	}
 	return out, nil
+}
+
+// marksPage is the COUNT of each IDS.MARKS page the admin tools ask for; the instance
+// shortens a page to its output limit.
+const marksPage = 10000
+
+// allMarks pages through IDS.MARKS with its cursor (any number of marks fits the output
+// limit); an instance whose IDS.MARKS takes no cursor (older versions) answers the whole list.
+func allMarks(ctx context.Context, c *redis.Client) (map[string]int64, error) {
+	out := map[string]int64{}
+	cursor := "0"
+	for {
+		v, err := c.Do(ctx, "IDS.MARKS", cursor, "COUNT", marksPage).Slice()
+		if err != nil && strings.Contains(err.Error(), "wrong number of arguments") && cursor == "0" {
+			all, err := c.Do(ctx, "IDS.MARKS").Result()
+			if err != nil {
+				return nil, fmt.Errorf("IDS.MARKS: %w", err)
+			}
+			if out, err = marksField(all); err != nil {
+				return nil, fmt.Errorf("IDS.MARKS: %w", err)
+			}
+			return out, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("IDS.MARKS %s: %w", cursor, err)
+		}
+		next, page, err := marksPageOf(v)
+		if err != nil {
+			return nil, fmt.Errorf("IDS.MARKS %s: %w", cursor, err)
+		}
+		for tag, m := range page {
+			out[tag] = max(out[tag], m)
+		}
+		if next == "0" {
+			return out, nil
+		}
+		cursor = next
+	}
+}
+
+// marksPageOf reads one IDS.MARKS cursor page: the next cursor and the tag, mark pairs.
+func marksPageOf(v []any) (string, map[string]int64, error) {
+	if len(v) == 2 {
+		next, ok1 := v[0].(string)
+		pairs, ok2 := v[1].([]any)
+		if ok1 && ok2 {
+			page, err := marksField(pairs)
+			return next, page, err
+		}
+	}
+	return "", nil, fmt.Errorf("unexpected reply %.200v", v)
 }
 
 // heldTags pages through IDS.TAGS with its cursor (any number of tags fits the output

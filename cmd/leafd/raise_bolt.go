@@ -12,7 +12,7 @@ import (
 	"io"
 	"path/filepath"
 	"slices"
-	"text/tabwriter"
+	"strconv"
 	"time"
 
 	"github.com/leafd/leafd/segment"
@@ -51,8 +51,8 @@ func runRaiseBolt(ctx context.Context, dataDir string, margin int64, dryRun bool
 	}
 	slices.Sort(tags)
 	status := 0
-	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "TAG\tMARK (marks.db)\tMAX_ID BEFORE\tMAX_ID AFTER")
+	var tw table
+	tw.row("TAG", "MARK (marks.db)", "MAX_ID BEFORE", "MAX_ID AFTER")
 	for _, tag := range tags {
 		target := marks[tag] + margin
 		tctx, cancel := context.WithTimeout(ctx, timeout)
@@ -65,7 +65,7 @@ func runRaiseBolt(ctx context.Context, dataDir string, margin int64, dryRun bool
 		}
 		cancel()
 		if errors.Is(err, segment.ErrUnknownTag) {
-			fmt.Fprintf(tw, "%s\t%d\t(no row)\t(no row)\n", tag, marks[tag])
+			tw.row(tag, strconv.FormatInt(marks[tag], 10), "(no row)", "(no row)")
 			continue
 		}
 		if err != nil {
@@ -73,9 +73,9 @@ func runRaiseBolt(ctx context.Context, dataDir string, margin int64, dryRun bool
 			status = 1
 			continue
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\n", tag, marks[tag], before, after)
+		tw.row(tag, strconv.FormatInt(marks[tag], 10), strconv.FormatInt(before, 10), strconv.FormatInt(after, 10))
 	}
-	_ = tw.Flush()
+	_ = tw.writeTo(stdout)
 	if dryRun {
 		fmt.Fprintln(stdout, "dry run: nothing changed")
 	}

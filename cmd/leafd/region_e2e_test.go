@@ -25,8 +25,8 @@ func regionArgs(dsn, r string, extra ...string) []string {
 	return append([]string{"--mysql-dsn", dsn, "--region", r, "--auto-create", "on"}, extra...)
 }
 
-// refusedStart runs the binary with args and wants it to exit non-zero with want in its output.
-func refusedStart(t *testing.T, want string, args ...string) {
+// refusedRegionStart runs the binary with args and wants it to exit non-zero with want in its output.
+func refusedRegionStart(t *testing.T, want string, args ...string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -162,11 +162,11 @@ func TestRegionsTwoDatabases(t *testing.T) {
 		prev = v
 	}
 
-	refusedStart(t, "region layout mismatch", "--mysql-dsn", dsn0, "--region", "1/2")
-	refusedStart(t, "region layout mismatch", "--mysql-dsn", dsn0, "--region", "0/3")
-	refusedStart(t, "region layout mismatch", "--mysql-dsn", dsn1) // the single region on region 1's database
+	refusedRegionStart(t, "region layout mismatch", "--mysql-dsn", dsn0, "--region", "1/2")
+	refusedRegionStart(t, "region layout mismatch", "--mysql-dsn", dsn0, "--region", "0/3")
+	refusedRegionStart(t, "region layout mismatch", "--mysql-dsn", dsn1) // the single region on region 1's database
 	// Snowflake only, worker ids from the database: the same record.
-	refusedStart(t, "region layout mismatch", "--mysql-dsn", dsn0, "--region", "1/2", "--modes", "snowflake")
+	refusedRegionStart(t, "region layout mismatch", "--mysql-dsn", dsn0, "--region", "1/2", "--modes", "snowflake")
 }
 
 // TestRegionAdoptSingle: a single-region table joins two regions: the old database becomes
@@ -186,7 +186,7 @@ func TestRegionAdoptSingle(t *testing.T) {
 	e2e.StopClean(t, old1, old2)
 	floor := slices.Max(before)
 
-	refusedStart(t, "no region record", regionArgs(dsnA, "0/2")...)
+	refusedRegionStart(t, "no region record", regionArgs(dsnA, "0/2")...)
 	out := regionTool(t, "--from", dsnA, "--to", dsnA, "--to", dsnB)
 	if !strings.Contains(out, "region 1/2:") {
 		t.Errorf("leafd region: got %q, want the plan of region 1/2", out)
@@ -201,7 +201,7 @@ func TestRegionAdoptSingle(t *testing.T) {
 		ids.Add(fmt.Sprintf("region %d", k), got...)
 	}
 	ids.Check(t, 755)
-	refusedStart(t, "region layout mismatch", "--mysql-dsn", dsnA) // no --region on a database now in regions
+	refusedRegionStart(t, "region layout mismatch", "--mysql-dsn", dsnA) // no --region on a database now in regions
 }
 
 // TestRegionGrow: two regions grow to three (the two databases keep their regions, a third
@@ -238,7 +238,7 @@ func TestRegionGrow(t *testing.T) {
 		}
 	}
 	regionTool(t, "--from", dsnA, "--from", dsnB, "--to", dsnA, "--to", dsnB, "--to", dsnC)
-	refusedStart(t, "region layout mismatch", regionArgs(dsnB, "1/2")...)
+	refusedRegionStart(t, "region layout mismatch", regionArgs(dsnB, "1/2")...)
 	for k, dsn := range []string{dsnA, dsnB, dsnC} {
 		args := regionArgs(dsn, fmt.Sprintf("%d/3", k))
 		if k < len(dirs) {
@@ -297,7 +297,7 @@ func TestRegionEmbedded(t *testing.T) {
 	}
 	refused("region layout mismatch", "--region", "0/2")
 	refused("region layout mismatch")
-	refusedStart(t, "outside --region 1/2's worker ids 512..1023", "--region", "1/2", "--worker-id", "3")
+	refusedRegionStart(t, "outside --region 1/2's worker ids 512..1023", "--region", "1/2", "--worker-id", "3")
 }
 
 // TestRegionWorkerSources: ZooKeeper and StatefulSet worker ids land in the region's range

@@ -68,8 +68,19 @@ func run(ctx context.Context, cfg Config, log *zap.Logger, ready func(net.Addr))
 		storeCloser []io.Closer
 	)
 	if cfg.segmentOn() {
+		// The data dir serves the store it served before, unless told otherwise (storeid.go).
+		rec, err := checkStore(ctx, cfg, log)
+		if err != nil {
+			return err
+		}
 		if store, marks, storeName, storeCloser, err = openStore(ctx, cfg, log); err != nil {
 			return err
+		}
+		if err := writeStoreRecord(cfg.DataDir, rec); err != nil {
+			for _, c := range storeCloser {
+				_ = c.Close()
+			}
+			return fmt.Errorf("data dir: record the store: %w", err)
 		}
 	}
 	closers = append(closers, storeCloser...)

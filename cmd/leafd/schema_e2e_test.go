@@ -20,7 +20,7 @@ import (
 )
 
 // schemaTables are the tables docs/schema.sql defines: every table leafd uses on MySQL.
-var schemaTables = []string{"leaf_alloc", "leafd_fence", "leafd_leader", "leafd_remainder", "leafd_tag_shape", "leafd_worker"}
+var schemaTables = []string{"leaf_alloc", "leafd_fence", "leafd_identity", "leafd_leader", "leafd_remainder", "leafd_tag_shape", "leafd_worker"}
 
 // regionTable is docs/schema.sql's table of a regional deployment only (--region k/n).
 const regionTable = "leafd_region"

@@ -99,7 +99,9 @@ func FreeAddr(t testing.TB) string {
 
 // Start starts the binary with its own data dir (unless args name one) and free RESP and
 // admin ports (unless args name them), and returns once the ready line is logged. It is
-// killed at cleanup.
+// killed at cleanup. Args may name port 0 (--addr 127.0.0.1:0, --http-addr 127.0.0.1:0):
+// Addr and HTTPAddr are then the ports the run was given, read from its log (each restart
+// gets new ones), which no other process can take between a pick and the bind.
 func Start(t testing.TB, args ...string) *Leafd {
 	t.Helper()
 	return StartAs(t, &Leafd{}, args...)
@@ -368,8 +370,16 @@ func (l *Leafd) waitReady() {
 	if err != nil {
 		l.t.Fatalf("leafd on %s: %v\n%s", l.Addr, err, Tail(l.Log(), 40))
 	}
-	if a, _ := line["addr"].(string); a != "" && a != l.Addr {
+	a, _ := line["addr"].(string)
+	if strings.HasSuffix(FlagValue(l.Args, "--addr"), ":0") && a != "" {
+		l.Addr = a // the port the run was given by the kernel: nothing else can take it meanwhile
+	} else if a != "" && a != l.Addr {
 		l.t.Fatalf("leafd ready on %s, want %s", a, l.Addr)
+	}
+	if strings.HasSuffix(FlagValue(l.Args, "--http-addr"), ":0") {
+		if h, err := l.waitLine(func(m map[string]any) bool { return m["msg"] == "admin HTTP ready" }, StartTimeout); err == nil {
+			l.HTTPAddr, _ = h["http_addr"].(string)
+		}
 	}
 }
 
