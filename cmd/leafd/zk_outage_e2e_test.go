@@ -132,7 +132,7 @@ func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
 	e2e.Eventually(t, d, what, cond)
 }
 
-func TestZKIssue24Scenarios(t *testing.T) {
+func TestZKOutageScenarios(t *testing.T) {
 	z := testenv.StartZooKeeper(t)
 	seq0 := "--snowflake-seq-zero"
 
