@@ -1,6 +1,6 @@
 package main
 
-// Adoption on the built binary (issue 22): rows leafd did not create are refused until
+// Adoption on the built binary: rows leafd did not create are refused until
 // `leafd adopt`, then served from max_id as Leaf would; a failover that loses the adoption
 // and the first allocations gives no duplicate; adopting the lagging database is caught.
 

@@ -21,14 +21,14 @@ import (
 	"github.com/leafd/leafd/internal/testenv"
 )
 
-// TestE2EHotTagBurstRatio measures issue 21's last "done when" bound: a hot tag beside a burst
+// TestE2EHotTagBurstRatio measures the hot-tag bound: a hot tag beside a burst
 // of 1,200 first loads gets no UNAVAILABLE and no request slower than 20x its baseline
 // maximum. It is a measurement, not a check (the ratio of two maxima on a shared machine is
 // noise-bound), so it runs only when asked:
 //
 //	source /work/dev/env.sh; LEAFD_HOT_BENCH=1 go test -count=1 -run TestE2EHotTagBurstRatio -v ./cmd/leafd/
 //
-// One leafd on MySQL (--auto-create on --max-step 20000, as the issue's repro; HOT_FLAGS adds
+// One leafd on MySQL (--auto-create on --max-step 20000, as TestE2EHotTagBesideFirstLoadBurst; HOT_FLAGS adds
 // flags) and HOT_ROUNDS rounds (default 5) of: 1 s of sequential INCR hot (the baseline),
 // then INCR hot for as long as a burst of 40 connections x 30 pipelined INCRs of new tags
 // lasts (1,200 first loads; at most HOT_WINDOW, default 30 s). Beside the hot client a probe asks IDS.INFO hot

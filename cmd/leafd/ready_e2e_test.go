@@ -1,6 +1,6 @@
 package main
 
-// Issue #8 on the built binary: readiness after a restart, the warm start, and a restored
+// On the built binary: readiness after a restart, the warm start, and a restored
 // embedded store.
 
 import (

@@ -14,7 +14,7 @@ import (
 	"github.com/leafd/leafd/internal/testenv"
 )
 
-// TestMySQLRecreateOnOtherInstance (adversarial review G): IDs of a retired tag are never
+// TestMySQLRecreateOnOtherInstance: IDs of a retired tag are never
 // reissued, even if the row is deleted and the tag re-created through an instance that never
 // served it (no mark there): x issues 1..3 of tag "r", the row is deleted, IDS.CREATE r (no
 // START) on z starts above the high-water kept in r's leafd_fence row, which survives the
@@ -53,7 +53,7 @@ func TestMySQLRecreateOnOtherInstance(t *testing.T) {
 	}
 }
 
-// TestMySQLRecreateOtherCase (adversarial review G), on ONE instance: MySQL's default
+// TestMySQLRecreateOtherCase, on ONE instance: MySQL's default
 // collation matches biz_tag case-insensitively, while the marks are keyed by the exact name.
 // "kb" issues 1..3, is retired and its row deleted; IDS.CREATE KB (no START) finds no mark
 // for "KB", but the high-water of the fence row "kb" (matched with the same collation) makes

@@ -12,7 +12,7 @@ import (
 	"time"
 )
 
-// TestRestoreWithoutMarksRefused (adversarial review G): the embedded store with marks.db
+// TestRestoreWithoutMarksRefused: the embedded store with marks.db
 // lost (deleted, or a data dir rebuilt from a backup of leafd.db alone) and leafd.db restored
 // from an earlier copy is refused at start, with a message naming the override, instead of
 // reissuing IDs (leafd.db and marks.db carry one pairing id, segment.PairMarks).

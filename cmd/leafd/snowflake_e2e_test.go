@@ -1,7 +1,7 @@
 package main
 
-// Binary tests of snowflake uniqueness across processes, restarts and source switches (issue
-// #7), and of a start that does not wait for the snowflake bound (issue #12 item 4).
+// Binary tests of snowflake uniqueness across processes, restarts and source switches, and
+// of a start that does not wait for the snowflake bound.
 
 import (
 	"context"
@@ -162,7 +162,7 @@ func TestSnowflakeSourceSwitch(t *testing.T) {
 	ids.Check(t, 1000)
 }
 
-// TestSnowflakeRestartBoundAhead (issue #12 item 4 and #7): after kill -9 the persisted bound
+// TestSnowflakeRestartBoundAhead: after kill -9 the persisted bound
 // is ahead of the clock. The restarted process listens and serves segment IDs at once, answers
 // NOWORKER for snowflake (readiness says so) until its clock has passed the bound, then serves
 // above every earlier ID.

@@ -1,9 +1,10 @@
 package main
 
-// The six scenarios of issue #24 on the built binary: one private ZooKeeper, a fault proxy in
-// front of it per instance that needs one, every snowflake ID recorded. Sequences start at 0
-// (--snowflake-seq-zero) so that two processes serving one worker id in one millisecond
-// always collide: a duplicate cannot hide behind random sequence starts.
+// Six ZooKeeper outage, restart and failover scenarios of a snowflake worker on the built
+// binary (docs/SNOWFLAKE.md, "The six scenarios on the binary"): one private ZooKeeper, a
+// fault proxy in front of it per instance that needs one, every snowflake ID recorded.
+// Sequences start at 0 (--snowflake-seq-zero) so that two processes serving one worker id
+// in one millisecond always collide: a duplicate cannot hide behind random sequence starts.
 
 import (
 	"context"
@@ -354,7 +355,7 @@ func TestZKOutageScenarios(t *testing.T) {
 			bounds = append(bounds, st.ReservedUntil)
 			r.Kill()
 			lastKill = time.Now()
-			time.Sleep(300 * time.Millisecond) // pacing: restarts in quick succession, as in the issue
+			time.Sleep(300 * time.Millisecond) // pacing: restarts in quick succession, as a crash loop restarts
 		}
 		if len(bounds) < 3 {
 			t.Fatalf("only %d restarts before the bound passed (machine too slow for the scenario)", len(bounds))
