@@ -67,7 +67,7 @@ func workerSource(t *testing.T, l *e2e.Leafd) string {
 }
 
 // TestMySQLWorkerIDs: two, then three instances on one MariaDB with only --mysql-dsn, under
-// snowflake load: distinct worker ids from leafd_worker, 0 duplicates. (Before: all worker 0.)
+// snowflake load: distinct worker ids from leafd_worker (not all worker 0), 0 duplicates.
 func TestMySQLWorkerIDs(t *testing.T) {
 	dsn, db := e2e.SharedDB(t)
 	ls := e2e.StartMany(t, []string{"--mysql-dsn", dsn}, []string{"--mysql-dsn", dsn})

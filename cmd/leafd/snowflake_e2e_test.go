@@ -196,8 +196,8 @@ func TestSnowflakeRestartBoundAhead(t *testing.T) {
 	snowAt := time.Now()
 	ready, readyTag := l.HTTPStatus("/readyz"), l.HTTPStatus("/readyz?tag=k")
 	t.Logf("kill -9 restart: listening after %v, first segment ID after %v (race-enabled binary on a loaded machine)", listened, segment)
-	// The bound was up to 3s ahead of the clock at the kill; the old start waited it out
-	// before listening. Now snowflake is still refusing when segment IDs are already served.
+	// The bound was up to 3s ahead of the clock at the kill; the start does not wait it out
+	// before listening, so snowflake is still refusing when segment IDs are already served.
 	if sfErr == nil || !strings.HasPrefix(sfErr.Error(), "NOWORKER ") {
 		t.Errorf("snowflake right after the restart: got %v, want NOWORKER while the bound is ahead", sfErr)
 	}
@@ -227,8 +227,7 @@ func TestSnowflakeRestartBoundAhead(t *testing.T) {
 
 // TestSnowflakeGracefulRestartFast: after SIGTERM the persisted bound is lowered to just past
 // the last millisecond used, so a restart of the same instance serves snowflake IDs without
-// waiting out the lease window, with reuse off or on. (Before: ZooKeeper without reuse waited
-// about 2.9s.)
+// waiting out the lease window, with reuse off or on (ZooKeeper without reuse too).
 func TestSnowflakeGracefulRestartFast(t *testing.T) {
 	zkAddr := testenv.ZKAddr(t)
 	for _, mode := range []struct {

@@ -328,7 +328,8 @@ func TestZKOutageScenarios(t *testing.T) {
 
 	// 5. Restarts more often than the tolerance: a kill -9, then restarts killed while they
 	// wait for the bound, half a second apart. The bound must not move, and the last restart
-	// serves (before: each restart added the tolerance, until every start was refused).
+	// serves (a bound that each restart raised by the tolerance would ratchet until every
+	// start was refused).
 	t.Run("restarts do not ratchet the bound", func(t *testing.T) {
 		t.Parallel()
 		name := e2e.ZKTestName(t)
