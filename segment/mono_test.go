@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// TestRetryAfterWallClockStepBack (adversarial review G): the retry back-off
+// TestRetryAfterWallClockStepBack: the retry back-off
 // (buffer.retryAt) and the negative cache (negEntry.until) are durations on the generator's
 // monoClock, not wall-clock instants: a failed load followed by a step back of the wall clock
 // (NTP, a VM resumed) does not keep the tag refused for the size of the step once the store
