@@ -34,9 +34,9 @@ func TestShapedTagOneSpelling(t *testing.T) {
 	}
 }
 
-// TestPruneNeedsTheFence: with --mysql-failover-allocs 0
-// there is no high-water, so a pruned period's row re-created by another instance (without
-// this one's marks) would start again at 1: IDS.PRUNE refuses, and deletes nothing.
+// TestPruneNeedsTheFence: with --mysql-failover-allocs 0 there is no high-water, so a pruned
+// period's row re-created by another instance (without this one's marks) would start again at
+// 1: IDS.PRUNE refuses, and deletes nothing.
 func TestPruneNeedsTheFence(t *testing.T) {
 	clk := newTestClock(time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC))
 	dsn := testenv.FreshDatabase(t, testenv.MySQLDSN(t))

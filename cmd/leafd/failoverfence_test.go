@@ -92,8 +92,8 @@ func TestFenceLostCreate(t *testing.T) {
 	}
 }
 
-// TestFenceMixedMaxStep: an instance with a larger --max-step lost two of its (large) ranges; one
-// with --max-step 10 takes the tag over, with the largest gap any instance recorded in the
+// TestFenceMixedMaxStep: an instance with a larger --max-step lost two of its (large) ranges;
+// one with --max-step 10 takes the tag over, with the largest gap any instance recorded in the
 // database fence row (16 × 100000), not its own 16 × 10.
 func TestFenceMixedMaxStep(t *testing.T) {
 	r, px, dsn := e2e.Replicated(t)

@@ -1,9 +1,9 @@
 package main
 
-// Binary tests of the MySQL worker-id source: several instances on one MariaDB
-// with no other flag than --mysql-dsn, kill -9 and a restart on a wiped data dir, a holder
-// paused past its lease while another takes its id, the database connection cut and delayed
-// by a proxy, and a failover to a lagging replica. Every test checks that no ID is issued twice.
+// Binary tests of the MySQL worker-id source: several instances on one MariaDB with no other
+// flag than --mysql-dsn, kill -9 and a restart on a wiped data dir, a holder paused past its
+// lease while another takes its id, the database connection cut and delayed by a proxy, and a
+// failover to a lagging replica. Every test checks that no ID is issued twice.
 
 import (
 	"context"

@@ -162,10 +162,9 @@ func TestSnowflakeSourceSwitch(t *testing.T) {
 	ids.Check(t, 1000)
 }
 
-// TestSnowflakeRestartBoundAhead: after kill -9 the persisted bound
-// is ahead of the clock. The restarted process listens and serves segment IDs at once, answers
-// NOWORKER for snowflake (readiness says so) until its clock has passed the bound, then serves
-// above every earlier ID.
+// TestSnowflakeRestartBoundAhead: after kill -9 the persisted bound is ahead of the clock. The
+// restarted process listens and serves segment IDs at once, answers NOWORKER for snowflake
+// (readiness says so) until its clock has passed the bound, then serves above every earlier ID.
 func TestSnowflakeRestartBoundAhead(t *testing.T) {
 	l := e2e.Start(t, "--lease-window", "3s")
 	c := l.Client(2)
