@@ -1,6 +1,6 @@
 package bench
 
-// TestRefillTail measures issue 10's item 3: the INCR tail through segment refills when the
+// TestRefillTail measures the INCR tail through segment refills when the
 // database is far away. It is a benchmark, not a check, so it runs only when asked:
 //
 //	LEAFD_REFILL_BENCH=1 go test ./bench/ -run TestRefillTail -v -timeout 30m

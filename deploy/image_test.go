@@ -121,8 +121,8 @@ func TestImage(t *testing.T) {
 			"-v", vol+":/data", "-e", "LEAFD_ADDR="+respAddr, "-e", "LEAFD_HTTP_ADDR="+admin, tag)
 		deadline := time.Now().Add(60 * time.Second)
 		for {
-			// /healthz, not /readyz: before #8, a restarted instance is not ready until its
-			// stored tags are requested (readiness is checked after the INCRs below).
+			// /healthz, not /readyz: this waits for the process to be live; readiness is
+			// checked on its own, after the INCRs below (ready).
 			resp, err := http.Get("http://" + admin + "/healthz")
 			if err == nil {
 				resp.Body.Close()

@@ -116,7 +116,7 @@ func pct(lat []time.Duration, p float64) time.Duration { return lat[int(float64(
 // TestPeriodBoundaryManyTags: 1,000 daily tags under load cross midnight: each one's first
 // ID of the new day is the new date and counter 1 (every tag's next counter row created at
 // the boundary, batched by the group commits). The timing bound here is loose (a shared CI
-// machine, -race); BenchmarkPeriodBoundary measures the 10,000 tags within 1 s.
+// machine, -race); BenchmarkPeriodBoundary measures the target, 10,000 tags within 1 s.
 func TestPeriodBoundaryManyTags(t *testing.T) {
 	lat := boundaryRun(t, serverOpts{dir: t.TempDir(), markFile: true, noWarm: true}, boundaryTags, 100)
 	t.Logf("%d tags, boundary to first new-period ID: p50 %v, p99 %v, max %v", boundaryTags, pct(lat, 0.5), pct(lat, 0.99), lat[len(lat)-1])
@@ -125,7 +125,7 @@ func TestPeriodBoundaryManyTags(t *testing.T) {
 	}
 }
 
-// BenchmarkPeriodBoundary: the figure, 10,000 daily tags crossing midnight under load
+// BenchmarkPeriodBoundary: the target's figure, 10,000 daily tags crossing midnight under load
 // on each store: p50, p99 and max of the time from the boundary to each tag's first ID of the
 // new period (-benchtime 1x; the MySQL run needs LEAFD_TEST_MYSQL_DSN).
 func BenchmarkPeriodBoundary(b *testing.B) {

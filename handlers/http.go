@@ -145,7 +145,7 @@ func (h *Handler) serveSegmentGet(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	// A shaped tag: the formatted ID, as Leaf's users of formatted serials expect (issue 19).
+	// A shaped tag: the formatted ID, as Leaf's users of formatted serials expect.
 	b, err := h.nextFormatted(e)
 	if err != nil {
 		h.writeHTTPError(w, err)

@@ -139,8 +139,8 @@ func (w *holdWrap) ServeRESP(c *resp.Conn, args [][]byte) {
 
 // TestOffLoopLatencyAndLoopCounters: an IDS.CREATE (its table flag sends it off the loop) that
 // waits 300 ms on resp's fake clock is counted in leafd_command_duration_seconds's 0.5 s
-// bucket, not below 0.1 s: the histogram covers a command's time off the loop (the re-attack's
-// finding 4 saw it counted from the hand-back). An ECHO held on the loop is taken over by the
+// bucket, not below 0.1 s: the histogram covers a command's time off the loop, counted from
+// the batch's read, not from the hand-back. An ECHO held on the loop is taken over by the
 // watchdog. /metrics then shows leafd_loop_offloads_total 1 and leafd_loop_takeovers_total 1.
 func TestOffLoopLatencyAndLoopCounters(t *testing.T) {
 	clk := clock.NewFake(time.Unix(1_700_000_000, 0))

@@ -11,12 +11,12 @@ import (
 	"time"
 )
 
-// BenchmarkServeManyTags (issue #8 item 7, #10 item 5) runs the whole server path in one
-// process with 100,000 tags held, loaded by INCR through RESP on the embedded store (and
-// marks.db, as leafd keeps them): the Go heap per held tag after a GC, then INCR -P 16 on one
-// tag and round-robin over all tags, alternating blocks on two connections so that the noise
-// of a shared machine hits both alike. It reports ns per INCR of each and "ratio" (one tag's
-// time / round-robin time; 1 means round-robin costs nothing more). Profile with
+// BenchmarkServeManyTags runs the whole server path in one process with 100,000 tags held,
+// loaded by INCR through RESP on the embedded store (and marks.db, as leafd keeps them): the Go
+// heap per held tag after a GC, then INCR -P 16 on one tag and round-robin over all tags,
+// alternating blocks on two connections so that the noise of a shared machine hits both alike.
+// It reports ns per INCR of each and "ratio" (one tag's time / round-robin time; 1 means
+// round-robin costs nothing more). Profile with
 //
 //	LEAFD_BENCH_CPUPROFILE=cpu.out go test -run '^$' -bench ServeManyTags -benchtime 1000x ./handlers/
 //

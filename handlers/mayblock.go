@@ -159,7 +159,7 @@ func waitExec(h *Handler, c *resp.Conn, args [][]byte) bool {
 // flags: per segment tag (a shaped tag's row of the current period) and of the snowflake
 // generator. Each command's flag asks whether the tag holds its count plus the counts of the
 // commands before it: sixteen INCRBY tx 400000 each served alone but together needing several
-// loads would otherwise run those loads on the loop (the re-attack's finding 2). It lives in
+// loads would otherwise run those loads on the loop (TestExecSumsDemand). It lives in
 // the connection's state and is reused, so EXEC allocates only when a connection's
 // transaction names more tags than any before it.
 type demand struct {

@@ -131,8 +131,8 @@ func TestMayBlockSegmentWaits(t *testing.T) {
 
 // TestMayBlockTable: the flags of the other commands, and the state MayBlock reads as
 // ServeRESP does: inside MULTI a command is only queued (it never waits), and EXEC waits
-// exactly when a command it queued may (issue 21 item 3: EXEC ran its queue on the loop).
-// Fails when EXEC's flag is dropped or does not ask its queue.
+// exactly when a command it queued may (else EXEC runs its queue on the loop). Fails when
+// EXEC's flag is dropped or does not ask its queue.
 func TestMayBlockTable(t *testing.T) {
 	ts, rec := recordingServer(t, serverOpts{autoCreate: true, noWarm: true})
 	m := newMayClient(t, ts, rec)
@@ -201,8 +201,8 @@ func TestMayBlockBeforeAuth(t *testing.T) {
 // TestExecWaitsOffLoop: a transaction whose queued AUTH waits for its pacing turn runs off
 // the event loop: while it waits, another client of the same loop is served, and the loop's
 // watchdog never had to take the loop over (resp.Stats.LoopTakeovers). Fails on EXEC run on
-// the loop (issue 21 item 3: the other connections stalled until the watchdog, and innocent
-// throughput fell about 5x with queued wrong AUTHs).
+// the loop (the other connections then stall until the watchdog, and innocent throughput
+// falls several-fold with queued wrong AUTHs).
 func TestExecWaitsOffLoop(t *testing.T) {
 	entered := make(chan struct{}, 4)
 	release := make(chan struct{})

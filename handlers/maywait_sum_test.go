@@ -18,9 +18,8 @@ import (
 // INCRBY n, IDS.SEGMENT n, IDS.NEXT n, a shaped tag's counter row) and of the snowflake
 // generator, and runs off the loop when a tag's segment in memory does not hold the sum,
 // although each command alone is served. Fails when EXEC asks each command's flag alone
-// (issue 21, the re-attack's finding 2: sixteen INCRBY tx 400000 each served alone needed
-// several loads together, which ran on the loop: same-loop p99 16-18 ms against 1.5-1.8 ms
-// outside MULTI).
+// (then sixteen INCRBY tx 400000, each served alone, need several loads together, and those
+// loads run on the loop and stall its other connections).
 func TestExecSumsDemand(t *testing.T) {
 	clk := newTestClock(time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC))
 	rec := &mayRecorder{last: map[string]bool{}}
@@ -101,8 +100,8 @@ func (c *gateClock) Sleep(d time.Duration) {
 // waits, another client of the same loop is served and the watchdog never took the loop
 // over. One the millisecond holds stays on the loop. The clock is the fake, so the wait lasts
 // exactly as long as the test holds it. Fails without IDS.SNOWFLAKE's mayWait flag, or with a
-// flag that ignores the sequence used (issue 21, the re-attack's finding 3: a pipeline of
-// IDS.SNOWFLAKE 1000 held its loop 200-450 ms).
+// flag that ignores the sequence used (then a pipeline of IDS.SNOWFLAKE 1000 waits out the
+// next milliseconds on the loop, holding every other connection of that loop).
 func TestSnowflakeWaitsOffLoop(t *testing.T) {
 	clk := &gateClock{Fake: clock.NewFake(time.Now()), entered: make(chan time.Duration, 4), release: make(chan struct{})}
 	ts := startServer(t, serverOpts{loops: 1,

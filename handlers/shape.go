@@ -16,7 +16,7 @@ import (
 	"go.uber.org/zap"
 )
 
-// ID shapes (issue 19): a shaped tag's spec lives in the store (segment.Shapes) and is
+// ID shapes (docs/SHAPES.md): a shaped tag's spec lives in the store (segment.Shapes) and is
 // compiled here; its counters are the segment rows tag@period, served by the segment core
 // like any tag. This file holds the registry of compiled shapes and the commands IDS.NEXT and
 // IDS.PARSE, and the shaped paths of INCR, IDS.CREATE and IDS.INFO.
@@ -208,8 +208,9 @@ type prefetcher interface {
 // prefetchNext queues the creation of the row of the period after p and the load of its
 // first segment, once per period and tag: within PeriodLead of a boundary, so that every
 // periodic tag serves its first ID of the new period from memory instead of all creating
-// their rows at once (10,000 tags took 5 s at the boundary; issue 19). Each period is its own
-// row, so a row made early collides with nothing; its range is served only from its period.
+// their rows at once at the boundary (TestPeriodBoundaryManyTags, BenchmarkPeriodBoundary).
+// Each period is its own row, so a row made early collides with nothing; its range is served
+// only from its period.
 func (h *Handler) prefetchNext(e *shapeEntry, p *shape.Period) {
 	old := e.ahead.Load()
 	if old == p || !e.ahead.CompareAndSwap(old, p) {

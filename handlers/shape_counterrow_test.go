@@ -7,8 +7,8 @@ import (
 )
 
 // TestCounterRowRefused: a shaped tag's counter row (tag@period) is not served by INCR,
-// INCRBY, IDS.SEGMENT or IDS.NEXT under its own name (an opaque tag's raw counter would leak,
-// review of issue 19), neither on the instance that serves the tag nor on one that has not
+// INCRBY, IDS.SEGMENT or IDS.NEXT under its own name (an opaque tag's raw counter would
+// leak), neither on the instance that serves the tag nor on one that has not
 // seen its shape yet; a plain tag whose name has an '@' is served as before.
 func TestCounterRowRefused(t *testing.T) {
 	dir := t.TempDir()

@@ -57,8 +57,8 @@ func wantErr(t *testing.T, err error, code string) {
 	}
 }
 
-// The example, end to end: a daily order number in Shanghai, IDS.NEXT, INCR's integer,
-// IDS.PARSE, IDS.INFO.
+// docs/REFERENCE.md's example, end to end: a daily order number in Shanghai, IDS.NEXT, INCR's
+// integer, IDS.PARSE, IDS.INFO.
 func TestShapedDaily(t *testing.T) {
 	forEachProto(t, func(t *testing.T, proto int) {
 		clk := newTestClock(time.Date(2026, 12, 1, 10, 0, 0, 0, shanghai))

@@ -1,4 +1,4 @@
-// Package ordered serves ORDERED tags (issue 20, part 2; docs/SEGMENT.md, "Ordered tags"):
+// Package ordered serves ORDERED tags (docs/SEGMENT.md, "Ordered tags"):
 // one instance at a time serves such a tag, its leader, chosen by a fenced row of leafd_leader
 // on the database's clock (Lease, MySQLLeases); one Manager goroutine keeps the lease of every
 // ordered tag an instance has seen, and the Forwarder carries the other instances' requests of

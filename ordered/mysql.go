@@ -135,7 +135,7 @@ func (m *MySQLLeases) IsOrdered(ctx context.Context, tag string) (bool, error) {
 	}
 	if err == nil && name != tag {
 		// The collation matched another spelling: the same leaf_alloc row, but a lease of its
-		// own would make a second leader of one counter (found by the review of issue 19).
+		// own would make a second leader of one counter (TestMySQLOrderedOneSpelling).
 		return false, fmt.Errorf("%w: %q is %q", ErrOtherSpelling, tag, name)
 	}
 	return err == nil, err

@@ -174,10 +174,10 @@ func TestMySQLLeaseTakeover(t *testing.T) {
 	}
 }
 
-// TestMySQLLeaseTimeZones (fence: the lease is judged in UTC). The review found the lease row
-// judged by NOW(3) against a DATETIME: an instance whose sessions ran in another time zone
-// (a DSN's time_zone, or SET GLOBAL time_zone, or a DST change under SYSTEM) saw a live lease
-// as lapsed and took it: two leaders at once. Two instances with sessions ten hours apart:
+// TestMySQLLeaseTimeZones (fence: the lease is judged in UTC). The hazard: a lease row judged
+// by NOW(3) against a DATETIME lets an instance whose sessions run in another time zone (a
+// DSN's time_zone, or SET GLOBAL time_zone, or a DST change under SYSTEM) see a live lease as
+// lapsed and take it: two leaders at once. Two instances with sessions ten hours apart:
 // the second is refused while the first holds. Mutant: NOW(3) back in Acquire: caught.
 func TestMySQLLeaseTimeZones(t *testing.T) {
 	dsn := testenv.FreshDatabase(t, testenv.MySQLDSN(t))
@@ -205,9 +205,9 @@ func TestMySQLLeaseTimeZones(t *testing.T) {
 
 // TestMySQLOrderedOneSpelling (fence: an ordered tag answers to its stored spelling only). On
 // a case-insensitive collation "mx" finds the leafd_leader row of "MX" (and the same
-// leaf_alloc row): taken as ordered under its own name it got a lease of its own, a second
-// leader of one counter (the review of issue 19 saw IDs go back across the spellings). Now
-// the other spelling is ErrOtherSpelling, which Admit passes on (BADTAG). Mutant: the
+// leaf_alloc row): taken as ordered under its own name it would get a lease of its own, a
+// second leader of one counter, and IDs would go back across the spellings. So the other
+// spelling is ErrOtherSpelling, which Admit passes on (BADTAG). Mutant: the
 // spelling compare removed: caught.
 func TestMySQLOrderedOneSpelling(t *testing.T) {
 	m, db := openLeases(t, testenv.FreshDatabase(t, testenv.MySQLDSN(t)), "")

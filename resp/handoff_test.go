@@ -34,7 +34,7 @@ func eventfdCount(t *testing.T, fd int) uint64 {
 // of acknowledging (drain the eventfd, clear woken) by the ackWake seam. Afterwards woken
 // must not be set while the eventfd is empty (the loop would never be woken again: every
 // later wake returns early), and the next wake must reach the eventfd. Fails when ackWake
-// clears the flag before draining (the order of issue 21 item 1).
+// clears the flag before draining.
 func TestWakeAckProtocol(t *testing.T) {
 	fd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
 	if err != nil {
@@ -126,7 +126,7 @@ func waitWokenClear(t *testing.T, srv *Server) {
 // loop's drain of the eventfd and the clear of its flag (the ackWake seam). The loop must
 // still learn of the next connection at once: woken is clear once the first client is
 // served, and a new connection's first PING is not left to the 1 s sweep timeout. Fails with
-// the acknowledgement steps swapped (issue 21 item 1: a first PING of 272-775 ms afterwards).
+// the acknowledgement steps swapped (the first PING then waits for the sweep timeout).
 func TestLoopWakeBetweenDrainAndClear(t *testing.T) {
 	var once sync.Once
 	var fired atomic.Bool
@@ -148,8 +148,9 @@ func TestLoopWakeBetweenDrainAndClear(t *testing.T) {
 
 // TestLoopIdleProbeAfterStress: connection churn, offloaded commands handed back and
 // pipelines on two loops, then idle: every loop's woken flag clears and a new connection's
-// first PING is answered at once, not at the loop's 1 s sweep timeout. Issue 21 saw churn
-// alone lose a wake-up within seconds with the old acknowledgement order.
+// first PING is answered at once, not at the loop's 1 s sweep timeout. With the
+// acknowledgement steps in the wrong order (clear before drain), churn alone loses a wake-up
+// within seconds.
 func TestLoopIdleProbeAfterStress(t *testing.T) {
 	fast := HandlerFunc(func(c *Conn, args [][]byte) { c.WriteSimple("PONG") })
 	mixed := mayBlockFunc{fast, func(c *Conn, args [][]byte) bool { return string(args[0]) == "OFF" }}
@@ -203,7 +204,8 @@ type mayBlockFunc struct {
 
 func (m mayBlockFunc) MayBlock(c *Conn, args [][]byte) bool { return m.may(c, args) }
 
-// resetClose closes nc with an RST (SO_LINGER 0), as the attack of issue 21 item 2 did.
+// resetClose closes nc with an RST (SO_LINGER 0), as a client resetting after its command
+// went off the loop does (cmd/leafd's TestE2ELoopResetAttackCPU).
 func resetClose(t *testing.T, nc net.Conn) {
 	t.Helper()
 	if err := nc.(*net.TCPConn).SetLinger(0); err != nil {
@@ -217,7 +219,8 @@ func resetClose(t *testing.T, nc net.Conn) {
 // on the socket's EPOLLHUP/EPOLLERR while the command runs: its epoll returns are counted
 // (loop.iters) over 200 ms and must stay a handful (a spinning loop makes tens of thousands).
 // Then the command ends, the connection is closed and another client is served. Fails when
-// a busy connection keeps its place in the epoll set with interest 0 (issue 21 item 2).
+// a busy connection keeps its place in the epoll set with interest 0 (EPOLLHUP and EPOLLERR
+// are reported whatever the interest).
 func TestLoopResetWhileOffloaded(t *testing.T) {
 	for _, declare := range []bool{true, false} {
 		name := "takenOver"
@@ -266,8 +269,8 @@ func TestLoopResetWhileOffloaded(t *testing.T) {
 // earlier. A command that starts between its read of the command word and its
 // compare-and-swap (the watch seam) is not deposed, whether the loop was idle at the earlier
 // tick or ran the previous command of the same connection then. Fails when the watchdog
-// compares the connection and a command count apart from the running state (issue 21 item
-// 5: the old code's hand-off of a command that had just started).
+// compares the connection and a command count apart from the running state (it would then
+// hand off a command that had just started).
 func TestWatchdogSparesNewCommand(t *testing.T) {
 	c := &Conn{}
 	var taken []*Conn
@@ -392,8 +395,8 @@ func waitFor(cond func() bool) bool {
 // reply written), while the deposed command still blocks. Two ways to get there:
 //   - run: one epoll batch holds the eventfd (A's hand-back) and then B's socket; the loop
 //     acknowledges the wake, then B's command blocks and is deposed before the batch's
-//     housekeep. Fails without the housekeep at the start of run (the re-attack saw a 2 ms
-//     hand-back answered after the 1 s sweep timeout).
+//     housekeep. Fails without the housekeep at the start of run (a 2 ms hand-back is then
+//     answered only after the 1 s sweep timeout).
 //   - housekeep: A1 and A2 are handed back together; A1's next pipelined command blocks while
 //     housekeep resumes it and is deposed. Fails when housekeep takes all of returned at once
 //     (A2 then waits in the deposed goroutine's slice until A1's command ends).
@@ -588,8 +591,7 @@ func (b batchTimer) BatchDone(c *Conn, took time.Duration) { b.took <- took }
 // by the watchdog, is timed from its read to its replies written (the latency its client
 // sees, leafd_command_duration_seconds), its time off the loop included. The server's clock
 // is a fake that the test moves by 3 s while the command waits. Fails when the hand-back
-// restarts the batch's clock (the re-attack's finding 4: the time was counted from the
-// hand-back).
+// restarts the batch's clock (the time would then be counted from the hand-back).
 func TestBatchTimeCoversOffLoop(t *testing.T) {
 	for _, cmd := range []string{"OFF", "BLOCK"} {
 		t.Run(cmd, func(t *testing.T) {

@@ -167,8 +167,8 @@ func TestMySQLAdoptReplicaRefused(t *testing.T) {
 	if got := r.Replica.QueryString("SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = 'leafd' AND TABLE_NAME = 'leafd_fence'"); got != "0" {
 		t.Fatalf("refused adoption created leafd_fence on the replica")
 	}
-	// A replica of a MariaDB named connection has no row in SHOW REPLICA STATUS (the
-	// adversarial review adopted one and got 2000 duplicates after a failover to it).
+	// A replica of a MariaDB named connection has no row in SHOW REPLICA STATUS (adopting
+	// one would give duplicates after a failover to it).
 	_, port, _ := strings.Cut(r.Primary.Addr(), ":")
 	r.Replica.Exec("STOP ALL SLAVES", "RESET SLAVE ALL",
 		"CHANGE MASTER 'm1' TO MASTER_HOST='127.0.0.1', MASTER_PORT="+port+", MASTER_USER='root', MASTER_PASSWORD='', MASTER_CONNECT_RETRY=1, MASTER_USE_GTID=slave_pos",

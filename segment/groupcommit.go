@@ -11,9 +11,10 @@ import (
 // boltGroup commits the write transactions of concurrent callers together: one bbolt
 // read-write transaction, and so one fsync, for every operation waiting when the previous
 // commit ends (group commit). bbolt has one writer and fsyncs each commit, so one commit per
-// call made tag creation cost an fsync each (issue 19: 540 new tags/s); a caller now waits for
-// at most the commit running when it arrives and the one it joins, and nothing waits for a
-// timer (bbolt's own DB.Batch waits MaxBatchDelay to gather a batch).
+// call would make tag creation cost an fsync each (docs/BENCHMARKS.md, "Tag creation", gives
+// the rate and its target); a caller waits for at most the commit running when it arrives
+// and the one it joins, and nothing waits for a timer (bbolt's own DB.Batch waits
+// MaxBatchDelay to gather a batch).
 //
 // The contract of an operation, which every caller in this package keeps: fn returns an
 // error only before it writes anything it needs undone (a check refusing it). Its error is

@@ -16,12 +16,12 @@ import (
 // never runs, so nobody else would). Waiters never clear it, so a waiter that gives up cannot
 // let a second load of the same buffer start while one runs.
 
-// Two queues feed the loaders: refills (a held tag's next segment: its clients are served
-// now and will run dry if it is late) and first loads (a tag's first segment: new tags,
-// auto-creation, the warm start). A refill never waits behind first loads: every loader
-// takes a waiting refill before anything else, and first loads run on at most
-// firstLoaders(MaxLoaders) loaders, so the others are always free for refills (issue 21: a
-// burst of 1,200 new tags left a hot tag's refill queued behind them for about 1.5 s).
+// Two queues feed the loaders: refills (a held tag's next segment: its clients are served now
+// and will run dry if it is late) and first loads (a tag's first segment: new tags,
+// auto-creation, the warm start). A refill never waits behind first loads: every loader takes a
+// waiting refill before anything else, and first loads run on at most firstLoaders(MaxLoaders)
+// loaders, so the others are always free for refills (else a burst of new tags leaves a hot
+// tag's refill queued behind them and the hot tag without IDs; TestRefillNotBehindFirstLoads).
 // Each queue holds MaxPending loads; a load submitted to a full queue is rejected.
 
 // firstLoaders is how many loaders may run first loads: half, and at least one (with a

@@ -6,11 +6,11 @@ import (
 	"time"
 )
 
-// TestRetryAfterWallClockStepBack (adversarial review G): the retry back-off
-// (buffer.retryAt) and the negative cache (negEntry.until) are durations on the generator's
-// monoClock, not wall-clock instants: a failed load followed by a step back of the wall clock
-// (NTP, a VM resumed) does not keep the tag refused for the size of the step once the store
-// answers again and RetryBackoff has passed.
+// TestRetryAfterWallClockStepBack: the retry back-off (buffer.retryAt) and the negative cache
+// (negEntry.until) are durations on the generator's monoClock, not wall-clock instants: a
+// failed load followed by a step back of the wall clock (NTP, a VM resumed) does not keep the
+// tag refused for the size of the step once the store answers again and RetryBackoff has
+// passed.
 func TestRetryAfterWallClockStepBack(t *testing.T) {
 	for _, held := range []bool{true, false} {
 		name := map[bool]string{true: "held tag (retryAt)", false: "first load (negative cache)"}[held]

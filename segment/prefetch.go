@@ -8,7 +8,7 @@ import (
 // Prefetch loads tag's first segment into this instance without taking an ID, and waits for
 // the load (or ctx). Nothing is done when the tag is held with a segment or a load running. A
 // shaped tag's next period row is prefetched shortly before the period starts, so that at the
-// boundary every periodic tag serves from memory (issue 19: 10,000 tags within 1 s); the
+// boundary every periodic tag serves from memory (the target: 10,000 tags within 1 s); the
 // range it leases belongs to that row only, and is served only once its period has begun.
 func (g *Generator) Prefetch(ctx context.Context, tag string) error {
 	b, err := g.buffer(tag)

@@ -13,7 +13,7 @@ import (
 // store, beside a held hot tag. The hot tag's refill is loaded at once (it never waits behind
 // them), the first loads run on at most half the loaders, and the hot tag is then served
 // without a wait. Fails when refills share the first loads' queue or when first loads may
-// take every loader (issue 21 item 4: a hot tag went without IDs for about 1.5 s per burst).
+// take every loader (the hot tag then goes without IDs while the burst loads).
 func TestRefillNotBehindFirstLoads(t *testing.T) {
 	clk := newFakeClock()
 	rows := map[string]int64{"hot": 100}
@@ -87,8 +87,8 @@ func waitedOf(err error) string {
 
 // TestUnavailableSaysWhatItWaited: a request whose wait ends says what it waited for: the
 // store, when its load was running there, or a free loader, when its load never left the
-// queue (issue 21 item 4: UNAVAILABLE said "store unreachable or slow" while the store
-// answered and the load waited for a loader).
+// queue (not "store unreachable or slow" while the store answers and the load waits for a
+// loader).
 func TestUnavailableSaysWhatItWaited(t *testing.T) {
 	clk := newFakeClock()
 	st := newFakeStore(map[string]int64{"a": 10, "b": 10})

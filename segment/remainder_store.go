@@ -108,8 +108,8 @@ func (s *MySQLStore) StoreID(ctx context.Context) (string, error) {
 	}
 	// The server's own identity too: a remainder is served only by the server it was saved
 	// on. After a failover the consumption of a file may be lost with the transactions the new
-	// primary missed, and a restored copy of the data dir would then replay it (adversarial
-	// review of issue 20: 2500 duplicates); a failover instead costs the remainder (a gap).
+	// primary missed, and a restored copy of the data dir would then replay it (duplicate
+	// IDs); a failover instead costs the remainder (a gap).
 	expr, err := s.identExpr(ctx)
 	if err != nil {
 		return "", s.wrap("server identity", "", err)

@@ -121,7 +121,7 @@ func (s *MySQLStore) CreateShape(ctx context.Context, tag string, spec []byte) e
 func (s *MySQLStore) createShapeUncommitted(ctx context.Context, tag string, spec []byte) (_ *sql.Tx, err error) {
 	// REPEATABLE READ whatever the server's default: the exclusion of a plain and a shaped
 	// tag of one name rests on gap locks (SELECT ... FOR UPDATE of a missing key), which READ
-	// COMMITTED does not take (adversarial review of issue 19).
+	// COMMITTED does not take (TestCreateExclusionRepeatableRead).
 	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{Isolation: s.createIsolation()})
 	if err != nil {
 		return nil, err
@@ -199,7 +199,7 @@ func (s *MySQLStore) LoadShape(ctx context.Context, tag string) ([]byte, error) 
 		// A case-insensitive collation matched another spelling. Its counter rows are shared
 		// (tag@period matches as well), but the opaque permutation is keyed by the name as
 		// written: two spellings would map one counter through two permutations and collide
-		// (adversarial review of issue 19: 13,974 duplicates). One spelling only.
+		// (TestShapedTagOneSpelling). One spelling only.
 		return nil, tagError(tag, ErrInvalidTag, fmt.Sprintf("the shaped tag is stored as '%s': ID shapes are case-sensitive, use that spelling", name))
 	}
 	return spec, nil
@@ -372,8 +372,8 @@ var (
 func (s *MySQLStore) DeleteTag(ctx context.Context, tag string) error {
 	if s.failoverAllocs <= 0 {
 		// Without the fence there is no high-water: another instance (one without this one's
-		// marks) would re-create the row at 1 and issue the period's IDs again (adversarial
-		// review of issue 19).
+		// marks) would re-create the row at 1 and issue the period's IDs again
+		// (TestPruneNeedsTheFence).
 		return tagError(tag, ErrLimit, "pruning needs the failover fence's high-water (--mysql-failover-allocs > 0): without it a pruned period could start again at 1 on another instance")
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)

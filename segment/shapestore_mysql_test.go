@@ -38,7 +38,8 @@ func TestCreateShapeRetriesDeadlock(t *testing.T) {
 // TestCreateExclusionRepeatableRead: a plain Create and a CreateShape of one name, ordered so
 // that each has locked the other's key (the missing key: a gap lock) before inserting its own
 // row, never both commit: one wins, the other fails cleanly (SHAPED or TAGEXISTS). Under READ
-// COMMITTED no gap lock is taken and both commit (the review's race, made deterministic).
+// COMMITTED no gap lock is taken and both commit (the race of concurrent creations, made
+// deterministic).
 func TestCreateExclusionRepeatableRead(t *testing.T) {
 	dsn := testenv.FreshDatabase(t, testenv.MySQLDSN(t))
 	s := fenced(t, dsn)

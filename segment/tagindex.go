@@ -5,13 +5,13 @@ import (
 	"sync/atomic"
 )
 
-// tagIndex maps a tag to its live buffer (issue #10 item 5). The hot path (Next) reads it
+// tagIndex maps a tag to its live buffer. The hot path (Next) reads it
 // without a lock and without allocating; adding or removing a tag writes it under
 // Generator.mu only.
 //
-// It replaced a sync.Map, whose hash trie costs a dependent cache miss per level (four or five
-// with 100,000 tags) plus one for the key's bytes: round-robin INCR over 100,000 tags paid
-// them on every request. Here a lookup hashes the name once, picks one of tagShards shards
+// It is not a sync.Map, whose hash trie costs a dependent cache miss per level (four or five
+// with 100,000 tags) plus one for the key's bytes: round-robin INCR over 100,000 tags would
+// pay them on every request. Here a lookup hashes the name once, picks one of tagShards shards
 // by the hash's top bits (the shard pointers stay in cache), and probes an open-addressing
 // table whose slots hold the full hash beside the buffer pointer, so a lookup reads one slot
 // line, then the buffer's first line, where the name sits inline (buffer.name) next to cur.
@@ -25,7 +25,7 @@ import (
 // shard that was just replaced may miss a tag added after the copy, or find a buffer dropped
 // after it (like a sync.Map reader that loaded the buffer just before its Delete). A miss
 // only sends the caller to the slow path, which looks again under Generator.mu (addLocked);
-// a dropped buffer is dead before it leaves the index, as before (drop).
+// a dropped buffer is dead before it leaves the index (drop).
 type tagIndex struct {
 	seed   maphash.Seed
 	shards [tagShards]atomic.Pointer[tagShard]

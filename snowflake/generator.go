@@ -262,7 +262,7 @@ func (g *Generator) begin(ctx context.Context, w Worker) error {
 
 // tooFarErr is the refusal of a start bound more than MaxStartWait ahead of the clock. It
 // names the bound and what it is made of, not a clock step back: the clock need not have
-// moved (issue #24, item 5).
+// moved (the bound may be a crashed run's lease plus its outage tolerance: BoundCause).
 func (g *Generator) tooFarErr(now int64, w Worker) error {
 	return &BoundAheadError{Clock: time.UnixMilli(now), Bound: time.UnixMilli(w.boundMs()), Cause: w.BoundCause,
 		MaxStartWait: g.cfg.MaxStartWait}

@@ -12,11 +12,11 @@ import (
 	"github.com/leafd/leafd/internal/clock"
 )
 
-// TestRestartWithChangedLayoutDoesNotReissue (adversarial review of issue #7): the data dir's
-// time bound is kept in Unix milliseconds, but an ID encodes milliseconds since the epoch with
-// the layout's shifts. A restart of the same data dir with --snowflake-epoch moved forward by D
-// (or other --snowflake-bits) issues the IDs of D ms ago again. The restart must either refuse
-// (naming the options) or issue only above every ID of the earlier run.
+// TestRestartWithChangedLayoutDoesNotReissue: the data dir's time bound is kept in Unix
+// milliseconds, but an ID encodes milliseconds since the epoch with the layout's shifts. A
+// restart of the same data dir with --snowflake-epoch moved forward by D (or other
+// --snowflake-bits) issues the IDs of D ms ago again. The restart must either refuse (naming
+// the options) or issue only above every ID of the earlier run.
 //
 // The data dir records the layout (layout.go): the restart is refused, naming the options.
 func TestRestartWithChangedLayoutDoesNotReissue(t *testing.T) {

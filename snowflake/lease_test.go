@@ -258,10 +258,10 @@ func (h sleepHook) Sleep(d time.Duration) {
 	h.Fake.Sleep(d)
 }
 
-// TestReacquireAfterLoss (issue #24, item 6): an extension that says the id was lost
-// (ErrWorkerLost) stops issuing at once, and the generator acquires again as a new start:
-// meanwhile NOWORKER says what it waits for; then it serves with the new worker id, above every
-// ID it issued before, even with a clock that went back and a new id without a bound.
+// TestReacquireAfterLoss: an extension that says the id was lost (ErrWorkerLost) stops issuing
+// at once, and the generator acquires again as a new start: meanwhile NOWORKER says what it
+// waits for; then it serves with the new worker id, above every ID it issued before, even with
+// a clock that went back and a new id without a bound.
 func TestReacquireAfterLoss(t *testing.T) {
 	c := clock.NewFakeMs(ms2024)
 	src := &scriptSource{w: Worker{ID: 4}}

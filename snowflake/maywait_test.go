@@ -12,9 +12,9 @@ import (
 // TestMayWaitForecastsTheWait: MayWait(n) is true exactly when AppendIDs(n) called now
 // sleeps for the next millisecond (the fake clock records every sleep): a batch the current
 // millisecond's sequence holds is served at once, one it does not waits. Fails when MayWait
-// ignores the sequence already used (issue 21, the re-attack's finding 3: a pipeline of
-// IDS.SNOWFLAKE 1000 held its event loop 200-450 ms, each batch waiting up to 1 ms for the
-// next millisecond without the command table knowing).
+// ignores the sequence already used (a pipeline of IDS.SNOWFLAKE 1000 would then hold its
+// event loop, each batch waiting up to 1 ms for the next millisecond without the command
+// table knowing).
 func TestMayWaitForecastsTheWait(t *testing.T) {
 	c := clock.NewFakeMs(ms2024)
 	g := newGen(t, testConfig(c), &fakeSource{w: Worker{ID: 3}})

@@ -1,6 +1,6 @@
 package main
 
-// Adoption on the built binary (issue 22): rows leafd did not create are refused until
+// Adoption on the built binary: rows leafd did not create are refused until
 // `leafd adopt`, then served from max_id as Leaf would; a failover that loses the adoption
 // and the first allocations gives no duplicate; adopting the lagging database is caught.
 
@@ -147,9 +147,9 @@ func TestMySQLAdoptFailover(t *testing.T) {
 		}
 		add("x", id)
 	}
-	// The issue's case: a tag never adopted, first used on the old primary. Before, that
-	// first allocation was a takeover computed from the row (1 + gap), lost at the failover
-	// and computed again, to the same range, by y. Now it is refused on both.
+	// A tag never adopted, first used on the old primary: a first allocation taken over from
+	// the row (1 + gap) would be lost at the failover and computed again, to the same range,
+	// by y. It is refused on both.
 	for range 5 {
 		id, err := x.Incr("hand")
 		if err == nil {

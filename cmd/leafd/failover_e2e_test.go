@@ -1,6 +1,6 @@
 package main
 
-// The database failover test (issue #12): real MariaDB replication, a proxy that moves like a
+// The database failover test: real MariaDB replication, a proxy that moves like a
 // virtual IP, three leafd processes under load, and failovers to a replica that lost the
 // last allocations.
 

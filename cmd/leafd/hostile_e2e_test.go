@@ -1,6 +1,6 @@
 package main
 
-// The hostile-input suite (issue #14), run against the built binary: Redis's own protocol
+// The hostile-input suite, run against the built binary: Redis's own protocol
 // test cases (tests/unit/protocol.tcl), the pre-AUTH limits, password guessing, the admin
 // port's authentication, memory under the worst input shapes (VmRSS/VmHWM of the process),
 // and descriptors under `prlimit --nofile`.

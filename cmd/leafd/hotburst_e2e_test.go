@@ -21,25 +21,26 @@ import (
 	"github.com/leafd/leafd/internal/testenv"
 )
 
-// TestE2EHotTagBurstRatio measures issue 21's last "done when" bound: a hot tag beside a burst
+// TestE2EHotTagBurstRatio measures the hot-tag bound: a hot tag beside a burst
 // of 1,200 first loads gets no UNAVAILABLE and no request slower than 20x its baseline
 // maximum. It is a measurement, not a check (the ratio of two maxima on a shared machine is
 // noise-bound), so it runs only when asked:
 //
 //	source /work/dev/env.sh; LEAFD_HOT_BENCH=1 go test -count=1 -run TestE2EHotTagBurstRatio -v ./cmd/leafd/
 //
-// One leafd on MySQL (--auto-create on --max-step 20000, as the issue's repro; HOT_FLAGS adds
-// flags) and HOT_ROUNDS rounds (default 5) of: 1 s of sequential INCR hot (the baseline),
-// then INCR hot for as long as a burst of 40 connections x 30 pipelined INCRs of new tags
-// lasts (1,200 first loads; at most HOT_WINDOW, default 30 s). Beside the hot client a probe asks IDS.INFO hot
-// every millisecond, which tells what a slow hot INCR waited for: each hot INCR slower than 20x
-// the baseline maximum is counted as "refill" when a probe reply inside it saw the hot tag
-// with no value in memory (current segment used up, next not ready), as "stall" when a probe
-// request, or a 1 ms sleep of the test process waking late, overlapping it took at least half
-// as long (leafd, or the whole machine, did not run: CPU, GC, scheduling), else "other"; the slowest one is classified too. Each round logs the ratio, those counts, the
-// probe's own maxima, the test process's own scheduling delay (a 1 ms sleep's overshoot)
-// and leafd's GC pauses; the last line gives the medians. It fails only on
-// an UNAVAILABLE (or any error) of the hot tag. HOT_INPROCESS=1 runs the server in the test
+// One leafd on MySQL (--auto-create on --max-step 20000, as TestE2EHotTagBesideFirstLoadBurst;
+// HOT_FLAGS adds flags) and HOT_ROUNDS rounds (default 5) of: 1 s of sequential INCR hot (the
+// baseline), then INCR hot for as long as a burst of 40 connections x 30 pipelined INCRs of new
+// tags lasts (1,200 first loads; at most HOT_WINDOW, default 30 s). Beside the hot client a
+// probe asks IDS.INFO hot every millisecond, which tells what a slow hot INCR waited for: each
+// hot INCR slower than 20x the baseline maximum is counted as "refill" when a probe reply
+// inside it saw the hot tag with no value in memory (current segment used up, next not ready),
+// as "stall" when a probe request, or a 1 ms sleep of the test process waking late, overlapping
+// it took at least half as long (leafd, or the whole machine, did not run: CPU, GC,
+// scheduling), else "other"; the slowest one is classified too. Each round logs the ratio,
+// those counts, the probe's own maxima, the test process's own scheduling delay (a 1 ms sleep's
+// overshoot) and leafd's GC pauses; the last line gives the medians. It fails only on an
+// UNAVAILABLE (or any error) of the hot tag. HOT_INPROCESS=1 runs the server in the test
 // process instead of the binary, for go test's -memprofile and -cpuprofile.
 func TestE2EHotTagBurstRatio(t *testing.T) {
 	if os.Getenv("LEAFD_HOT_BENCH") == "" {

@@ -1,6 +1,6 @@
 package main
 
-// --modes, per-mode readiness and the data dir on the built binary (issue 22).
+// --modes, per-mode readiness and the data dir on the built binary.
 
 import (
 	"os"

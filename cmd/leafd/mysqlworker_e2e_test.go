@@ -1,9 +1,9 @@
 package main
 
-// Binary tests of the MySQL worker-id source (issue #18): several instances on one MariaDB
-// with no other flag than --mysql-dsn, kill -9 and a restart on a wiped data dir, a holder
-// paused past its lease while another takes its id, the database connection cut and delayed
-// by a proxy, and a failover to a lagging replica. Every test checks that no ID is issued twice.
+// Binary tests of the MySQL worker-id source: several instances on one MariaDB with no other
+// flag than --mysql-dsn, kill -9 and a restart on a wiped data dir, a holder paused past its
+// lease while another takes its id, the database connection cut and delayed by a proxy, and a
+// failover to a lagging replica. Every test checks that no ID is issued twice.
 
 import (
 	"context"
@@ -67,7 +67,7 @@ func workerSource(t *testing.T, l *e2e.Leafd) string {
 }
 
 // TestMySQLWorkerIDs: two, then three instances on one MariaDB with only --mysql-dsn, under
-// snowflake load: distinct worker ids from leafd_worker, 0 duplicates. (Before: all worker 0.)
+// snowflake load: distinct worker ids from leafd_worker (not all worker 0), 0 duplicates.
 func TestMySQLWorkerIDs(t *testing.T) {
 	dsn, db := e2e.SharedDB(t)
 	ls := e2e.StartMany(t, []string{"--mysql-dsn", dsn}, []string{"--mysql-dsn", dsn})

@@ -1,6 +1,6 @@
 package main
 
-// Ordered tags on the built binary (issue 20): three instances on one MariaDB, clients on
+// Ordered tags on the built binary: three instances on one MariaDB, clients on
 // every instance issuing INCR on an ORDERED tag, each request stamped at its send and its
 // reply on this process's monotonic clock (internal/lincheck). Under each fault — the
 // leader killed -9, the leader frozen past its lease and woken, the leader's database

@@ -1,6 +1,6 @@
 package main
 
-// Issue #8 on the built binary: readiness after a restart, the warm start, and a restored
+// On the built binary: readiness after a restart, the warm start, and a restored
 // embedded store.
 
 import (
@@ -49,8 +49,8 @@ func waitWarm(t *testing.T, l *e2e.Leafd) {
 }
 
 // TestReadyAndWarmRestartBinary, on both stores: leafd holding tags it served is restarted
-// with no traffic; /readyz answers 200 within 2 s of the process listening (it used to stay
-// 503 until every stored tag had been requested; the time from exec is logged). The warm
+// with no traffic; /readyz answers 200 within 2 s of the process listening (readiness never
+// waits for stored tags to be requested; the time from exec is logged). The warm
 // start loads the first segment of the tags served before, so their first INCRs wait for no
 // load: INFO segment_load_waits (and leafd_segment_load_waits_total) stays 0, while a tag not
 // served before does wait (the counter works). A fresh instance (empty data dir) on the MySQL

@@ -14,11 +14,10 @@ import (
 	"github.com/leafd/leafd/internal/testenv"
 )
 
-// TestMySQLRecreateOnOtherInstance (adversarial review G): IDs of a retired tag are never
-// reissued, even if the row is deleted and the tag re-created through an instance that never
-// served it (no mark there): x issues 1..3 of tag "r", the row is deleted, IDS.CREATE r (no
-// START) on z starts above the high-water kept in r's leafd_fence row, which survives the
-// deletion.
+// TestMySQLRecreateOnOtherInstance: IDs of a retired tag are never reissued, even if the row is
+// deleted and the tag re-created through an instance that never served it (no mark there): x
+// issues 1..3 of tag "r", the row is deleted, IDS.CREATE r (no START) on z starts above the
+// high-water kept in r's leafd_fence row, which survives the deletion.
 func TestMySQLRecreateOnOtherInstance(t *testing.T) {
 	dsn := testenv.FreshDatabase(t, testenv.MySQLDSN(t))
 	db := e2e.OpenSQL(t, dsn)
@@ -53,11 +52,11 @@ func TestMySQLRecreateOnOtherInstance(t *testing.T) {
 	}
 }
 
-// TestMySQLRecreateOtherCase (adversarial review G), on ONE instance: MySQL's default
-// collation matches biz_tag case-insensitively, while the marks are keyed by the exact name.
-// "kb" issues 1..3, is retired and its row deleted; IDS.CREATE KB (no START) finds no mark
-// for "KB", but the high-water of the fence row "kb" (matched with the same collation) makes
-// the new row start above the IDs of kb.
+// TestMySQLRecreateOtherCase, on ONE instance: MySQL's default collation matches biz_tag
+// case-insensitively, while the marks are keyed by the exact name. "kb" issues 1..3, is retired
+// and its row deleted; IDS.CREATE KB (no START) finds no mark for "KB", but the high-water of
+// the fence row "kb" (matched with the same collation) makes the new row start above the IDs of
+// kb.
 func TestMySQLRecreateOtherCase(t *testing.T) {
 	dsn := testenv.FreshDatabase(t, testenv.MySQLDSN(t))
 	db := e2e.OpenSQL(t, dsn)

@@ -10,8 +10,8 @@ import (
 	"github.com/leafd/leafd/internal/e2e"
 )
 
-// The drill on the built binary: three instances on one MariaDB serve a daily tag
-// (Asia/Shanghai) under load across a simulated midnight (--period-clock-offset puts their
+// A shaped tag's midnight on the built binary: three instances on one MariaDB serve a daily
+// tag (Asia/Shanghai) under load across a simulated midnight (--period-clock-offset puts their
 // clocks 300 ms apart around it), one of them killed with SIGKILL near midnight and
 // restarted: every string unique, every counter per period strictly increasing per
 // connection, IDs of both days issued.

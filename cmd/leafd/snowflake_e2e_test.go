@@ -1,7 +1,7 @@
 package main
 
-// Binary tests of snowflake uniqueness across processes, restarts and source switches (issue
-// #7), and of a start that does not wait for the snowflake bound (issue #12 item 4).
+// Binary tests of snowflake uniqueness across processes, restarts and source switches, and
+// of a start that does not wait for the snowflake bound.
 
 import (
 	"context"
@@ -162,10 +162,9 @@ func TestSnowflakeSourceSwitch(t *testing.T) {
 	ids.Check(t, 1000)
 }
 
-// TestSnowflakeRestartBoundAhead (issue #12 item 4 and #7): after kill -9 the persisted bound
-// is ahead of the clock. The restarted process listens and serves segment IDs at once, answers
-// NOWORKER for snowflake (readiness says so) until its clock has passed the bound, then serves
-// above every earlier ID.
+// TestSnowflakeRestartBoundAhead: after kill -9 the persisted bound is ahead of the clock. The
+// restarted process listens and serves segment IDs at once, answers NOWORKER for snowflake
+// (readiness says so) until its clock has passed the bound, then serves above every earlier ID.
 func TestSnowflakeRestartBoundAhead(t *testing.T) {
 	l := e2e.Start(t, "--lease-window", "3s")
 	c := l.Client(2)
@@ -196,8 +195,8 @@ func TestSnowflakeRestartBoundAhead(t *testing.T) {
 	snowAt := time.Now()
 	ready, readyTag := l.HTTPStatus("/readyz"), l.HTTPStatus("/readyz?tag=k")
 	t.Logf("kill -9 restart: listening after %v, first segment ID after %v (race-enabled binary on a loaded machine)", listened, segment)
-	// The bound was up to 3s ahead of the clock at the kill; the old start waited it out
-	// before listening. Now snowflake is still refusing when segment IDs are already served.
+	// The bound was up to 3s ahead of the clock at the kill; the start does not wait it out
+	// before listening, so snowflake is still refusing when segment IDs are already served.
 	if sfErr == nil || !strings.HasPrefix(sfErr.Error(), "NOWORKER ") {
 		t.Errorf("snowflake right after the restart: got %v, want NOWORKER while the bound is ahead", sfErr)
 	}
@@ -227,8 +226,7 @@ func TestSnowflakeRestartBoundAhead(t *testing.T) {
 
 // TestSnowflakeGracefulRestartFast: after SIGTERM the persisted bound is lowered to just past
 // the last millisecond used, so a restart of the same instance serves snowflake IDs without
-// waiting out the lease window, with reuse off or on. (Before: ZooKeeper without reuse waited
-// about 2.9s.)
+// waiting out the lease window, with reuse off or on (ZooKeeper without reuse too).
 func TestSnowflakeGracefulRestartFast(t *testing.T) {
 	zkAddr := testenv.ZKAddr(t)
 	for _, mode := range []struct {

@@ -12,9 +12,9 @@ import (
 	"github.com/leafd/leafd/internal/testenv"
 )
 
-// TestMySQLWarmAfterOutageStart (adversarial review G): an instance restarted while MySQL is
-// unreachable warms the tags it served before once MySQL returns (the first tag list that
-// succeeds starts the warm start), not only when the tag list at start succeeds.
+// TestMySQLWarmAfterOutageStart: an instance restarted while MySQL is unreachable warms the
+// tags it served before once MySQL returns (the first tag list that succeeds starts the warm
+// start), not only when the tag list at start succeeds.
 func TestMySQLWarmAfterOutageStart(t *testing.T) {
 	base := testenv.FreshDatabase(t, testenv.MySQLDSN(t))
 	cfg, err := mysql.ParseDSN(base)

@@ -1,5 +1,5 @@
 // Package lincheck checks a history of ID requests against what an ORDERED tag promises
-// (issue 20; docs/SEGMENT.md, "Ordered tags"): every ID is handed out once, and every reply
+// (docs/SEGMENT.md, "Ordered tags"): every ID is handed out once, and every reply
 // is above every reply that any client had received before that request was sent
 // (linearizable increments).
 //

@@ -81,7 +81,7 @@ type Source struct {
 	// been told yet: the next Extend answers ErrWorkerLost, so that the generator acquires
 	// again (the same id, Bound = the gate) and raises its floor to the gate. Without it a
 	// clock step back after the gate passed would let it issue below the bound of whoever
-	// held the id meanwhile (adversarial review of issue 18).
+	// held the id meanwhile.
 	rebound  bool
 	pending  *pendingAcq
 	until    int64 // the highest reserved_until accepted (Extend) or carried (Acquire, re-take)

@@ -236,8 +236,8 @@ func TestPausedHolder(t *testing.T) {
 	if err := extend(a, fx.db.Now().Add(2*time.Second)); !errors.Is(err, snowflake.ErrWorkerLost) {
 		t.Fatalf("lost stays lost until Acquire: got %v", err)
 	}
-	// The generator then acquires again (issue 24's re-acquire): another free id, with the
-	// taker's wait in its bound.
+	// The generator then acquires again (its re-acquire after ErrWorkerLost): another free
+	// id, with the taker's wait in its bound.
 	w := acquire(t, a)
 	if w.ID == 0 {
 		t.Fatalf("re-acquired id 0, which b holds")

@@ -238,17 +238,19 @@ func (s *Source) fence(ctx context.Context, c *claim, fv foreverData, dirBound i
 		// The write may be applied though its reply is lost, so it counts as applied before it
 		// is sent: a data dir that still allows an outage start on this id (this process
 		// re-claiming its own id after a loss, its token still in the state node) withdraws
-		// that tolerance first, as the stop's lowering write does (review of issue #24).
+		// that tolerance first, as the stop's lowering write does
+		// (TestZKReclaimOwnIDWithdrawsOutagePermit).
 		if err := s.dropOutagePermit(id); err != nil {
 			return err
 		}
 		if testHookFence != nil {
 			testHookFence(id)
 		}
-		// Tolerance 0 until this process has issued: the claim alone raises nothing, so a
-		// start that never issues (killed while it waits for the bound) leaves the next start
-		// the same bound instead of pushing it out by another tolerance (the ratchet of
-		// issue #24). The first extension, before the first ID, announces the tolerance.
+		// Tolerance 0 until this process has issued: the claim alone raises nothing, so a start
+		// that never issues (killed while it waits for the bound) leaves the next start the
+		// same bound instead of pushing it out by another tolerance (a ratchet:
+		// TestZKNeverIssuedStartKeepsBound). The first extension, before the first ID,
+		// announces the tolerance.
 		nv, err := s.putState(ctx, id, v, s.myState(bound, 0))
 		if errors.Is(err, gozk.ErrBadVersion) || errors.Is(err, gozk.ErrNodeExists) {
 			continue

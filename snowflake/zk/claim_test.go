@@ -325,7 +325,7 @@ func TestDataDirBoundAcrossSources(t *testing.T) {
 	}
 	f.Close()
 
-	// file → ZooKeeper (a fresh name: worker 0 again, as in the reproduction).
+	// file → ZooKeeper (a fresh name: worker 0 again, the id the file held too).
 	z := newZK(t, zkCfg(addr, randomName(t), "10.2.0.1:6380", dir))
 	w := acquire(t, z)
 	if w.ID != 0 || w.Bound.Before(until) {

@@ -53,7 +53,7 @@ func (s *Source) Extend(ctx context.Context, until time.Time) error {
 			// A successor may start just above u once this write is applied, and it may be
 			// applied though its reply is lost (a timeout): so it counts as applied before
 			// it is sent, in memory and in the data dir, and a restart during an outage
-			// cannot serve on the tolerance this write withdraws (issue #24, item 2).
+			// cannot serve on the tolerance this write withdraws.
 			tol = 0
 			s.zkUntil, s.tolerance = u, 0
 			if err := s.cache.Write(s.localState(s.cacheHigh)); err != nil {

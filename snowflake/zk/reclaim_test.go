@@ -14,13 +14,13 @@ import (
 	"github.com/leafd/leafd/snowflake/internal/statefile"
 )
 
-// TestZKReclaimOwnIDWithdrawsOutagePermit (found by the adversarial review of issue #24): a
-// holder P that lost its id re-claims it in the same process, its token still in the state
-// node, so the claim adds no tolerance to the bound and announces tolerance 0. That write may
-// be applied though its reply is lost; if P's data dir still allowed an outage start on the old
-// tolerance, P would serve up to its old confirmed bound plus the tolerance while a third
-// process starts at the claim's bound (the review got 137,343 duplicates on the binary). So the
-// data dir must record tolerance 0 before the claim is sent: the test reads it at that moment.
+// TestZKReclaimOwnIDWithdrawsOutagePermit: a holder P that lost its id re-claims it in the same
+// process, its token still in the state node, so the claim adds no tolerance to the bound and
+// announces tolerance 0. That write may be applied though its reply is lost; if P's data dir
+// still allowed an outage start on the old tolerance, P would serve up to its old confirmed
+// bound plus the tolerance while a third process starts at the claim's bound (duplicate IDs on
+// both). So the data dir must record tolerance 0 before the claim is sent: the test reads it at
+// that moment.
 func TestZKReclaimOwnIDWithdrawsOutagePermit(t *testing.T) {
 	addr := zkServer(t)
 	name := randomName(t)

@@ -10,14 +10,14 @@ import (
 	"github.com/leafd/leafd/snowflake"
 )
 
-// TestZKStateNodeDeletedWhileHeld (adversarial review of issue #7) pins the documented limit
-// (docs/SNOWFLAKE.md, "Never delete state/ or live/ by hand"): the state node is the fence. When
-// it is deleted by hand together with the holder's live node, a successor of the same identity
-// falls back to Leaf's bound, the forever node's timestamp + 3 s, while the holder may still
-// issue up to the lease it last wrote (up to --lease-window past its last extension). leafd
-// cannot tell such a deletion from a tree Leaf wrote, so it does not guard against it; what it
-// does: the holder's next extension finds the state node gone and stops for good (ErrNoWorker),
-// so the overlap is at most the holder's current lease.
+// TestZKStateNodeDeletedWhileHeld pins the documented limit (docs/SNOWFLAKE.md, "Never delete
+// state/ or live/ by hand"): the state node is the fence. When it is deleted by hand together
+// with the holder's live node, a successor of the same identity falls back to Leaf's bound, the
+// forever node's timestamp + 3 s, while the holder may still issue up to the lease it last
+// wrote (up to --lease-window past its last extension). leafd cannot tell such a deletion from
+// a tree Leaf wrote, so it does not guard against it; what it does: the holder's next extension
+// finds the state node gone and stops for good (ErrNoWorker), so the overlap is at most the
+// holder's current lease.
 func TestZKStateNodeDeletedWhileHeld(t *testing.T) {
 	addr := zkServer(t)
 	ctx := context.Background()

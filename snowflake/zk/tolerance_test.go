@@ -11,11 +11,11 @@ import (
 	"github.com/leafd/leafd/snowflake"
 )
 
-// TestZKCopiedDataDirWaitsTolerance (adversarial reviews of issues #7 and #24): a copy of a
-// data dir opens in another directory, so it is another instance (statefile renews the
-// instance id). While the original lives it is a standby: it never replaces the original's
-// live node. Once the original is gone it takes the id over above the original's lease plus
-// its outage tolerance: the original, cut off from ZooKeeper, may have issued up to there.
+// TestZKCopiedDataDirWaitsTolerance: a copy of a data dir opens in another directory, so it is
+// another instance (statefile renews the instance id). While the original lives it is a
+// standby: it never replaces the original's live node. Once the original is gone it takes the
+// id over above the original's lease plus its outage tolerance: the original, cut off from
+// ZooKeeper, may have issued up to there.
 func TestZKCopiedDataDirWaitsTolerance(t *testing.T) {
 	addr := zkServer(t)
 	ctx := context.Background()

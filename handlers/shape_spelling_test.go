@@ -9,11 +9,10 @@ import (
 	"github.com/leafd/leafd/internal/testenv"
 )
 
-// TestShapedTagOneSpelling (adversarial review of issue 19): on MySQL's default
-// case-insensitive collation another spelling of a shaped tag finds its shape and shares its
-// counter rows, but an opaque permutation is keyed by the name as written, so two spellings
-// mapped one counter sequence through two permutations (13,974 duplicates in 200,000). A
-// shaped tag answers to its stored spelling only.
+// TestShapedTagOneSpelling: on MySQL's default case-insensitive collation another spelling
+// of a shaped tag finds its shape and shares its counter rows, but an opaque permutation is
+// keyed by the name as written, so two spellings would map one counter sequence through two
+// permutations and issue duplicate IDs. A shaped tag answers to its stored spelling only.
 func TestShapedTagOneSpelling(t *testing.T) {
 	clk := newTestClock(time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC))
 	s := shapedServer(t, clk, testKey(), serverOpts{autoCreate: true, mysqlDSN: testenv.FreshDatabase(t, testenv.MySQLDSN(t)), dir: t.TempDir()})
@@ -35,9 +34,9 @@ func TestShapedTagOneSpelling(t *testing.T) {
 	}
 }
 
-// TestPruneNeedsTheFence (adversarial review of issue 19): with --mysql-failover-allocs 0
-// there is no high-water, so a pruned period's row re-created by another instance (without
-// this one's marks) would start again at 1: IDS.PRUNE refuses, and deletes nothing.
+// TestPruneNeedsTheFence: with --mysql-failover-allocs 0 there is no high-water, so a pruned
+// period's row re-created by another instance (without this one's marks) would start again at
+// 1: IDS.PRUNE refuses, and deletes nothing.
 func TestPruneNeedsTheFence(t *testing.T) {
 	clk := newTestClock(time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC))
 	dsn := testenv.FreshDatabase(t, testenv.MySQLDSN(t))

@@ -1,12 +1,12 @@
 package main
 
-// Adversarial review of the failover fence (adv12). A tag whose creation the promoted replica
-// never received lacks both its rows there; re-creating it on the new primary (IDS.CREATE by
-// the application, or --auto-create on) used to start again at START. The database-wide fence
-// row (segment/failover.go) now makes every tag created after the failover start one more
-// safety gap above START. The lost takeover of a second failover (a limit, docs/MYSQL.md) is
-// covered by the segment unit test TestMySQLAllocateAbove (a takeover commits max_id at or
-// above the caller's mark).
+// The failover fence on the built binary. A tag whose creation the promoted replica never
+// received lacks both its rows there; re-creating it on the new primary (IDS.CREATE by the
+// application, or --auto-create on) would start again at START and hand out IDs already
+// served. The database-wide fence row (segment/failover.go) makes every tag created after
+// the failover start one more safety gap above START. The lost takeover of a second failover
+// (a limit, docs/MYSQL.md) is covered by the segment unit test TestMySQLAllocateAbove (a
+// takeover commits max_id at or above the caller's mark).
 
 import (
 	"fmt"
@@ -17,9 +17,9 @@ import (
 	"github.com/leafd/leafd/internal/e2e"
 )
 
-// TestAdvLostCreate: tags created and used on the old primary and lost at the failover, then
+// TestFenceLostCreate: tags created and used on the old primary and lost at the failover, then
 // re-created on the new primary (explicitly and by auto-create), give no duplicate.
-func TestAdvLostCreate(t *testing.T) {
+func TestFenceLostCreate(t *testing.T) {
 	r, px, dsn := e2e.Replicated(t)
 	args := []string{"--max-step", "10", "--default-step", "10", "--mysql-failover-allocs", "16", "--load-timeout", "2s", "--auto-create", "on"}
 	x := e2e.StartMySQL(t, dsn, args...)
@@ -92,10 +92,10 @@ func TestAdvLostCreate(t *testing.T) {
 	}
 }
 
-// TestAdvMixedMaxStep: an instance with a larger --max-step lost two of its (large) ranges; one
-// with --max-step 10 takes the tag over, with the largest gap any instance recorded in the
+// TestFenceMixedMaxStep: an instance with a larger --max-step lost two of its (large) ranges;
+// one with --max-step 10 takes the tag over, with the largest gap any instance recorded in the
 // database fence row (16 × 100000), not its own 16 × 10.
-func TestAdvMixedMaxStep(t *testing.T) {
+func TestFenceMixedMaxStep(t *testing.T) {
 	r, px, dsn := e2e.Replicated(t)
 	x := e2e.StartMySQL(t, dsn, "--max-step", "100000", "--mysql-failover-allocs", "16", "--load-timeout", "2s")
 	y := e2e.StartMySQL(t, dsn, "--max-step", "10", "--mysql-failover-allocs", "16", "--load-timeout", "2s")

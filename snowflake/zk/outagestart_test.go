@@ -20,10 +20,11 @@ import (
 	"github.com/leafd/leafd/snowflake/internal/statefile"
 )
 
-// The fences of issue #24: the outage start from the data dir's cache needs proof (items 1-3),
-// reuse takes its own free nodes first (4), a start that never issued leaves the next start's
-// bound alone (5), a holder that lost its id acquires again (6). docs/SNOWFLAKE.md lists the
-// mutants they kill.
+// The fences of a worker's outage start and restarts: the outage start from the data dir's
+// cache needs proof (TestZKOutageStartRule), reuse takes its own free nodes first
+// (TestZKReuseRestartsKeepOwnNodes), a start that never issued leaves the next start's bound
+// alone (TestZKNeverIssuedStartKeepsBound), a holder that lost its id acquires again
+// (TestZKStandbyPairFailovers). docs/SNOWFLAKE.md lists the mutants they kill.
 
 // outageAcquire calls Acquire once, with ZooKeeper unreachable through the proxy.
 func outageAcquire(t *testing.T, s *Source) (snowflake.Worker, error) {
@@ -170,10 +171,10 @@ func TestZKOutageStartRule(t *testing.T) {
 	})
 }
 
-// TestZKReuseRestartsKeepOwnNodes (issue #24, item 4): under --worker-reuse one identity
-// restarted 20 times, while another holds its first node and a third identity takes its free
-// node over between the restarts, uses its own free node every time: two nodes in all, with
-// one worker bit (two ids) to spare none.
+// TestZKReuseRestartsKeepOwnNodes: under --worker-reuse one identity restarted 20 times, while
+// another holds its first node and a third identity takes its free node over between the
+// restarts, uses its own free node every time: two nodes in all, with one worker bit (two ids)
+// to spare none.
 func TestZKReuseRestartsKeepOwnNodes(t *testing.T) {
 	addr := zkServer(t)
 	name := randomName(t)
@@ -227,7 +228,7 @@ func TestZKReuseRestartsKeepOwnNodes(t *testing.T) {
 	}
 }
 
-// TestZKNeverIssuedStartKeepsBound (issue #24, item 5): restarts killed while they wait for
+// TestZKNeverIssuedStartKeepsBound: restarts killed while they wait for
 // the start bound (they never issue) leave the next start the same bound: a claim announces
 // tolerance 0 until its first extension.
 func TestZKNeverIssuedStartKeepsBound(t *testing.T) {
@@ -266,7 +267,7 @@ func TestZKNeverIssuedStartKeepsBound(t *testing.T) {
 	}
 }
 
-// TestZKStandbyPairFailovers (issue #24, item 6): two processes of one identity on two data
+// TestZKStandbyPairFailovers: two processes of one identity on two data
 // dirs, a holder and a standby. Each time the holder loses its session (its live node goes)
 // the standby takes over, and the old holder goes back to acquiring: it answers NOWORKER
 // saying it waits for the holder, and takes the id again at the next failover. Three

@@ -1,9 +1,10 @@
 package main
 
-// The six scenarios of issue #24 on the built binary: one private ZooKeeper, a fault proxy in
-// front of it per instance that needs one, every snowflake ID recorded. Sequences start at 0
-// (--snowflake-seq-zero) so that two processes serving one worker id in one millisecond
-// always collide: a duplicate cannot hide behind random sequence starts.
+// Six ZooKeeper outage, restart and failover scenarios of a snowflake worker on the built
+// binary (docs/SNOWFLAKE.md, "The six scenarios on the binary"): one private ZooKeeper, a
+// fault proxy in front of it per instance that needs one, every snowflake ID recorded.
+// Sequences start at 0 (--snowflake-seq-zero) so that two processes serving one worker id
+// in one millisecond always collide: a duplicate cannot hide behind random sequence starts.
 
 import (
 	"context"
@@ -132,7 +133,7 @@ func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
 	e2e.Eventually(t, d, what, cond)
 }
 
-func TestZKIssue24Scenarios(t *testing.T) {
+func TestZKOutageScenarios(t *testing.T) {
 	z := testenv.StartZooKeeper(t)
 	seq0 := "--snowflake-seq-zero"
 
@@ -327,7 +328,8 @@ func TestZKIssue24Scenarios(t *testing.T) {
 
 	// 5. Restarts more often than the tolerance: a kill -9, then restarts killed while they
 	// wait for the bound, half a second apart. The bound must not move, and the last restart
-	// serves (before: each restart added the tolerance, until every start was refused).
+	// serves (a bound that each restart raised by the tolerance would ratchet until every
+	// start was refused).
 	t.Run("restarts do not ratchet the bound", func(t *testing.T) {
 		t.Parallel()
 		name := e2e.ZKTestName(t)
@@ -354,7 +356,7 @@ func TestZKIssue24Scenarios(t *testing.T) {
 			bounds = append(bounds, st.ReservedUntil)
 			r.Kill()
 			lastKill = time.Now()
-			time.Sleep(300 * time.Millisecond) // pacing: restarts in quick succession, as in the issue
+			time.Sleep(300 * time.Millisecond) // pacing: restarts in quick succession, as a crash loop restarts
 		}
 		if len(bounds) < 3 {
 			t.Fatalf("only %d restarts before the bound passed (machine too slow for the scenario)", len(bounds))
