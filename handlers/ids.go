@@ -502,8 +502,8 @@ func cmdIDsCreate(h *Handler, c *resp.Conn, args [][]byte) error {
 		}
 	}
 	// A counter row of a shaped tag (tag@period) is created by its shaped tag only: made by
-	// hand, a future period could start at a START or STEP the client chose (the review of
-	// issue 19).
+	// hand, a future period could start at a START or STEP the client chose
+	// (TestCounterRowRefused).
 	if err := h.counterRow(t.Name, 1); err != nil {
 		return err
 	}

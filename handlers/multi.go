@@ -102,7 +102,7 @@ func cmdExec(h *Handler, c *resp.Conn, args [][]byte) error {
 	defer func() { st.exec = false }()
 	for _, e := range q {
 		// The replies of a whole transaction are one reply: past the output limit the
-		// connection is closed (resp), so stop building it (issue #14).
+		// connection is closed (resp), so stop building it.
 		if c.OutputExceeded() {
 			break
 		}

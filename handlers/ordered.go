@@ -87,8 +87,8 @@ func (h *Handler) forwardFailed(t *ordered.Tag, r ordered.Route, err error) erro
 
 // orderedNext is the next ID of ordered tag t for Leaf's HTTP API, gated and routed as
 // orderedCmd's INCR: taken here only while Held before and Serving after the take in the same
-// term, else forwarded to the leader, else TRYAGAIN (the review found the HTTP API serving an
-// ex-leader's held segments).
+// term, else forwarded to the leader, else TRYAGAIN: a direct call of the segment core would let an
+// ex-leader serve its held segments (TestOrderedHTTPGated).
 func (h *Handler) orderedNext(t *ordered.Tag, key string) (int64, error) {
 	term, ok := t.Held()
 	if !ok {

@@ -641,9 +641,9 @@ func TestOrderedSameAddressNotSameHolder(t *testing.T) {
 	}
 }
 
-// TestOrderedHTTPGated (fence: Leaf's HTTP API takes the ordered gate too). The review found
-// /api/segment/get/{key} calling the segment core directly: an ex-leader kept serving its held
-// segments, and a partitioned leader did not fence itself. Now the follower's HTTP answer is
+// TestOrderedHTTPGated (fence: Leaf's HTTP API takes the ordered gate too). Were
+// /api/segment/get/{key} to call the segment core directly, an ex-leader would keep serving its
+// held segments and a partitioned leader would not fence itself. The follower's HTTP answer is
 // the leader's next ID (forwarded), and the leader past its deadline answers TRYAGAIN (503).
 // Mutant: serveSegmentGet without the ordered route: caught (the follower's own ID, then an
 // ID from the leader past its deadline).

@@ -17,7 +17,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, gnetPoolGoroutines...)
+	goleak.VerifyTestMain(m)
 }
 
 // testServer is an in-process leafd front end: resp server, handlers, a segment generator on
@@ -137,8 +137,6 @@ func startServer(t testing.TB, o serverOpts) *testServer {
 	}
 	if o.model != "" {
 		rcfg.Model = o.model
-	} else if testModel != "" {
-		rcfg.Model = testModel
 	}
 	if o.loops > 0 {
 		rcfg.Loops = o.loops

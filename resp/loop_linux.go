@@ -260,7 +260,7 @@ func (lp *loop) wake() {
 // housekeep sees it. The other order (clear, then drain) swallows a wake landing between the
 // two: its write is drained, woken stays set, and every later wake returns early, so the
 // loop then learns of new connections and handed-back ones only at its sweep timeout
-// (issue 21; TestLoopWakeBetweenDrainAndClear).
+// (TestLoopWakeBetweenDrainAndClear).
 func (lp *loop) ackWake() {
 	var b [8]byte
 	_, _ = unix.Read(lp.wakefd, b[:])
@@ -332,8 +332,8 @@ func (lp *loop) run(busy *Conn) {
 	// Housekeep before the first poll: a goroutine that takes the loop over may inherit work
 	// whose wake its predecessor already acknowledged (ackWake drained the eventfd, then a
 	// later socket of the same epoll batch was deposed and returned before its housekeep),
-	// and nothing would wake it for that work until the sweep timeout (issue 21, re-attack
-	// finding 1; TestTakeoverAdoptsAcknowledgedWork).
+	// and nothing would wake it for that work until the sweep timeout
+	// (TestTakeoverAdoptsAcknowledgedWork).
 	if lp.housekeep(lp.srv.now()) {
 		return
 	}
@@ -463,7 +463,7 @@ func (lp *loop) setEvents(c *Conn, ev uint32) {
 // loop owns it (an offloaded command whose socket turned ready, or one the watchdog took the
 // loop from). An interest of 0 would not do: EPOLLHUP and EPOLLERR cannot be masked, so after the client's reset a
 // level-triggered epoll_wait would return the socket at once on every call and the loop
-// would spin, skipping it, until the command ends (issue 21; TestLoopResetWhileOffloaded).
+// would spin, skipping it, until the command ends (TestLoopResetWhileOffloaded).
 // setEvents adds it back when the connection is handed back.
 func (lp *loop) detach(c *Conn) {
 	if c.detached {
@@ -511,8 +511,8 @@ func (lp *loop) housekeep(now time.Time) bool {
 			continue
 		}
 		// c.now stays the start of the batch the command that went off the loop was read in:
-		// the batch's time (BatchObserver) covers its time off the loop (issue 21, re-attack
-		// finding 4; TestBatchTimeCoversOffLoop).
+		// the batch's time (BatchObserver) covers its time off the loop
+		// (TestBatchTimeCoversOffLoop).
 		if lp.settle(c, lp.resume(c)) {
 			// Deposed: the ones not yet looked at are still in returned, for the goroutine
 			// that took the loop over.
@@ -837,8 +837,8 @@ func (lp *loop) watch() {
 // tick, the result the one to pass at the next. The command running then and now (the same
 // word: the same sequence number, still cmdOnLoop) has run for at least a period and is
 // deposed: the compare-and-swap is on that exact word, so a command that started since the
-// read (a new sequence number) is never deposed (issue 21 item 5;
-// TestWatchdogSparesNewCommand).
+// read (a new sequence number) is never deposed
+// (TestWatchdogSparesNewCommand).
 func (lp *loop) watchCheck(last uint64) uint64 {
 	v := lp.cmd.Load()
 	if v != last || v&cmdMask != cmdOnLoop {

@@ -211,8 +211,6 @@ type Server struct {
 	loopsClosed bool
 	// hooks are the loops' test seams (loop_linux.go); nil in production.
 	hooks *loopHooks
-	// gn is the gnet variant's engine (ModelGnet, gnet_linux.go); nil otherwise.
-	gn *gnetEngine
 }
 
 // NewServer returns a server that runs commands with h.
@@ -221,7 +219,7 @@ func NewServer(cfg Config, h Handler, log *zap.Logger) (*Server, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	if cfg.Model != ModelEventLoop && cfg.Model != ModelGoroutine && (cfg.Model != ModelGnet || !gnetSupported) {
+	if cfg.Model != ModelEventLoop && cfg.Model != ModelGoroutine {
 		return nil, fmt.Errorf("resp: unknown server model %q (want %s or %s)", cfg.Model, ModelEventLoop, ModelGoroutine)
 	}
 	batches, _ := h.(BatchObserver)
@@ -275,11 +273,6 @@ func (s *Server) Serve() error {
 		}
 		if err := s.startLoops(n); err != nil {
 			s.log.Warn("event loops not available; serving connections on goroutines", zap.Error(err))
-		}
-	}
-	if s.cfg.Model == ModelGnet && s.cfg.TLS == nil {
-		if err := s.startGnet(); err != nil {
-			s.log.Warn("gnet event loops not available; serving connections on goroutines", zap.Error(err))
 		}
 	}
 	var delay time.Duration
@@ -351,9 +344,6 @@ func (s *Server) accept(nc net.Conn) {
 	s.mu.Unlock()
 	s.stats.connected.Add(1)
 	if len(s.loops) > 0 && s.adopt(c, nc) {
-		return
-	}
-	if s.gn != nil && s.enrollGnet(c, nc) {
 		return
 	}
 	go func() {
@@ -476,7 +466,7 @@ func (s *Server) Stats() Stats {
 		ProtocolErrors:      s.stats.protoErrors.Load(),
 		OutputLimitClosed:   s.stats.outputLimit.Load(),
 		QueryLimitClosed:    s.stats.queryLimit.Load(),
-		LoopOffloads:        s.loopOffloads() + s.gnetOffloads(),
+		LoopOffloads:        s.loopOffloads(),
 		LoopTakeovers:       s.loopTakeovers(),
 	}
 }

@@ -22,14 +22,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, gnetPoolGoroutines...)
-}
-
-// gnetPoolGoroutines are the two goroutines of the worker pool gnet/v2 creates when its
-// package is initialised (-tags gnet): process-wide, not started by a test.
-var gnetPoolGoroutines = []goleak.Option{
-	goleak.IgnoreTopFunction("github.com/panjf2000/ants/v2.(*poolCommon).purgeStaleWorkers"),
-	goleak.IgnoreTopFunction("github.com/panjf2000/ants/v2.(*poolCommon).ticktock"),
+	goleak.VerifyTestMain(m)
 }
 
 func startTestServer(t *testing.T, cfg Config, h Handler) string {
@@ -372,9 +365,6 @@ func TestSlowBatchReplies(t *testing.T) {
 // eachModel runs a test against every server model this binary has.
 func eachModel(t *testing.T, f func(t *testing.T, model string)) {
 	models := []string{ModelGoroutine, ModelEventLoop}
-	if gnetSupported {
-		models = append(models, ModelGnet) // built with -tags gnet
-	}
 	for _, m := range models {
 		t.Run(m, func(t *testing.T) { f(t, m) })
 	}

@@ -189,10 +189,3 @@ log "go test -race"
 args=("$@")
 [ ${#args[@]} -gt 0 ] || args=(./...)
 go test -race -count=1 -timeout 40m "${args[@]}"
-if [ $# -eq 0 ]; then
-	# The gnet/v2 variant of the event loop (issue 21, docs/BENCHMARKS.md) is built only with
-	# -tags gnet: its vet and the resp tests, which run every server-model test on it too.
-	log "go test -race -tags gnet ./resp/"
-	go vet -tags gnet ./resp/ ./handlers/
-	go test -race -count=1 -tags gnet ./resp/
-fi

@@ -78,7 +78,6 @@ type Config struct {
 	TLSCert        string
 	TLSKey         string
 	ServerModel    string
-	EventLoop      string // --event-loop: "ours" or "gnet" (the gnet/v2 variant, -tags gnet builds)
 
 	WaitTimeout     time.Duration
 	MaxLoaders      int
@@ -105,7 +104,7 @@ type Config struct {
 	// OrderedLease is the leader lease of ORDERED tags (package ordered).
 	OrderedLease time.Duration
 
-	// IDKeyFile holds the AES key of opaque tags as hex (issue 19); never logged or shown.
+	// IDKeyFile holds the AES key of opaque tags as hex ; never logged or shown.
 	IDKeyFile string
 	// PeriodClockOffset shifts the clock that picks shaped tags' periods (drills, tests).
 	PeriodClockOffset time.Duration
@@ -164,7 +163,6 @@ func flagSet(c *Config) *flag.FlagSet {
 	fs.StringVar(&c.TLSCert, "tls-cert", "", "TLS certificate file (with --tls-key: serve RESP over TLS)")
 	fs.StringVar(&c.TLSKey, "tls-key", "", "TLS key file")
 	fs.StringVar(&c.ServerModel, "server-model", resp.DefaultConfig().Model, "how RESP connections are served: eventloop (epoll loops, one per GOMAXPROCS, Linux; TLS connections still get a goroutine each) or goroutine (a goroutine per connection)")
-	fs.StringVar(&c.EventLoop, "event-loop", "ours", "which event loops serve --server-model eventloop: ours, or gnet (github.com/panjf2000/gnet/v2, for comparison; only in binaries built with -tags gnet, see docs/BENCHMARKS.md)")
 
 	fs.DurationVar(&c.WaitTimeout, "wait-timeout", sc.WaitTimeout, "how long a request waits for a segment before UNAVAILABLE")
 	fs.IntVar(&c.MaxLoaders, "max-loaders", sc.MaxLoaders, "segment loads running at once, across all tags")
@@ -374,14 +372,6 @@ func (c Config) Validate() error {
 	}
 	if c.ServerModel != resp.ModelEventLoop && c.ServerModel != resp.ModelGoroutine {
 		bad("--server-model %q: must be %s or %s", c.ServerModel, resp.ModelEventLoop, resp.ModelGoroutine)
-	}
-	switch {
-	case c.EventLoop != "ours" && c.EventLoop != "gnet":
-		bad("--event-loop %q: must be ours or gnet", c.EventLoop)
-	case c.EventLoop == "gnet" && !resp.GnetAvailable():
-		bad("--event-loop gnet: this binary was built without it (go build -tags gnet, Linux)")
-	case c.EventLoop == "gnet" && c.ServerModel != resp.ModelEventLoop:
-		bad("--event-loop gnet needs --server-model %s", resp.ModelEventLoop)
 	}
 	if c.MaxArgs < 3 {
 		bad("--max-args %d: must be at least 3 (AUTH user pass)", c.MaxArgs)

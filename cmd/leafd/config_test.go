@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/leafd/leafd/handlers"
-	"github.com/leafd/leafd/resp"
 )
 
 // TestConfigFileValues: a value may contain '=' (a DSN's parameters) in both line forms.
@@ -51,8 +50,6 @@ func TestConfigValidation(t *testing.T) {
 	}{
 		{"bulk above query buffer", []string{"--max-bulk", "8000000"}, "--max-query-buffer"},
 		{"negative timeout", []string{"--timeout", "-5s"}, "--timeout"},
-		{"unknown event loop", []string{"--event-loop", "netpoll"}, "--event-loop"},
-		{"gnet on the goroutine model", []string{"--event-loop", "gnet", "--server-model", "goroutine"}, "--event-loop"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := loadConfig(tc.args, func(string) string { return "" }, io.Discard)
@@ -193,20 +190,5 @@ func TestNoOutsideReferences(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
-	}
-}
-
-// TestEventLoopFlag: --event-loop gnet is refused by a binary built without the variant, and
-// selects resp.ModelGnet in one built with -tags gnet.
-func TestEventLoopFlag(t *testing.T) {
-	_, err := loadConfig([]string{"--event-loop", "gnet"}, func(string) string { return "" }, io.Discard)
-	if resp.GnetAvailable() {
-		if err != nil {
-			t.Errorf("--event-loop gnet in a -tags gnet build: %v", err)
-		}
-		return
-	}
-	if err == nil || !strings.Contains(err.Error(), "-tags gnet") {
-		t.Errorf("--event-loop gnet without the variant: got %v, want an error saying how to build it", err)
 	}
 }

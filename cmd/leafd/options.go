@@ -22,7 +22,7 @@ func notOption(name string) bool {
 	}
 	switch name {
 	case "LEAFD_HOT_BENCH", "LEAFD_REFILL_BENCH", "LEAFD_UPDATE_DOCS", // tests' switches
-		"LEAFD_BIN", "LEAFD_ENV", "LEAFD_FLAGS", "LEAFD_XFLAGS", "LEAFD_GNET", // bench/*.sh
+		"LEAFD_BIN", "LEAFD_ENV", "LEAFD_FLAGS", "LEAFD_XFLAGS", // bench/*.sh
 		"LEAFD_IMAGE", "LEAFD_IMAGE_TOOL", "LEAFD_IMAGE_CONTEXT": // scripts/image.sh, compose
 		return true
 	}

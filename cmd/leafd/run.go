@@ -179,9 +179,6 @@ func run(ctx context.Context, cfg Config, log *zap.Logger, ready func(net.Addr))
 	rcfg.RequirePass = cfg.RequirePass
 	rcfg.TLS = tlsConfig
 	rcfg.Model = cfg.ServerModel
-	if cfg.EventLoop == "gnet" {
-		rcfg.Model = resp.ModelGnet
-	}
 	srv, err := resp.NewServer(rcfg, h, log.Named("resp"))
 	if err != nil {
 		return err
