@@ -63,13 +63,7 @@ func BenchmarkAtomicBaselineParallel(b *testing.B) {
 // range size grown to MaxBatch and the next range fetched ahead.
 func benchClient(b *testing.B) *Client {
 	b.Helper()
-	needBinary(b)
-	l := e2e.Start(b)
-	c, err := New(Options{Addrs: []string{l.Addr}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = c.Close() })
+	c := coldClient(b)
 	ctx := context.Background()
 	for range 5_000_000 {
 		if _, err := c.Next(ctx, "bench"); err != nil {
@@ -152,7 +146,9 @@ func BenchmarkClientNextLatency(b *testing.B) {
 	b.ReportMetric(float64(c.waits.Load()-waits), "waits")
 }
 
-func BenchmarkClientSnowflake(b *testing.B) {
+// coldClient is a client of a fresh leafd on the embedded store.
+func coldClient(b *testing.B) *Client {
+	b.Helper()
 	needBinary(b)
 	l := e2e.Start(b)
 	c, err := New(Options{Addrs: []string{l.Addr}})
@@ -160,6 +156,11 @@ func BenchmarkClientSnowflake(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func BenchmarkClientSnowflake(b *testing.B) {
+	c := coldClient(b)
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {
