@@ -106,6 +106,15 @@ func (v checkedValue) Set(s string) error {
 	return nil
 }
 
+// String is the value's; the flag package also calls it on a zero checkedValue (to tell a
+// default from the zero value when it prints the usage), which has no Value.
+func (v checkedValue) String() string {
+	if v.Value == nil {
+		return ""
+	}
+	return v.Value.String()
+}
+
 func (v checkedValue) Get() any { return v.Value.(flag.Getter).Get() }
 
 func (v checkedValue) IsBoolFlag() bool {

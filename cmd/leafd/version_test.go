@@ -47,6 +47,10 @@ func TestHelpListsSubcommands(t *testing.T) {
 			t.Errorf("--help does not mention %q:\n%s", want, out.String())
 		}
 	}
+	// The flag package asks a zero value of every flag's type for its String.
+	if strings.Contains(out.String(), "panic") {
+		t.Errorf("--help printed a panic:\n%s", e2e.Tail(out.String(), 5))
+	}
 }
 
 // TestVersionStamped builds leafd as the Makefile does (-X main.version=...) and checks that
