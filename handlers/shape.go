@@ -298,12 +298,38 @@ func (h *Handler) ensureRow(ctx context.Context, e *shapeEntry, p *shape.Period)
 
 // shapedCounter takes one counter of e's current period.
 func (h *Handler) shapedCounter(e *shapeEntry) (*shape.Period, int64, error) {
-	p, err := h.period(e)
-	if err != nil {
-		return nil, 0, err
+	for try := 0; ; try++ {
+		p, err := h.period(e)
+		if err != nil {
+			return nil, 0, err
+		}
+		c, err := h.seg.Next(p.Row)
+		if try == 0 && h.rowLost(e, p, err) {
+			continue
+		}
+		return p, c, err
 	}
-	c, err := h.seg.Next(p.Row)
-	return p, c, err
+}
+
+// rowLost reports whether err says that p's row, which this instance created or found, is
+// gone from the store (a database failover lost its creation), and if so forgets that the row
+// exists, so that the next period call creates it again: above every ID this instance
+// issued from it (the marks) and, on MySQL, above the fence's high-water.
+func (h *Handler) rowLost(e *shapeEntry, p *shape.Period, err error) bool {
+	if !errors.Is(err, segment.ErrUnknownTag) {
+		return false
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.ready.Load() == p {
+		again := *p // another pointer to the same period: period() ensures the row again
+		e.ready.Store(&again)
+	}
+	if pr := e.ready2.Load(); pr != nil && *pr == p.Row {
+		e.ready2.Store(nil)
+	}
+	h.log.Warn("shape: a period's row is gone from the store (a failover lost its creation); creating it again", zap.String("row", p.Row))
+	return true
 }
 
 // incrShaped: INCR of a shaped tag returns the integer: the counter of the current period,
@@ -344,6 +370,9 @@ func cmdIDsNext(h *Handler, c *resp.Conn, args [][]byte) error {
 				return err
 			}
 			ids, err = h.seg.AppendIDs((*p)[:0], per.Row, n)
+			if try == 0 && h.rowLost(e, per, err) {
+				continue
+			}
 		} else if err = h.counterRow(tag, int64(n)); err == nil {
 			ids, err = h.seg.AppendIDs((*p)[:0], tag, n)
 		}
