@@ -356,27 +356,9 @@ func cmdIDsTags(h *Handler, c *resp.Conn, args [][]byte) error {
 		}
 		return nil
 	}
-	count := defaultTagsCount
-	switch {
-	case len(args) == 4 && strings.EqualFold(string(args[2]), "count"):
-		n, err := parseInt(args[3])
-		if err != nil {
-			return err
-		}
-		if n < 1 {
-			return replyError("ERR syntax error: COUNT must be at least 1")
-		}
-		count = int(min(n, int64(len(tags)+1)))
-	case len(args) != 2:
-		return errSyntax
-	}
-	after := ""
-	if string(args[1]) != "0" {
-		b, err := hex.DecodeString(string(args[1]))
-		if err != nil || len(b) == 0 {
-			return replyError("ERR invalid cursor: start with IDS.TAGS 0 and pass back the cursor each reply returns")
-		}
-		after = string(b)
+	after, count, err := cursorArgs(args, "IDS.TAGS", int64(len(tags)+1))
+	if err != nil {
+		return err
 	}
 	i, _ := slices.BinarySearch(tags, after)
 	if i < len(tags) && tags[i] == after {

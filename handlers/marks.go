@@ -42,33 +42,42 @@ func cmdIDsMarks(h *Handler, c *resp.Conn, args [][]byte) error {
 	return nil
 }
 
+// cursorArgs parses "cmd cursor [COUNT n]" (args[1:]): the cursor is "0" or the hex of the
+// last name a page returned; COUNT defaults to defaultTagsCount and is at most maxCount.
+func cursorArgs(args [][]byte, cmd string, maxCount int64) (after string, count int, err error) {
+	count = defaultTagsCount
+	switch {
+	case len(args) == 4 && strings.EqualFold(string(args[2]), "count"):
+		n, err := parseInt(args[3])
+		if err != nil {
+			return "", 0, err
+		}
+		if n < 1 {
+			return "", 0, replyError("ERR syntax error: COUNT must be at least 1")
+		}
+		count = int(min(n, maxCount))
+	case len(args) != 2:
+		return "", 0, errSyntax
+	}
+	if string(args[1]) != "0" {
+		b, err := hex.DecodeString(string(args[1]))
+		if err != nil || len(b) == 0 {
+			return "", 0, replyError("ERR invalid cursor: start with " + cmd + " 0 and pass back the cursor each reply returns")
+		}
+		after = string(b)
+	}
+	return after, count, nil
+}
+
 // maxMarksCount bounds the marks one IDS.MARKS page reads, whatever its COUNT.
 const maxMarksCount = 100_000
 
 // idsMarksPage is IDS.MARKS cursor [COUNT n]; the cursor is the hex of the last tag returned,
 // so a page costs the same at any number of marks (a seek in the marks file).
 func idsMarksPage(h *Handler, c *resp.Conn, args [][]byte) error {
-	count := defaultTagsCount
-	switch {
-	case len(args) == 4 && strings.EqualFold(string(args[2]), "count"):
-		n, err := parseInt(args[3])
-		if err != nil {
-			return err
-		}
-		if n < 1 {
-			return replyError("ERR syntax error: COUNT must be at least 1")
-		}
-		count = int(min(n, maxMarksCount))
-	case len(args) != 2:
-		return errSyntax
-	}
-	after := ""
-	if string(args[1]) != "0" {
-		b, err := hex.DecodeString(string(args[1]))
-		if err != nil || len(b) == 0 {
-			return replyError("ERR invalid cursor: start with IDS.MARKS 0 and pass back the cursor each reply returns")
-		}
-		after = string(b)
+	after, count, err := cursorArgs(args, "IDS.MARKS", maxMarksCount)
+	if err != nil {
+		return err
 	}
 	page, err := h.seg.MarksAfter(after, count+1) // one more: is there a next page?
 	if err != nil {
