@@ -11,6 +11,8 @@ import (
 	"encoding/base64"
 	"net/http"
 	"strings"
+
+	"github.com/leafd/leafd/internal/errcode"
 )
 
 // withAuth wraps the admin mux with the token check; without a token it is the mux.
@@ -43,7 +45,8 @@ func (a *Server) withAuth(next http.Handler) http.Handler {
 			return
 		}
 		w.Header().Set("WWW-Authenticate", `Bearer realm="leafd", Basic realm="leafd"`)
-		a.writeJSON(w, http.StatusUnauthorized, authBody{"NOAUTH", "authentication required: send Authorization: Bearer <token>"})
+		status, _ := errcode.Status("NOAUTH", "")
+		a.writeJSON(w, status, authBody{"NOAUTH", "authentication required: send Authorization: Bearer <token>"})
 	})
 }
 

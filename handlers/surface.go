@@ -51,7 +51,7 @@ func (h *Handler) Ordered() (*ordered.Manager, *ordered.Forwarder) { return h.or
 func (h *Handler) ErrorCode(err error) (code, msg string) { return h.errorCode(err) }
 
 // EachErrorCount calls f with every code of internal/errcode's table, in table order, and the
-// count of error replies with that code (leafd_command_errors_total).
+// count of error replies with that code, then errcode.Other (leafd_command_errors_total).
 func (h *Handler) EachErrorCount(f func(code string, n uint64)) { h.errs.Each(f) }
 
 // AuthFailures returns the failed authentications of the RESP port and of the admin port.
