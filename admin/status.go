@@ -124,7 +124,7 @@ type statusReport struct {
 	Snowflake *statusSnowflake `json:"snowflake"` // null when snowflake mode is off
 	// StoreHealth is the segment store's latest answer (null when segment mode is off).
 	StoreHealth *statusStore   `json:"store_health"`
-	Ordered     *statusOrdered `json:"ordered"` // null without ordered tags (ordered.go)
+	Ordered     *statusOrdered `json:"ordered"` // null without ordered tags (orderedStatus)
 }
 
 // statusStore is the store panel: whether the latest store call was answered and, when it
