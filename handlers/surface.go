@@ -24,14 +24,13 @@ type Facts struct {
 	// NoSegment and NoSnowflake: the mode is off (--modes).
 	NoSegment   bool
 	NoSnowflake bool
-	Now         func() time.Time
-	Sleep       func(time.Duration)
+	Now         func() time.Time // the command layer's clock
 }
 
 // Facts returns the configuration facts (defaults filled in).
 func (h *Handler) Facts() Facts {
 	return Facts{Version: h.cfg.Version, StoreName: h.cfg.StoreName, NoSegment: h.cfg.NoSegment,
-		NoSnowflake: h.cfg.NoSnowflake, Now: h.cfg.Now, Sleep: h.cfg.Sleep}
+		NoSnowflake: h.cfg.NoSnowflake, Now: h.cfg.Now}
 }
 
 // Segments returns the segment core.
