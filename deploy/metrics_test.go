@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leafd/leafd/admin"
 	"github.com/leafd/leafd/handlers"
 	"github.com/leafd/leafd/resp"
 	"github.com/leafd/leafd/segment"
@@ -84,7 +85,7 @@ func scrapeNames(t *testing.T) map[string]bool {
 		t.Fatal("INCRBY above the step: got no error, want LIMIT")
 	}
 
-	hs := httptest.NewServer(h.HTTPHandler())
+	hs := httptest.NewServer(admin.New(admin.Config{}, h, log).Handler())
 	t.Cleanup(hs.Close)
 	r, err := http.Get(hs.URL + "/metrics")
 	if err != nil {

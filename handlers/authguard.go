@@ -27,7 +27,7 @@ const (
 // authGuard holds the server-wide state of failed authentications.
 type authGuard struct {
 	failures atomic.Int64 // RESP failures
-	httpFail atomic.Int64 // admin-port failures (httpauth.go)
+	httpFail atomic.Int64 // admin-port failures (HTTPAuthFailed, package admin)
 	tat      atomic.Int64 // GCRA theoretical arrival time of the next failure, unix ns
 	logLast  atomic.Int64 // unix ns of the last log line
 	logSkip  atomic.Int64 // failures not logged since

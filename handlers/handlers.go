@@ -1,7 +1,7 @@
 // Package handlers maps RESP commands to leafd's ID cores. It owns the command table, the
 // arity and authentication checks, and the one place where an error becomes a code and a
-// message (errorCode), used by the RESP replies and by the HTTP admin side (http.go). It knows
-// RESP only through resp.Conn's reply writers.
+// message (errorCode), used by the RESP replies and by the admin port (package admin, through
+// surface.go). It knows RESP only through resp.Conn's reply writers, and serves no HTTP.
 package handlers
 
 import (
@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/leafd/leafd/internal/errcode"
 	"github.com/leafd/leafd/internal/limits"
 	"github.com/leafd/leafd/internal/quietlog"
 	"github.com/leafd/leafd/internal/storeerr"
@@ -94,10 +95,6 @@ type Config struct {
 	// burst, AuthFailRate per second (defaults 100 and 20; see authguard.go).
 	AuthFailRate  int
 	AuthFailBurst int
-	// HTTPAuth, when set, is the token the admin port requires (httpauth.go); HTTPOpenProbes
-	// leaves /healthz and a tag-less /readyz open without it.
-	HTTPAuth       string
-	HTTPOpenProbes bool
 	// Shapes stores the ID shapes of shaped tags (nil: IDS.CREATE FORMAT/RESET/OPAQUE is
 	// refused); IDKey is the --id-key-file AES key of opaque tags (nil: none). The key is
 	// never logged nor reported by CONFIG GET.
@@ -114,9 +111,6 @@ type Config struct {
 	// creates the next period's row and loads its first segment in the background, so that
 	// at the boundary the tag serves from memory. Default 30s; negative turns it off.
 	PeriodLead time.Duration
-	// MetricsMaxTags bounds the tags with per-tag series in /metrics (default
-	// DefaultMetricsMaxTags; negative: none, totals only). See metrictags.go.
-	MetricsMaxTags int
 	// Now is the clock (default time.Now); Sleep waits (default time.Sleep).
 	Now   func() time.Time
 	Sleep func(time.Duration)
@@ -136,8 +130,7 @@ type Handler struct {
 	// long (MayBlock's look-up, made from the table in New).
 	waiters [maxWaiterName + 1][]*command
 	now     func() time.Time
-	errs    errorCounts // error replies by code (leafd_command_errors_total)
-	rates   rateSampler // IDs/s of /status.json
+	errs    errcode.Counts // error replies by code (leafd_command_errors_total)
 	guard   authGuard
 	lat     []latency // by command index (latency.go)
 	// shapes: the compiled ID shapes this instance has seen (shape.go).
@@ -156,7 +149,6 @@ func DefaultConfig() Config {
 		AuthMaxFailures: DefaultAuthMaxFailures,
 		AuthFailRate:    DefaultAuthFailRate,
 		AuthFailBurst:   DefaultAuthFailBurst,
-		MetricsMaxTags:  DefaultMetricsMaxTags,
 		Now:             time.Now,
 		Sleep:           time.Sleep,
 	}
@@ -212,9 +204,6 @@ func (c Config) withDefaults() Config {
 	}
 	if c.AuthFailBurst <= 0 {
 		c.AuthFailBurst = d.AuthFailBurst
-	}
-	if c.MetricsMaxTags == 0 {
-		c.MetricsMaxTags = d.MetricsMaxTags
 	}
 	return c
 }
@@ -401,13 +390,14 @@ func (h *Handler) errorReply(err error) string {
 }
 
 // msgInternal is the message of an error errorCode does not know (code ERR).
-const msgInternal = "internal error"
+const msgInternal = errcode.MsgInternal
 
 // errorCode maps an error to a stable code and a message for people. It is the one place
-// that does: RESP (errorReply) and HTTP (writeHTTPError) both use it. Internal details are
-// logged, not sent.
+// that does: RESP (errorReply) and HTTP (package admin, through ErrorCode) both use it, and
+// it counts the reply under the code's label of internal/errcode's table. Internal details
+// are logged, not sent.
 func (h *Handler) errorCode(err error) (code, msg string) {
-	defer func() { h.errs.add(code) }()
+	defer func() { h.errs.Add(code) }()
 	var re replyError
 	if errors.As(err, &re) {
 		code, msg, _ = strings.Cut(string(re), " ")

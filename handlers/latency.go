@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/leafd/leafd/resp"
-	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Server-side latency per command (leafd_command_duration_seconds{command}), at the cost of
@@ -34,21 +33,6 @@ func (l *latency) observe(d time.Duration, n uint64) {
 	}
 	l.buckets[i].Add(n)
 	l.sumNs.Add(uint64(max(d, 0)) * n)
-}
-
-// metric is the histogram as Prometheus's cumulative buckets, or nil when never observed.
-func (l *latency) metric(d *prometheus.Desc, command string) prometheus.Metric {
-	var count uint64
-	cum := make(map[float64]uint64, len(latencyBuckets))
-	for i, ub := range latencyBuckets {
-		count += l.buckets[i].Load()
-		cum[ub] = count
-	}
-	count += l.buckets[len(latencyBuckets)].Load()
-	if count == 0 {
-		return nil
-	}
-	return prometheus.MustNewConstHistogram(d, count, float64(l.sumNs.Load())/1e9, cum, command)
 }
 
 // batchCounts are the commands of the current batch of a connection, by command index.

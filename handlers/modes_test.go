@@ -47,7 +47,9 @@ func TestModesDisabled(t *testing.T) {
 				t.Fatalf("/readyz?mode=%s: got %d %s, want 501", off, status, body)
 			}
 			status, _, body = get(t, hs, http.MethodGet, "/readyz")
-			var rep readyReport
+			var rep struct {
+				Modes []string `json:"modes"`
+			}
 			if err := json.Unmarshal([]byte(body), &rep); err != nil {
 				t.Fatal(err)
 			}
@@ -91,7 +93,7 @@ func TestReadyPerMode(t *testing.T) {
 	want("/readyz?mode=snowflake", 503)
 	want("/readyz?mode=segment", 200)
 	want("/readyz?mode=both", 400)
-	if ts.h.readyReport().Ready {
+	if _, _, metrics := get(t, hs, http.MethodGet, "/metrics"); !strings.Contains(metrics, "\nleafd_ready 0\n") {
 		t.Error("leafd_ready: ready while the plain /readyz is not")
 	}
 	_, _, body := get(t, hs, http.MethodGet, "/readyz?mode=segment")

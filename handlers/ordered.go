@@ -10,7 +10,6 @@ import (
 	"github.com/leafd/leafd/resp"
 	"github.com/leafd/leafd/segment"
 	"github.com/leafd/leafd/shape"
-	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 )
 
@@ -295,65 +294,4 @@ func (h *Handler) createOrdered(c *resp.Conn, t segment.Tag, sp shape.Spec) erro
 	}
 	c.WriteSimple("OK")
 	return nil
-}
-
-// statusOrdered is /status.json's "ordered": the forwarding counters and each ordered tag's
-// leader as this instance sees it.
-type statusOrdered struct {
-	Local         bool   `json:"local"` // the embedded store: every ordered tag is led here
-	Holder        string `json:"advertise_addr"`
-	Forwarded     int64  `json:"forwarded"`
-	ForwardErrors int64  `json:"forward_errors"`
-	TryAgain      int64  `json:"tryagain"`
-	// ForwardWrites and ForwardRequests: the writes to leaders and the requests they carried
-	// (a follower's pipelines and many clients' calls share writes).
-	ForwardWrites   int64              `json:"forward_writes"`
-	ForwardRequests int64              `json:"forward_requests"`
-	Tags            []statusOrderedTag `json:"tags"`
-}
-
-type statusOrderedTag struct {
-	Tag              string `json:"tag"`
-	Leader           string `json:"leader"`
-	LeaderHere       bool   `json:"leader_here"`
-	Epoch            int64  `json:"epoch"`
-	LeaseRemainingMs int64  `json:"lease_remaining_ms"`
-	Forwarded        int64  `json:"forwarded"`
-	ForwardErrors    int64  `json:"forward_errors"`
-	LastError        string `json:"last_error,omitempty"`
-}
-
-func (h *Handler) orderedStatus() *statusOrdered {
-	if h.ord == nil {
-		return nil
-	}
-	so := &statusOrdered{Local: h.ord.Local(), Holder: h.ord.Holder(), Forwarded: h.ord.Forwarded.Load(),
-		ForwardErrors: h.ord.ForwardErrors.Load(), TryAgain: h.ord.TryAgain.Load(), Tags: []statusOrderedTag{}}
-	if h.fwd != nil {
-		so.ForwardWrites, so.ForwardRequests = h.fwd.Writes(), h.fwd.Requests()
-	}
-	for _, s := range h.ord.Statuses() {
-		so.Tags = append(so.Tags, statusOrderedTag{Tag: s.Tag, Leader: s.Leader, LeaderHere: s.Here, Epoch: s.Epoch,
-			LeaseRemainingMs: s.Remaining.Milliseconds(), Forwarded: s.Forwarded, ForwardErrors: s.ForwardErrors, LastError: s.LastError})
-	}
-	return so
-}
-
-var (
-	descOrdForwarded   = desc("ordered_forwarded_total", "Requests of ORDERED tags forwarded to their leader and answered.", "tag")
-	descOrdForwardErrs = desc("ordered_forward_errors_total", "Requests of ORDERED tags whose leader could not be reached (answered UNAVAILABLE).", "tag")
-	descOrdTryAgain    = desc("ordered_tryagain_total", "Requests of ORDERED tags answered TRYAGAIN (no leader, or a lease lost during the request).")
-	descOrdLeaderHere  = desc("ordered_leader", "1 for the ORDERED tag's leader as this instance sees it.", "tag", "leader")
-)
-
-func (h *Handler) collectOrdered(counter, gauge func(d *prometheus.Desc, v float64, labels ...string)) {
-	if h.ord == nil {
-		return
-	}
-	counter(descOrdTryAgain, float64(h.ord.TryAgain.Load()))
-	for _, s := range h.ord.Statuses() {
-		counter(descOrdForwarded, float64(s.Forwarded), s.Tag)
-		counter(descOrdForwardErrs, float64(s.ForwardErrors), s.Tag)
-		gauge(descOrdLeaderHere, 1, s.Tag, s.Leader)
-	}
 }

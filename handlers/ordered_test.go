@@ -382,7 +382,18 @@ func TestOrderedFollowerForwards(t *testing.T) {
 	// /status.json and the metrics show the forwarding and the leader.
 	hs := httpServer(t, b.h)
 	_, _, body := get(t, hs, http.MethodGet, "/status.json")
-	var rep statusReport
+	var rep struct { // /status.json's "ordered" (package admin)
+		Ordered *struct {
+			Forwarded       int64 `json:"forwarded"`
+			TryAgain        int64 `json:"tryagain"`
+			ForwardWrites   int64 `json:"forward_writes"`
+			ForwardRequests int64 `json:"forward_requests"`
+			Tags            []struct {
+				Leader     string `json:"leader"`
+				LeaderHere bool   `json:"leader_here"`
+			} `json:"tags"`
+		} `json:"ordered"`
+	}
 	if err := json.Unmarshal([]byte(body), &rep); err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/leafd/leafd/admin"
 	"github.com/leafd/leafd/handlers"
 	"github.com/leafd/leafd/resp"
 	"github.com/leafd/leafd/segment"
@@ -87,7 +88,7 @@ type Config struct {
 	TagRefresh      time.Duration
 	LoadTimeout     time.Duration
 	MaxTags         int
-	MetricsMaxTags  int // per-tag series in /metrics at most (handlers.Config.MetricsMaxTags; 0: none)
+	MetricsMaxTags  int // per-tag series in /metrics at most (admin.Config.MetricsMaxTags; 0: none)
 	WarmTags        int
 	MySQLMaxConns   int
 	MySQLLifetime   time.Duration
@@ -172,7 +173,7 @@ func flagSet(c *Config) *flag.FlagSet {
 	fs.DurationVar(&c.TagRefresh, "tag-refresh", sc.RefreshInterval, "period of the tag list refresh from the store")
 	fs.DurationVar(&c.LoadTimeout, "load-timeout", sc.LoadTimeout, "timeout of one segment allocation in the store")
 	fs.IntVar(&c.MaxTags, "max-tags", sc.MaxTags, "segment tags held by this instance at most (LIMIT beyond)")
-	fs.IntVar(&c.MetricsMaxTags, "metrics-max-tags", handlers.DefaultMetricsMaxTags, "tags with per-tag series in /metrics at most (those that cannot serve, failing, running out, then the busiest; totals cover every tag); 0 for none")
+	fs.IntVar(&c.MetricsMaxTags, "metrics-max-tags", admin.DefaultMetricsMaxTags, "tags with per-tag series in /metrics at most (those that cannot serve, failing, running out, then the busiest; totals cover every tag); 0 for none")
 	fs.IntVar(&c.WarmTags, "warm-tags", sc.WarmTags, "at start, load the first segment of at most this many tags served before (0 disables)")
 	fs.IntVar(&c.MySQLMaxConns, "mysql-max-conns", mc.MaxOpenConns, "MySQL connection pool size")
 	fs.DurationVar(&c.MySQLLifetime, "mysql-conn-max-lifetime", mc.ConnMaxLifetime, "recycle MySQL connections older than this (keep it below proxy and server idle limits)")

@@ -58,7 +58,7 @@ func logStart(log *zap.Logger, seg *segment.Generator, segmentOn bool, fields []
 	return func() { close(quit); <-done }
 }
 
-// metricsMaxTags maps --metrics-max-tags (0: none) to handlers.Config.MetricsMaxTags
+// metricsMaxTags maps --metrics-max-tags (0: none) to admin.Config.MetricsMaxTags
 // (0: the default, negative: none).
 func metricsMaxTags(n int) int {
 	if n == 0 {

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/leafd/leafd/admin"
 	"github.com/leafd/leafd/handlers"
 	"github.com/leafd/leafd/resp"
 	"github.com/leafd/leafd/segment"
@@ -145,22 +146,19 @@ func run(ctx context.Context, cfg Config, log *zap.Logger, ready func(net.Addr))
 	}
 	shapes, _ := store.(segment.Shapes)
 	h := handlers.New(handlers.Config{
-		MaxBatch:       cfg.MaxBatch,
-		MaxStep:        cfg.MaxStep,
-		DisableCreate:  !cfg.AllowCreate,
-		NoSegment:      !cfg.segmentOn(),
-		NoSnowflake:    !cfg.snowflakeOn(),
-		Version:        leafdVersion(),
-		StoreName:      storeName,
-		ConfigValues:   cfg.configValues(),
-		HTTPAuth:       cfg.httpToken(),
-		HTTPOpenProbes: cfg.HTTPOpenProbes,
-		Shapes:         shapes,
-		IDKey:          idKey,
-		Ordered:        ord,
-		Forward:        fwd,
-		PeriodNow:      periodClock(cfg.PeriodClockOffset),
-		MetricsMaxTags: metricsMaxTags(cfg.MetricsMaxTags),
+		MaxBatch:      cfg.MaxBatch,
+		MaxStep:       cfg.MaxStep,
+		DisableCreate: !cfg.AllowCreate,
+		NoSegment:     !cfg.segmentOn(),
+		NoSnowflake:   !cfg.snowflakeOn(),
+		Version:       leafdVersion(),
+		StoreName:     storeName,
+		ConfigValues:  cfg.configValues(),
+		Shapes:        shapes,
+		IDKey:         idKey,
+		Ordered:       ord,
+		Forward:       fwd,
+		PeriodNow:     periodClock(cfg.PeriodClockOffset),
 	}, regionSegments(seg, cfg.region()), snow, log.Named("handlers"))
 
 	rcfg := resp.DefaultConfig()
@@ -288,7 +286,11 @@ func run(ctx context.Context, cfg Config, log *zap.Logger, ready func(net.Addr))
 // so the write timeout leaves room for that.
 func newHTTPServer(cfg Config, h *handlers.Handler, log *zap.Logger) *http.Server {
 	return &http.Server{
-		Handler:           h.HTTPHandler(),
+		Handler: admin.New(admin.Config{
+			HTTPAuth:       cfg.httpToken(),
+			HTTPOpenProbes: cfg.HTTPOpenProbes,
+			MetricsMaxTags: metricsMaxTags(cfg.MetricsMaxTags),
+		}, h, log.Named("admin")).Handler(),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       10 * time.Second,
 		WriteTimeout:      max(10*time.Second, cfg.WaitTimeout+cfg.LoadTimeout+5*time.Second),

@@ -1,11 +1,15 @@
-package handlers
+package admin
 
 import (
 	"encoding/json"
 	"net/http"
+	"net/http/httptest"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/leafd/leafd/handlers"
+	"go.uber.org/zap"
 )
 
 // With snowflake on, /readyz needs a worker id and a held lease: once the clock is past the
@@ -13,10 +17,12 @@ import (
 // the segment store answers; leafd_ready agrees.
 func TestReadyNeedsSnowflakeLease(t *testing.T) {
 	var skew atomic.Int64 // added to the handler's clock
-	ts := startServer(t, serverOpts{autoCreate: true, config: func(c *Config) {
+	ts := startServer(t, serverOpts{autoCreate: true, config: func(c *handlers.Config) {
 		c.Now = func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }
 	}})
-	hs := httpServer(t, ts.h)
+	a := New(Config{}, ts.h, zap.NewNop())
+	hs := httptest.NewServer(a.Handler())
+	t.Cleanup(hs.Close)
 	check := func(wantStatus int, wantLease bool) {
 		t.Helper()
 		status, _, body := get(t, hs, http.MethodGet, "/readyz")
@@ -27,7 +33,7 @@ func TestReadyNeedsSnowflakeLease(t *testing.T) {
 		if status != wantStatus || rep.Snowflake == nil || rep.Snowflake.HasLease != wantLease || !rep.Store {
 			t.Errorf("readyz: got %d %s, want %d with has_lease %v and the store answering", status, body, wantStatus, wantLease)
 		}
-		if got := ts.h.readyReport().Ready; got != (wantStatus == http.StatusOK) {
+		if got := a.readyReport().Ready; got != (wantStatus == http.StatusOK) {
 			t.Errorf("readyReport (leafd_ready) %v disagrees with /readyz %d", got, status)
 		}
 	}

@@ -1,4 +1,4 @@
-package handlers
+package admin
 
 import (
 	"time"
@@ -8,10 +8,10 @@ import (
 )
 
 // collector exposes the cores' and the server's own counters to Prometheus. It reads them at
-// scrape time (segment.Stats, Info per held tag, snowflake.Info, resp.Server.Stats), so the
-// ID paths carry no metrics work of their own.
+// scrape time (segment.Stats, Info per held tag, snowflake.Info, resp.Server.Stats, the
+// command layer's counters), so the ID paths carry no metrics work of their own.
 type collector struct {
-	h *Handler
+	a *Server
 }
 
 var _ prometheus.Collector = (*collector)(nil)
@@ -111,14 +111,12 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
-	h := c.h
-	for name, cmd := range h.table {
-		if m := h.lat[cmd.idx].metric(descCmdDuration, name); m != nil {
-			ch <- m
-		}
-	}
+	a := c.a
+	a.h.EachLatency(func(command string, count uint64, sum float64, buckets map[float64]uint64) {
+		ch <- prometheus.MustNewConstHistogram(descCmdDuration, count, sum, buckets, command)
+	})
 
-	st := h.seg.Stats()
+	st := a.seg.Stats()
 	counter(descSegIDs, float64(st.IDs))
 	counter(descSegLoads, float64(st.LoadsOK), "ok")
 	counter(descSegLoads, float64(st.LoadsFailed), "failed")
@@ -138,10 +136,10 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		buckets[le] = st.LoadSeconds.Counts[i]
 	}
 	ch <- prometheus.MustNewConstHistogram(descSegLoadSeconds, st.LoadSeconds.Count, st.LoadSeconds.Sum, buckets)
-	gauge(descReady, float64(b2i(h.ready())))
-	h.errs.each(func(code string, n uint64) { counter(descCmdErrors, float64(n), code) })
-	h.collectOrdered(counter, gauge)
-	infos, tot := pickTags(h.seg, h.cfg.MetricsMaxTags)
+	gauge(descReady, float64(b2i(a.ready())))
+	a.h.EachErrorCount(func(code string, n uint64) { counter(descCmdErrors, float64(n), code) })
+	a.collectOrdered(counter, gauge)
+	infos, tot := pickTags(a.seg, a.cfg.MetricsMaxTags)
 	gauge(descTagsExported, float64(tot.exported))
 	gauge(descTagsCannotServe, float64(tot.cannotServe))
 	gauge(descTagsFailing, float64(tot.failing))
@@ -161,10 +159,10 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		gauge(descTagLoading, float64(b2i(in.Loading)), tag)
 	}
 
-	if h.snow == nil {
+	if a.snow == nil {
 		gauge(descSnowEnabled, 0)
 	} else {
-		in := h.snow.Info()
+		in := a.snow.Info()
 		gauge(descSnowEnabled, 1)
 		gauge(descSnowHasWorker, float64(b2i(in.HasWorker)))
 		gauge(descSnowWorkerID, float64(in.WorkerID))
@@ -190,8 +188,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 
-	if h.srv != nil {
-		rs := h.srv.Stats()
+	if srv := a.h.Server(); srv != nil {
+		rs := srv.Stats()
 		gauge(descConnected, float64(rs.ConnectedClients))
 		counter(descConnections, float64(rs.TotalConnections))
 		counter(descRejected, float64(rs.RejectedConnections))
@@ -202,8 +200,29 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		counter(descOffloads, float64(rs.LoopOffloads))
 		counter(descTakeovers, float64(rs.LoopTakeovers))
 	}
-	counter(descAuthFails, float64(h.guard.failures.Load()), "resp")
-	counter(descAuthFails, float64(h.guard.httpFail.Load()), "http")
+	respFails, httpFails := a.h.AuthFailures()
+	counter(descAuthFails, float64(respFails), "resp")
+	counter(descAuthFails, float64(httpFails), "http")
+}
+
+var (
+	descOrdForwarded   = desc("ordered_forwarded_total", "Requests of ORDERED tags forwarded to their leader and answered.", "tag")
+	descOrdForwardErrs = desc("ordered_forward_errors_total", "Requests of ORDERED tags whose leader could not be reached (answered UNAVAILABLE).", "tag")
+	descOrdTryAgain    = desc("ordered_tryagain_total", "Requests of ORDERED tags answered TRYAGAIN (no leader, or a lease lost during the request).")
+	descOrdLeaderHere  = desc("ordered_leader", "1 for the ORDERED tag's leader as this instance sees it.", "tag", "leader")
+)
+
+func (a *Server) collectOrdered(counter, gauge func(d *prometheus.Desc, v float64, labels ...string)) {
+	ord, _ := a.h.Ordered()
+	if ord == nil {
+		return
+	}
+	counter(descOrdTryAgain, float64(ord.TryAgain.Load()))
+	for _, s := range ord.Statuses() {
+		counter(descOrdForwarded, float64(s.Forwarded), s.Tag)
+		counter(descOrdForwardErrs, float64(s.ForwardErrors), s.Tag)
+		gauge(descOrdLeaderHere, 1, s.Tag, s.Leader)
+	}
 }
 
 // unixSeconds is t in Unix seconds (0 for the zero time).
@@ -212,4 +231,11 @@ func unixSeconds(t time.Time) float64 {
 		return 0
 	}
 	return float64(t.UnixMilli()) / 1000
+}
+
+func b2i(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -1,9 +1,10 @@
-package handlers
+package admin
 
 import (
 	"container/heap"
 	"slices"
 
+	"github.com/leafd/leafd/handlers"
 	"github.com/leafd/leafd/segment"
 )
 
@@ -71,7 +72,7 @@ func (h *rankHeap) Pop() any {
 
 // pickTags reads every held tag once and returns the max most urgent ones (in rank order)
 // and the totals over all. Memory is O(max), whatever the tag count.
-func pickTags(seg Segments, maxTags int) ([]segment.Info, tagTotals) {
+func pickTags(seg handlers.Segments, maxTags int) ([]segment.Info, tagTotals) {
 	var tot tagTotals
 	h := make(rankHeap, 0, max(0, min(maxTags, 1024)))
 	for _, tag := range seg.Tags() {

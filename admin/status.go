@@ -1,4 +1,4 @@
-package handlers
+package admin
 
 // The status page: a static HTML page (status.html, embedded) that polls /status.json every
 // second and draws it. Everything it needs is in the binary; the page loads nothing else.
@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/leafd/leafd/handlers"
 	"github.com/leafd/leafd/internal/storeerr"
 	"github.com/leafd/leafd/segment"
 	"github.com/leafd/leafd/snowflake"
@@ -24,7 +25,7 @@ var statusHTML []byte
 
 // serveStatus sends the page. Its script builds the DOM with textContent only, so tag names
 // and error texts are never interpreted as markup.
-func (h *Handler) serveStatus(w http.ResponseWriter, _ *http.Request) {
+func (a *Server) serveStatus(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	// The page runs its own inline script and fetches only its own origin.
@@ -123,7 +124,7 @@ type statusReport struct {
 	Snowflake *statusSnowflake `json:"snowflake"` // null when snowflake mode is off
 	// StoreHealth is the segment store's latest answer (null when segment mode is off).
 	StoreHealth *statusStore   `json:"store_health"`
-	Ordered     *statusOrdered `json:"ordered"` // null without ordered tags (ordered.go)
+	Ordered     *statusOrdered `json:"ordered"` // null without ordered tags (orderedStatus)
 }
 
 // statusStore is the store panel: whether the latest store call was answered and, when it
@@ -163,8 +164,8 @@ func statusSeg(s segment.SegmentInfo) statusSegment {
 
 // serveStatusJSON reports what the page draws, from memory (the store is never queried; the
 // mark stands for max_id as this instance last saw it).
-func (h *Handler) serveStatusJSON(w http.ResponseWriter, r *http.Request) {
-	now := h.now()
+func (a *Server) serveStatusJSON(w http.ResponseWriter, r *http.Request) {
+	now := a.now()
 	q := r.URL.Query()
 	limit := statusDefaultLimit
 	if v, err := strconv.Atoi(q.Get("limit")); err == nil && v >= 0 {
@@ -175,13 +176,13 @@ func (h *Handler) serveStatusJSON(w http.ResponseWriter, r *http.Request) {
 		order = "runout"
 	}
 	filter := q.Get("filter")
-	rep := statusReport{Version: h.cfg.Version, Store: h.cfg.StoreName, NowMs: now.UnixMilli(),
-		Ready: h.ready(), Sort: order, Filter: filter, Tags: []statusTag{}}
-	tags := h.seg.Tags()
+	rep := statusReport{Version: a.facts.Version, Store: a.facts.StoreName, NowMs: now.UnixMilli(),
+		Ready: a.ready(), Sort: order, Filter: filter, Tags: []statusTag{}}
+	tags := a.seg.Tags()
 	infos := make([]segment.Info, 0, len(tags))
 	issued := make(map[string]int64, len(tags))
 	for _, tag := range tags {
-		in, err := h.seg.Info(tag)
+		in, err := a.seg.Info(tag)
 		if err != nil {
 			continue // dropped since Tags
 		}
@@ -190,11 +191,11 @@ func (h *Handler) serveStatusJSON(w http.ResponseWriter, r *http.Request) {
 	}
 	var snowIssued uint64
 	var snowInfo snowflake.Info
-	if h.snow != nil {
-		snowInfo = h.snow.Info()
+	if a.snow != nil {
+		snowInfo = a.snow.Info()
 		snowIssued = snowInfo.Issued
 	}
-	tagRates, snowRate, rated := h.rates.rates(now, issued, snowIssued)
+	tagRates, snowRate, rated := a.rates.rates(now, issued, snowIssued)
 
 	tot := &rep.Totals
 	var sum float64
@@ -259,20 +260,20 @@ func (h *Handler) serveStatusJSON(w http.ResponseWriter, r *http.Request) {
 		t := statusTag{Tag: in.Tag, Current: statusSeg(in.Current), Next: statusSeg(in.Next),
 			NextReady: in.NextReady, Loading: in.Loading, InitOK: in.InitOK, Step: in.Step,
 			MinStep: in.MinStep, Mark: in.Mark, Issued: in.Issued, LastRefillMs: unixMs(in.LastRefill),
-			LastError: publicLoadError(in.LastError), Loads: make([]statusLoad, 0, len(in.Loads))}
+			LastError: handlers.PublicLoadError(in.LastError), Loads: make([]statusLoad, 0, len(in.Loads))}
 		for _, l := range in.Loads {
 			t.Loads = append(t.Loads, statusLoad{AtMs: unixMs(l.At),
-				DurationMs: float64(l.Duration.Microseconds()) / 1000, Start: l.Start, End: l.End, Error: publicLoadError(l.Error)})
+				DurationMs: float64(l.Duration.Microseconds()) / 1000, Start: l.Start, End: l.End, Error: handlers.PublicLoadError(l.Error)})
 		}
 		if r, seen := tagRates[in.Tag]; seen {
 			t.IDsPerSec = &r
 		}
 		rep.Tags = append(rep.Tags, t)
 	}
-	if h.snow != nil {
+	if a.snow != nil {
 		in := snowInfo
 		rep.Snowflake = &statusSnowflake{
-			HasWorker: in.HasWorker, WorkerID: in.WorkerID, Source: in.Source, Status: publicStatus(in.Status),
+			HasWorker: in.HasWorker, WorkerID: in.WorkerID, Source: in.Source, Status: handlers.PublicStatus(in.Status),
 			StartBoundMs: unixMs(in.StartBound), ReservedUntilMs: unixMs(in.ReservedUntil),
 			Layout:  fmt.Sprintf("%d/%d/%d", in.Layout.TimeBits, in.Layout.WorkerBits, in.Layout.SeqBits),
 			EpochMs: unixMs(in.Layout.Epoch), Issued: in.Issued, SequenceWaits: in.SequenceWaits,
@@ -290,14 +291,57 @@ func (h *Handler) serveStatusJSON(w http.ResponseWriter, r *http.Request) {
 			rep.Snowflake.IDsPerSec = &snowRate
 		}
 	}
-	if !h.cfg.NoSegment {
-		health := h.seg.Health()
-		rep.StoreHealth = &statusStore{OK: health.StoreOK, Cause: storeCause(health.StoreError), Error: publicStoreError(health.StoreError)}
+	if !a.facts.NoSegment {
+		health := a.seg.Health()
+		rep.StoreHealth = &statusStore{OK: health.StoreOK, Cause: storeCause(health.StoreError), Error: handlers.PublicStoreError(health.StoreError)}
 	}
 	w.Header().Set("Cache-Control", "no-store")
-	rep.Ordered = h.orderedStatus()
-	h.writeJSON(w, http.StatusOK, rep)
+	rep.Ordered = a.orderedStatus()
+	a.writeJSON(w, http.StatusOK, rep)
 }
 
 // storeCause is the cause class of a store error kept as text ("" when none is known).
 func storeCause(s string) string { return storeerr.ClassifyText(s).String() }
+
+// statusOrdered is /status.json's "ordered": the forwarding counters and each ordered tag's
+// leader as this instance sees it.
+type statusOrdered struct {
+	Local         bool   `json:"local"` // the embedded store: every ordered tag is led here
+	Holder        string `json:"advertise_addr"`
+	Forwarded     int64  `json:"forwarded"`
+	ForwardErrors int64  `json:"forward_errors"`
+	TryAgain      int64  `json:"tryagain"`
+	// ForwardWrites and ForwardRequests: the writes to leaders and the requests they carried
+	// (a follower's pipelines and many clients' calls share writes).
+	ForwardWrites   int64              `json:"forward_writes"`
+	ForwardRequests int64              `json:"forward_requests"`
+	Tags            []statusOrderedTag `json:"tags"`
+}
+
+type statusOrderedTag struct {
+	Tag              string `json:"tag"`
+	Leader           string `json:"leader"`
+	LeaderHere       bool   `json:"leader_here"`
+	Epoch            int64  `json:"epoch"`
+	LeaseRemainingMs int64  `json:"lease_remaining_ms"`
+	Forwarded        int64  `json:"forwarded"`
+	ForwardErrors    int64  `json:"forward_errors"`
+	LastError        string `json:"last_error,omitempty"`
+}
+
+func (a *Server) orderedStatus() *statusOrdered {
+	ord, fwd := a.h.Ordered()
+	if ord == nil {
+		return nil
+	}
+	so := &statusOrdered{Local: ord.Local(), Holder: ord.Holder(), Forwarded: ord.Forwarded.Load(),
+		ForwardErrors: ord.ForwardErrors.Load(), TryAgain: ord.TryAgain.Load(), Tags: []statusOrderedTag{}}
+	if fwd != nil {
+		so.ForwardWrites, so.ForwardRequests = fwd.Writes(), fwd.Requests()
+	}
+	for _, s := range ord.Statuses() {
+		so.Tags = append(so.Tags, statusOrderedTag{Tag: s.Tag, Leader: s.Leader, LeaderHere: s.Here, Epoch: s.Epoch,
+			LeaseRemainingMs: s.Remaining.Milliseconds(), Forwarded: s.Forwarded, ForwardErrors: s.ForwardErrors, LastError: s.LastError})
+	}
+	return so
+}

@@ -1,4 +1,4 @@
-package handlers
+package admin
 
 import (
 	"bytes"
@@ -18,6 +18,7 @@ import (
 
 	"slices"
 
+	"github.com/leafd/leafd/handlers"
 	"github.com/leafd/leafd/internal/testenv"
 	"github.com/leafd/leafd/segment"
 )
@@ -25,7 +26,7 @@ import (
 // manySegs serves the page's reads (Tags, Info) from a table of tags made in memory, so
 // 10,000 tags cost no store commits; everything else is the real generator's.
 type manySegs struct {
-	Segments
+	handlers.Segments
 	mu    sync.Mutex
 	names []string
 	infos map[string]*segment.Info
@@ -88,11 +89,11 @@ func TestStatusManyTags(t *testing.T) {
 	// below (the snowflake lease is on the real clock).
 	now := time.Now().Add(-rateWindow - 2*time.Second)
 	clock := func() time.Time { clockMu.Lock(); defer clockMu.Unlock(); return now }
-	h := New(Config{Version: "test", StoreName: "mysql", Now: clock}, segs, ts.snow, ts.h.log)
+	h := handlers.New(handlers.Config{Version: "test", StoreName: "mysql", Now: clock}, segs, ts.snow, ts.log)
 	hs := httpServer(t, h)
 	// An empty server beside it: Chromium's cost without tags, the baseline of the bound.
-	empty := httpServer(t, New(Config{Version: "test", StoreName: "mysql", Now: clock},
-		&manySegs{Segments: ts.seg, infos: map[string]*segment.Info{}}, ts.snow, ts.h.log))
+	empty := httpServer(t, handlers.New(handlers.Config{Version: "test", StoreName: "mysql", Now: clock},
+		&manySegs{Segments: ts.seg, infos: map[string]*segment.Info{}}, ts.snow, ts.log))
 	emptyDOM, _ := browseStatus(t, chromium, empty.URL+"/status", "")
 	if !strings.Contains(emptyDOM, "no tag held yet") {
 		t.Fatalf("empty page: %s", emptyDOM)

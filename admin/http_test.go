@@ -1,4 +1,4 @@
-package handlers
+package admin
 
 import (
 	"context"
@@ -13,15 +13,23 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leafd/leafd/handlers"
+	"github.com/leafd/leafd/internal/errcode"
 	"github.com/leafd/leafd/segment"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/zap"
 )
 
-// httpServer serves the admin side of ts over httptest.
-func httpServer(t *testing.T, h *Handler) *httptest.Server {
+// httpServer serves the admin port of h over httptest.
+func httpServer(t *testing.T, h *handlers.Handler) *httptest.Server {
 	t.Helper()
-	hs := httptest.NewServer(h.HTTPHandler())
+	return httpServerConfig(t, h, Config{})
+}
+
+// httpServerConfig serves the admin port of h, configured by cfg, over httptest.
+func httpServerConfig(t *testing.T, h *handlers.Handler, cfg Config) *httptest.Server {
+	t.Helper()
+	hs := httptest.NewServer(New(cfg, h, zap.NewNop()).Handler())
 	t.Cleanup(hs.Close)
 	return hs
 }
@@ -152,12 +160,12 @@ func TestHTTPStatusOfCodes(t *testing.T) {
 		{"unavailable", &segment.TagError{Tag: "a", Err: segment.ErrUnavailable}, 503},
 		{"regression", &segment.TagError{Tag: "a", Err: segment.ErrRegression}, 409},
 		{"limit", &segment.TagError{Tag: "a", Err: segment.ErrLimit}, 400},
-		{"syntax", errSyntax, 400},
+		{"syntax", handlers.ReplyError("ERR syntax error"), 400},
 		{"internal", errors.New("boom"), 500},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			h := &Handler{log: zap.NewNop()}
-			if got := httpStatus(h.errorCode(tc.err)); got != tc.want {
+			h := handlers.New(handlers.Config{}, nil, nil, zap.NewNop())
+			if got, _ := errcode.Status(h.ErrorCode(tc.err)); got != tc.want {
 				t.Errorf("got %d, want %d", got, tc.want)
 			}
 		})
@@ -229,7 +237,7 @@ func TestHTTPNotReady(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = seg.Close() })
-	h := New(Config{}, seg, nil, zap.NewNop())
+	h := handlers.New(handlers.Config{}, seg, nil, zap.NewNop())
 	hs := httpServer(t, h)
 
 	status, _, body := get(t, hs, http.MethodGet, "/api/segment/get/down")
@@ -292,7 +300,7 @@ func TestHTTPMetrics(t *testing.T) {
 			t.Errorf("metrics: missing %q", want)
 		}
 	}
-	problems, err := testutil.CollectAndLint(&collector{h: ts.h})
+	problems, err := testutil.CollectAndLint(&collector{a: New(Config{}, ts.h, zap.NewNop())})
 	if err != nil || len(problems) > 0 {
 		t.Errorf("metric lint: %v %v", err, problems)
 	}

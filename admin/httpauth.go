@@ -1,4 +1,4 @@
-package handlers
+package admin
 
 // Authentication of the admin port. With a token configured (--http-auth, or --requirepass
 // when that is not given) every endpoint requires it, as "Authorization: Bearer <token>" or
@@ -12,12 +12,12 @@ import (
 	"net/http"
 	"strings"
 
-	"go.uber.org/zap"
+	"github.com/leafd/leafd/internal/errcode"
 )
 
 // withAuth wraps the admin mux with the token check; without a token it is the mux.
-func (h *Handler) withAuth(next http.Handler) http.Handler {
-	token := h.cfg.HTTPAuth
+func (a *Server) withAuth(next http.Handler) http.Handler {
+	token := a.cfg.HTTPAuth
 	if token == "" {
 		return next
 	}
@@ -27,34 +27,26 @@ func (h *Handler) withAuth(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		if h.cfg.HTTPOpenProbes && !present {
+		if a.cfg.HTTPOpenProbes && !present {
 			switch {
 			case r.URL.Path == "/healthz":
 				next.ServeHTTP(w, r)
 				return
 			case r.URL.Path == "/readyz" && !r.URL.Query().Has("tag"):
-				h.serveReadyOpen(next, w, r)
+				a.serveReadyOpen(next, w, r)
 				return
 			}
 		}
-		n := h.guard.httpFail.Add(1)
-		now := h.now()
-		h.logAuthFailure(now, "http", r.RemoteAddr, n, zapPath(r.URL.Path))
-		if present {
-			// A wrong token is paced like a wrong AUTH; a missing one (a scraper not yet
-			// configured) is not.
-			wait, ok := h.authDelay(now)
-			if !ok {
-				w.Header().Set("Retry-After", "1")
-				h.writeJSON(w, http.StatusTooManyRequests, authBody{"NOAUTH", "too many failed authentications; retry later"})
-				return
-			}
-			if wait > 0 {
-				h.cfg.Sleep(wait)
-			}
+		// A wrong token is paced like a wrong AUTH; a missing one (a scraper not yet
+		// configured) is not.
+		if a.h.HTTPAuthFailed(r.RemoteAddr, r.URL.Path, present) {
+			w.Header().Set("Retry-After", "1")
+			a.writeJSON(w, http.StatusTooManyRequests, authBody{"NOAUTH", "too many failed authentications; retry later"})
+			return
 		}
 		w.Header().Set("WWW-Authenticate", `Bearer realm="leafd", Basic realm="leafd"`)
-		h.writeJSON(w, http.StatusUnauthorized, authBody{"NOAUTH", "authentication required: send Authorization: Bearer <token>"})
+		status, _ := errcode.Status("NOAUTH", "")
+		a.writeJSON(w, status, authBody{"NOAUTH", "authentication required: send Authorization: Bearer <token>"})
 	})
 }
 
@@ -86,14 +78,14 @@ func requestToken(r *http.Request) (string, bool) {
 
 // serveReadyOpen answers an unauthenticated /readyz with the status the full answer would
 // have and only {"ready": bool}: a probe learns whether to route traffic, not the tags.
-func (h *Handler) serveReadyOpen(next http.Handler, w http.ResponseWriter, r *http.Request) {
+func (a *Server) serveReadyOpen(next http.Handler, w http.ResponseWriter, r *http.Request) {
 	rec := &statusOnly{header: http.Header{}, status: http.StatusOK}
 	next.ServeHTTP(rec, r)
 	ready := rec.status == http.StatusOK
 	if !ready {
 		w.Header().Set("Retry-After", "1")
 	}
-	h.writeJSON(w, rec.status, struct {
+	a.writeJSON(w, rec.status, struct {
 		Ready bool `json:"ready"`
 	}{ready})
 }
@@ -114,11 +106,4 @@ func (s *statusOnly) WriteHeader(code int) {
 	if !s.wroteHeader {
 		s.status, s.wroteHeader = code, true
 	}
-}
-
-func zapPath(p string) zap.Field {
-	if len(p) > 64 {
-		p = p[:64]
-	}
-	return zap.String("path", escapeControl(p))
 }

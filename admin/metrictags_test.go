@@ -1,4 +1,4 @@
-package handlers
+package admin
 
 import (
 	"fmt"
@@ -11,14 +11,15 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/leafd/leafd/handlers"
 	"github.com/leafd/leafd/segment"
 )
 
 // manyTags is a segment core holding n tags, for the scrape: every 1000th tag cannot serve,
 // every 1000th + 1 failed its latest load; tag i has handed out i IDs.
 type manyTags struct {
-	Segments // nil: only the methods below are called by /metrics
-	names    []string
+	handlers.Segments // nil: only the methods below are called by /metrics
+	names             []string
 }
 
 func newManyTags(n int) *manyTags {
@@ -47,9 +48,9 @@ func (m *manyTags) Info(tag string) (segment.Info, error) {
 	return in, nil
 }
 
-func scrape(t *testing.T, h *Handler) string {
+func scrape(t *testing.T, h *handlers.Handler, cfg Config) string {
 	t.Helper()
-	hs := httptest.NewServer(h.HTTPHandler())
+	hs := httptest.NewServer(New(cfg, h, zap.NewNop()).Handler())
 	defer hs.Close()
 	res, err := http.Get(hs.URL + "/metrics")
 	if err != nil {
@@ -82,8 +83,8 @@ func TestMetricsBounded(t *testing.T) {
 			if tc.tags > 100_000 && testing.Short() {
 				t.Skip("-short")
 			}
-			h := New(Config{MetricsMaxTags: tc.maxTags}, newManyTags(tc.tags), nil, zap.NewNop())
-			body := scrape(t, h)
+			h := handlers.New(handlers.Config{}, newManyTags(tc.tags), nil, zap.NewNop())
+			body := scrape(t, h, Config{MetricsMaxTags: tc.maxTags})
 			if len(body) >= 1<<20 {
 				t.Fatalf("/metrics at %d tags is %d bytes, want under 1 MB", tc.tags, len(body))
 			}

@@ -1,15 +1,19 @@
-package handlers
-
-// The HTTP admin side (docs/CONTRACT.md, HTTP side): probes, Prometheus metrics, a status page and Leaf's HTTP
-// API. With a token configured every endpoint requires it (httpauth.go).
+// Package admin serves leafd's admin port (docs/CONTRACT.md, HTTP side): probes, Prometheus
+// metrics, a status page and Leaf's HTTP API. It reads the cores and the command layer through
+// handlers' exported surface (handlers/surface.go); the error codes and their HTTP statuses
+// are internal/errcode's table. With a token configured every endpoint requires it
+// (httpauth.go).
+package admin
 
 import (
 	"encoding/json"
 	"errors"
 	"net/http"
 	"strconv"
+	"time"
 
-	"github.com/leafd/leafd/ordered"
+	"github.com/leafd/leafd/handlers"
+	"github.com/leafd/leafd/internal/errcode"
 	"github.com/leafd/leafd/segment"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -17,7 +21,43 @@ import (
 	"go.uber.org/zap"
 )
 
-// HTTPHandler returns the admin and Leaf-compatible HTTP API:
+// Config configures the admin port. A zero field takes its default from DefaultConfig.
+type Config struct {
+	// HTTPAuth, when set, is the token the admin port requires (httpauth.go); HTTPOpenProbes
+	// leaves /healthz and a tag-less /readyz open without it.
+	HTTPAuth       string
+	HTTPOpenProbes bool
+	// MetricsMaxTags bounds the tags with per-tag series in /metrics (default
+	// DefaultMetricsMaxTags; negative: none, totals only). See metrictags.go.
+	MetricsMaxTags int
+}
+
+// DefaultConfig returns the admin port's defaults.
+func DefaultConfig() Config { return Config{MetricsMaxTags: DefaultMetricsMaxTags} }
+
+// Server is the admin port of one command layer. Safe for concurrent use.
+type Server struct {
+	cfg   Config
+	h     *handlers.Handler
+	facts handlers.Facts
+	seg   handlers.Segments
+	snow  handlers.Snowflakes // nil when snowflake mode is off
+	log   *zap.Logger
+	rates rateSampler // IDs/s of /status.json
+}
+
+// New returns the admin port of a. Zero fields of cfg take their defaults.
+func New(cfg Config, h *handlers.Handler, log *zap.Logger) *Server {
+	if cfg.MetricsMaxTags == 0 {
+		cfg.MetricsMaxTags = DefaultMetricsMaxTags
+	}
+	return &Server{cfg: cfg, h: h, facts: h.Facts(), seg: h.Segments(), snow: h.Snowflakes(), log: log}
+}
+
+// now is the command layer's clock.
+func (a *Server) now() time.Time { return a.facts.Now() }
+
+// Handler returns the admin and Leaf-compatible HTTP API:
 //
 //	/healthz                     200 "ok" while the process is alive
 //	/readyz[?tag=t]              200 when it can serve (store answers, or tags hold IDs), 503 otherwise (JSON)
@@ -29,12 +69,11 @@ import (
 //	/decodeSnowflakeId?snowflakeId=N   Leaf: the fields of a snowflake ID (JSON)
 //
 // Errors are HTTP error statuses with a JSON body {"code": "...", "error": "..."}, the code
-// being the one RESP would send. Call it after SetServer so /metrics includes the server's
-// counters. Each call builds its own Prometheus registry.
-func (h *Handler) HTTPHandler() http.Handler {
+// being the one RESP would send. Each call builds its own Prometheus registry.
+func (a *Server) Handler() http.Handler {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(
-		&collector{h: h},
+		&collector{a: a},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
@@ -43,58 +82,37 @@ func (h *Handler) HTTPHandler() http.Handler {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = w.Write([]byte("ok"))
 	})
-	mux.HandleFunc("GET /readyz", h.serveReady)
+	mux.HandleFunc("GET /readyz", a.serveReady)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{
-		ErrorLog: zap.NewStdLog(h.log), ErrorHandling: promhttp.ContinueOnError,
+		ErrorLog: zap.NewStdLog(a.log), ErrorHandling: promhttp.ContinueOnError,
 	}))
-	mux.HandleFunc("GET /status", h.serveStatus)
-	mux.HandleFunc("GET /status.json", h.serveStatusJSON)
+	mux.HandleFunc("GET /status", a.serveStatus)
+	mux.HandleFunc("GET /status.json", a.serveStatusJSON)
 	// Leaf maps these without a method restriction; so do we.
-	mux.HandleFunc("/api/segment/get/{key}", h.serveSegmentGet)
-	mux.HandleFunc("/api/snowflake/get/{key}", h.serveSnowflakeGet)
-	mux.HandleFunc("/decodeSnowflakeId", h.serveDecode)
-	return h.withAuth(mux) // httpauth.go
+	mux.HandleFunc("/api/segment/get/{key}", a.serveSegmentGet)
+	mux.HandleFunc("/api/snowflake/get/{key}", a.serveSnowflakeGet)
+	mux.HandleFunc("/decodeSnowflakeId", a.serveDecode)
+	return a.withAuth(mux) // httpauth.go
 }
 
-// httpStatus is the HTTP status of an error code from errorCode.
-func httpStatus(code, msg string) int {
-	switch code {
-	case "NOTAG":
-		return http.StatusNotFound
-	case "BADTAG", "LIMIT", "BADFORMAT", "BADID", "NOSHAPE", "SHAPED":
-		return http.StatusBadRequest
-	case "UNAVAILABLE", "TRYAGAIN", "NOWORKER", "CLOCKBACK", "NOKEY", "STORE":
-		return http.StatusServiceUnavailable
-	case "REGRESSION", "TAGEXISTS", "NOTADOPTED":
-		return http.StatusConflict
-	case "DISABLED":
-		return http.StatusNotImplemented
-	case "ERR":
-		if msg == msgInternal {
-			return http.StatusInternalServerError
-		}
-		return http.StatusBadRequest // Redis's ERR for bad input: not an integer, syntax
-	}
-	return http.StatusInternalServerError // OVERFLOW and anything new
-}
-
-// writeHTTPError sends err as {"code": ..., "error": ...} with the status of its code.
-func (h *Handler) writeHTTPError(w http.ResponseWriter, err error) {
-	code, msg := h.errorCode(err)
-	status := httpStatus(code, msg)
-	if status == http.StatusServiceUnavailable && code != "STORE" { // STORE waits for a fix
+// writeHTTPError sends err as {"code": ..., "error": ...} with the status of its code
+// (internal/errcode's table).
+func (a *Server) writeHTTPError(w http.ResponseWriter, err error) {
+	code, msg := a.h.ErrorCode(err)
+	status, retry := errcode.Status(code, msg)
+	if retry {
 		w.Header().Set("Retry-After", "1")
 	}
-	h.writeJSON(w, status, struct {
+	a.writeJSON(w, status, struct {
 		Code  string `json:"code"`
 		Error string `json:"error"`
 	}{code, msg})
 }
 
-func (h *Handler) writeJSON(w http.ResponseWriter, status int, v any) {
+func (a *Server) writeJSON(w http.ResponseWriter, status int, v any) {
 	b, err := json.Marshal(v)
 	if err != nil { // our own types: cannot happen
-		h.log.Error("http: encoding JSON", zap.Error(err))
+		a.log.Error("http: encoding JSON", zap.Error(err))
 		http.Error(w, `{"code":"ERR","error":"internal error"}`, http.StatusInternalServerError)
 		return
 	}
@@ -109,82 +127,27 @@ func writeText(w http.ResponseWriter, s string) {
 	_, _ = w.Write([]byte(s))
 }
 
-// errNoSnowflake is the answer of the snowflake endpoints when the mode is off.
-var errNoSnowflake = replyError("NOWORKER snowflake mode is not enabled on this server")
-
 // serveSegmentGet is Leaf's /api/segment/get/{key}: the ID as plain text, never a negative
 // number; an unknown tag is created as INCR would.
-func (h *Handler) serveSegmentGet(w http.ResponseWriter, r *http.Request) {
-	if h.cfg.NoSegment {
-		h.writeHTTPError(w, disabledMode("segment"))
-		return
-	}
-	key := r.PathValue("key")
-	if t := h.orderedKey(key); t != nil {
-		h.writeOrderedGet(w, t, key)
-		return
-	}
-	e := h.shapeOf(key)
-	var id int64
-	var err error
-	if e == nil {
-		if err := h.counterRow(key, 1); err != nil {
-			h.writeHTTPError(w, err)
-			return
-		}
-		if id, err = h.seg.Next(key); err == nil {
-			writeText(w, strconv.FormatInt(id, 10))
-			return
-		}
-		if t := h.orderedKey(key); t != nil && errors.Is(err, segment.ErrNotAdmitted) {
-			h.writeOrderedGet(w, t, key) // found ordered at its first load here: now routed
-			return
-		}
-		if e, err = h.shapeOnMiss(key, err); e == nil {
-			h.writeHTTPError(w, err)
-			return
-		}
-	}
-	// A shaped tag: the formatted ID, as Leaf's users of formatted serials expect.
-	b, err := h.nextFormatted(e)
+func (a *Server) serveSegmentGet(w http.ResponseWriter, r *http.Request) {
+	id, err := a.h.LeafSegmentGet(r.PathValue("key"))
 	if err != nil {
-		h.writeHTTPError(w, err)
+		a.writeHTTPError(w, err)
 		return
 	}
-	writeText(w, string(b))
-}
-
-// orderedKey returns the ordered tag key names (nil for an ordinary tag).
-func (h *Handler) orderedKey(key string) *ordered.Tag {
-	if h.ord == nil {
-		return nil
-	}
-	return h.ord.Lookup(key)
-}
-
-// writeOrderedGet answers /api/segment/get/{key} for an ordered tag.
-func (h *Handler) writeOrderedGet(w http.ResponseWriter, t *ordered.Tag, key string) {
-	id, err := h.orderedNext(t, key)
-	if err != nil {
-		h.writeHTTPError(w, err)
-		return
-	}
-	writeText(w, strconv.FormatInt(id, 10))
+	writeText(w, id)
 }
 
 // serveSnowflakeGet is Leaf's /api/snowflake/get/{key}; like Leaf it ignores the key.
-func (h *Handler) serveSnowflakeGet(w http.ResponseWriter, _ *http.Request) {
-	if h.cfg.NoSnowflake {
-		h.writeHTTPError(w, disabledMode("snowflake"))
-		return
-	}
-	if h.snow == nil {
-		h.writeHTTPError(w, errNoSnowflake)
-		return
-	}
-	id, err := h.snow.Next()
+func (a *Server) serveSnowflakeGet(w http.ResponseWriter, _ *http.Request) {
+	snow, err := a.h.LeafSnowflake()
 	if err != nil {
-		h.writeHTTPError(w, err)
+		a.writeHTTPError(w, err)
+		return
+	}
+	id, err := snow.Next()
+	if err != nil {
+		a.writeHTTPError(w, err)
 		return
 	}
 	writeText(w, strconv.FormatInt(id, 10))
@@ -196,26 +159,13 @@ const leafTimeLayout = "2006-01-02 15:04:05.000"
 // serveDecode is Leaf's /decodeSnowflakeId?snowflakeId=N with Leaf's field names and string
 // values, decoded with this server's epoch and layout. The time is UTC (Leaf uses the
 // server's zone). A bad number is a 400, where Leaf answers 200 with an errorMsg field.
-func (h *Handler) serveDecode(w http.ResponseWriter, r *http.Request) {
-	if h.cfg.NoSnowflake {
-		h.writeHTTPError(w, disabledMode("snowflake"))
-		return
-	}
-	if h.snow == nil {
-		h.writeHTTPError(w, errNoSnowflake)
-		return
-	}
-	id, err := parseInt([]byte(r.URL.Query().Get("snowflakeId")))
+func (a *Server) serveDecode(w http.ResponseWriter, r *http.Request) {
+	p, err := a.h.LeafDecode(r.URL.Query().Get("snowflakeId"))
 	if err != nil {
-		h.writeHTTPError(w, replyError("ERR snowflakeId: value is not an integer or out of range"))
+		a.writeHTTPError(w, err)
 		return
 	}
-	if id < 0 {
-		h.writeHTTPError(w, replyError("ERR snowflake IDs are not negative"))
-		return
-	}
-	p := h.snow.Decode(id)
-	h.writeJSON(w, http.StatusOK, struct {
+	a.writeJSON(w, http.StatusOK, struct {
 		Timestamp  string `json:"timestamp"`
 		WorkerID   string `json:"workerId"`
 		SequenceID string `json:"sequenceId"`
@@ -284,108 +234,108 @@ type readyReport struct {
 // (one read, nothing loaded): ready when its first load could lease a range (503 with the
 // reason when it is not adopted or the store fails; 404 NOTAG when the store lacks it and
 // auto-create is off).
-func (h *Handler) serveReady(w http.ResponseWriter, r *http.Request) {
+func (a *Server) serveReady(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	if q.Has("tag") {
-		if h.cfg.NoSegment {
-			h.writeHTTPError(w, disabledMode("segment"))
+		if a.facts.NoSegment {
+			a.writeHTTPError(w, handlers.DisabledMode("segment"))
 			return
 		}
-		h.serveReadyTag(w, r, q.Get("tag"))
+		a.serveReadyTag(w, r, q.Get("tag"))
 		return
 	}
 	var rep readyReport
 	switch mode := q.Get("mode"); mode {
 	case "":
-		rep = h.readyReport()
+		rep = a.readyReport()
 	case "segment", "snowflake":
-		if mode == "segment" && h.cfg.NoSegment || mode == "snowflake" && h.cfg.NoSnowflake {
-			h.writeHTTPError(w, disabledMode(mode))
+		if mode == "segment" && a.facts.NoSegment || mode == "snowflake" && a.facts.NoSnowflake {
+			a.writeHTTPError(w, handlers.DisabledMode(mode))
 			return
 		}
-		rep = h.modeReport(mode == "segment", mode == "snowflake")
+		rep = a.modeReport(mode == "segment", mode == "snowflake")
 		if mode == "segment" {
 			rep.Snowflake = nil
 		}
 	default:
-		h.writeHTTPError(w, replyError("ERR mode: want segment or snowflake"))
+		a.writeHTTPError(w, handlers.ReplyError("ERR mode: want segment or snowflake"))
 		return
 	}
 	status := http.StatusOK
 	if !rep.Ready {
 		status = http.StatusServiceUnavailable
 	}
-	h.writeJSON(w, status, rep)
+	a.writeJSON(w, status, rep)
 }
 
 // serveReadyTag is /readyz?tag=t.
-func (h *Handler) serveReadyTag(w http.ResponseWriter, r *http.Request, tag string) {
-	health := h.seg.Health()
-	rep := readyReport{Alive: true, Modes: []string{"segment"}, Store: health.StoreOK, StoreError: publicStoreError(health.StoreError),
+func (a *Server) serveReadyTag(w http.ResponseWriter, r *http.Request, tag string) {
+	health := a.seg.Health()
+	rep := readyReport{Alive: true, Modes: []string{"segment"}, Store: health.StoreOK, StoreError: handlers.PublicStoreError(health.StoreError),
 		StoreCause: storeCause(health.StoreError), Warming: health.Warming, Segment: []tagReadiness{}}
-	in, err := h.seg.Info(tag)
+	in, err := a.seg.Info(tag)
 	switch {
 	case err == nil:
 		t := readiness(in)
 		rep.Segment = append(rep.Segment, t)
 		rep.Ready = t.CanServe || health.StoreOK
 	case errors.Is(err, segment.ErrUnknownTag):
-		lerr := h.seg.CanLoad(r.Context(), tag)
+		lerr := a.seg.CanLoad(r.Context(), tag)
 		if errors.Is(lerr, segment.ErrUnknownTag) || errors.Is(lerr, segment.ErrInvalidTag) {
-			h.writeHTTPError(w, lerr)
+			a.writeHTTPError(w, lerr)
 			return
 		}
 		t := tagReadiness{Tag: tag, NotHeld: true, CanRefill: lerr == nil}
 		if lerr != nil {
-			code, msg := h.errorCode(lerr)
+			code, msg := a.h.ErrorCode(lerr)
 			if code == "ERR" { // the store's own failure, in the words store_error uses
-				msg = publicStoreError(lerr.Error())
+				msg = handlers.PublicStoreError(lerr.Error())
 			}
 			t.Error = code + " " + msg
 		}
 		rep.Segment = append(rep.Segment, t)
 		rep.Ready = t.CanRefill
-		health = h.seg.Health() // CanLoad asked the store
-		rep.Store, rep.StoreError, rep.StoreCause = health.StoreOK, publicStoreError(health.StoreError), storeCause(health.StoreError)
+		health = a.seg.Health() // CanLoad asked the store
+		rep.Store, rep.StoreError, rep.StoreCause = health.StoreOK, handlers.PublicStoreError(health.StoreError), storeCause(health.StoreError)
 	default:
-		h.writeHTTPError(w, err)
+		a.writeHTTPError(w, err)
 		return
 	}
 	status := http.StatusOK
 	if !rep.Ready {
 		status = http.StatusServiceUnavailable
 	}
-	h.writeJSON(w, status, rep)
+	a.writeJSON(w, status, rep)
 }
 
 // readyReport is /readyz without ?tag and ?mode: every held tag, and snowflake, of the
 // enabled modes. The leafd_ready metric reads it too, so both always agree.
-func (h *Handler) readyReport() readyReport {
-	return h.modeReport(!h.cfg.NoSegment, !h.cfg.NoSnowflake)
+func (a *Server) readyReport() readyReport {
+	return a.modeReport(!a.facts.NoSegment, !a.facts.NoSnowflake)
 }
 
 // ready is readyReport().Ready without the list of tags (/metrics and /status at any tag
 // count).
-func (h *Handler) ready() bool {
-	return h.modeReadiness(!h.cfg.NoSegment, !h.cfg.NoSnowflake, false).Ready
+func (a *Server) ready() bool {
+	return a.modeReadiness(!a.facts.NoSegment, !a.facts.NoSnowflake, false).Ready
 }
 
 // modeReport is the readiness of the modes asked for (each enabled).
-func (h *Handler) modeReport(seg, snow bool) readyReport {
-	return h.modeReadiness(seg, snow, true)
+func (a *Server) modeReport(seg, snow bool) readyReport {
+	return a.modeReadiness(seg, snow, true)
 }
 
 // modeReadiness is modeReport, with the held tags listed when withTags.
-func (h *Handler) modeReadiness(seg, snow, withTags bool) readyReport {
+func (a *Server) modeReadiness(seg, snow, withTags bool) readyReport {
 	rep := readyReport{Ready: true, Alive: true, Modes: []string{}, Segment: []tagReadiness{}}
 	if seg {
-		health := h.seg.Health()
+		health := a.seg.Health()
 		rep.Modes = append(rep.Modes, "segment")
-		rep.Ready, rep.Store, rep.StoreError, rep.Warming = health.Ready(), health.StoreOK, publicStoreError(health.StoreError), health.Warming
+		rep.Ready, rep.Store, rep.StoreError, rep.Warming = health.Ready(), health.StoreOK, handlers.PublicStoreError(health.StoreError), health.Warming
 		rep.StoreCause = storeCause(health.StoreError)
 		if withTags {
-			for _, tag := range h.seg.Tags() {
-				in, err := h.seg.Info(tag)
+			for _, tag := range a.seg.Tags() {
+				in, err := a.seg.Info(tag)
 				if err != nil {
 					continue // dropped since Tags
 				}
@@ -394,13 +344,13 @@ func (h *Handler) modeReadiness(seg, snow, withTags bool) readyReport {
 		}
 	}
 	sf := &snowflakeReadiness{WorkerID: -1}
-	if snow && h.snow != nil {
+	if snow && a.snow != nil {
 		rep.Modes = append(rep.Modes, "snowflake")
-		in := h.snow.Info()
+		in := a.snow.Info()
 		// A lease is held while its bound is ahead of the clock: past it, Next refuses until
 		// an extension succeeds.
 		sf = &snowflakeReadiness{Enabled: true, HasWorker: in.HasWorker, WorkerID: in.WorkerID,
-			HasLease: in.ReservedUntil.After(h.now()), Status: publicStatus(in.Status)}
+			HasLease: in.ReservedUntil.After(a.now()), Status: handlers.PublicStatus(in.Status)}
 		rep.Ready = rep.Ready && sf.HasWorker && sf.HasLease
 	}
 	rep.Snowflake = sf
