@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"strconv"
 
-	"github.com/leafd/leafd/ordered"
 	"github.com/leafd/leafd/segment"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -119,57 +118,13 @@ func (h *Handler) serveSegmentGet(w http.ResponseWriter, r *http.Request) {
 		h.writeHTTPError(w, disabledMode("segment"))
 		return
 	}
-	key := r.PathValue("key")
-	if t := h.orderedKey(key); t != nil {
-		h.writeOrderedGet(w, t, key)
-		return
-	}
-	e := h.shapeOf(key)
-	var id int64
-	var err error
-	if e == nil {
-		if err := h.counterRow(key, 1); err != nil {
-			h.writeHTTPError(w, err)
-			return
-		}
-		if id, err = h.seg.Next(key); err == nil {
-			writeText(w, strconv.FormatInt(id, 10))
-			return
-		}
-		if t := h.orderedKey(key); t != nil && errors.Is(err, segment.ErrNotAdmitted) {
-			h.writeOrderedGet(w, t, key) // found ordered at its first load here: now routed
-			return
-		}
-		if e, err = h.shapeOnMiss(key, err); e == nil {
-			h.writeHTTPError(w, err)
-			return
-		}
-	}
-	// A shaped tag: the formatted ID, as Leaf's users of formatted serials expect.
-	b, err := h.nextFormatted(e)
+	var buf [64]byte
+	b, err := h.ids.AppendNext(buf[:0], r.PathValue("key"))
 	if err != nil {
 		h.writeHTTPError(w, err)
 		return
 	}
 	writeText(w, string(b))
-}
-
-// orderedKey returns the ordered tag key names (nil for an ordinary tag).
-func (h *Handler) orderedKey(key string) *ordered.Tag {
-	if h.ord == nil {
-		return nil
-	}
-	return h.ord.Lookup(key)
-}
-
-// writeOrderedGet answers /api/segment/get/{key} for an ordered tag.
-func (h *Handler) writeOrderedGet(w http.ResponseWriter, t *ordered.Tag, key string) {
-	id, err := h.orderedNext(t, key)
-	if err != nil {
-		h.writeHTTPError(w, err)
-		return
-	}
-	writeText(w, strconv.FormatInt(id, 10))
 }
 
 // serveSnowflakeGet is Leaf's /api/snowflake/get/{key}; like Leaf it ignores the key.
