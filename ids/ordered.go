@@ -42,17 +42,6 @@ func (r *Router) orderedTag(tag string) *ordered.Tag {
 	return r.ord.Lookup(tag)
 }
 
-// forwards reports whether tag is an ordered tag this instance does not serve now: its ID
-// commands are forwarded, a wait.
-func (r *Router) forwards(tag string) bool {
-	t := r.orderedTag(tag)
-	if t == nil {
-		return false
-	}
-	_, ok := t.Held()
-	return !ok
-}
-
 // orderedTake takes the IDs of ordered tag t here while this instance serves it (n for
 // ordIncrBy and ordIDs; the highest one for ordIncrBy, appended to dst), else returns
 // where to forward the request, else TRYAGAIN.
