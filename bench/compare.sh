@@ -90,11 +90,13 @@ if [[ -z "${LEAFD:-}" ]]; then
 	(cd "$root" && go build -ldflags "-X main.version=$(git describe --tags --always --dirty 2>/dev/null || echo unknown)" -o "$LEAFD" ./cmd/leafd)
 fi
 
-# free_port prints a loopback port nobody listens on.
+# free_port prints a loopback port nobody listens on, below the ephemeral range (32768 and
+# up), where another process's outgoing connection can hold the port between this check and
+# the server's bind.
 free_port() {
 	local p
 	while :; do
-		p=$((20000 + RANDOM % 40000))
+		p=$((20000 + RANDOM % 12000))
 		if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
 			echo "$p"
 			return

@@ -68,7 +68,7 @@ func boundaryRun(t testing.TB, o serverOpts, tags, clients int) []time.Duration 
 	clk.set(midnight.Add(-left))
 	phase = time.Now()
 	each(func(i int) error { return c.Do(ctx, "IDS.NEXT", name(i)).Err() })
-	waitFor(t, "the next day's rows prepared", func() bool { return s.h.shapes.prefetching.Load() == 0 })
+	waitFor(t, "the next day's rows prepared", func() bool { return s.h.ids.Prefetching() == 0 })
 	if d := time.Since(phase); d > left {
 		t.Errorf("preparing %d rows took %v, more than the %v left before midnight", tags, d, left)
 	} else {

@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/leafd/leafd/ids"
 	"github.com/leafd/leafd/internal/errcode"
 	"github.com/leafd/leafd/internal/limits"
 	"github.com/leafd/leafd/internal/quietlog"
@@ -133,10 +134,10 @@ type Handler struct {
 	errs    errcode.Counts // error replies by code (leafd_command_errors_total)
 	guard   authGuard
 	lat     []latency // by command index (latency.go)
-	// shapes: the compiled ID shapes this instance has seen (shape.go).
-	shapes shapeRegistry
-	ord    *ordered.Manager   // nil: no ordered tags (ordered.go)
-	fwd    *ordered.Forwarder // nil with a local ord
+	// ids routes the ID commands by tag kind: plain, shaped, ordered (package ids).
+	ids *ids.Router
+	ord *ordered.Manager   // nil: no ordered tags (their status and metrics)
+	fwd *ordered.Forwarder // nil with a local ord (forwarding pipelines, orderedfwd.go)
 }
 
 // DefaultConfig returns every default of the command layer: the one place they are written
@@ -227,7 +228,8 @@ func New(cfg Config, seg Segments, snow Snowflakes, log *zap.Logger) *Handler {
 		}
 	}
 	h.lat = make([]latency, len(cmds))
-	h.adoptResumed()
+	h.ids = ids.New(ids.Config{Shapes: cfg.Shapes, IDKey: cfg.IDKey, Ordered: cfg.Ordered, Forward: cfg.Forward,
+		CreateTimeout: cfg.CreateTimeout, PeriodNow: cfg.PeriodNow, PeriodLead: cfg.PeriodLead, Now: cfg.Now, Sleep: cfg.Sleep}, seg, log)
 	return h
 }
 
@@ -252,6 +254,9 @@ type command struct {
 	// next reply (noCacheReply). readonly commands answer from state alone (flag "readonly").
 	write, readonly bool
 	idx             int // position in commands(): its latency histogram (latency.go)
+	// routed commands take IDs of the tag args[1] names through the router (package ids):
+	// an ordered tag's, led elsewhere, join the forwarded pipeline (orderedfwd.go).
+	routed bool
 	// mayWait, when set, reports whether this call of the command may wait (a store call, a
 	// segment load, a pacing delay); nil means it never does. See mayblock.go.
 	mayWait func(h *Handler, c *resp.Conn, args [][]byte) bool
@@ -309,7 +314,7 @@ func (h *Handler) ServeRESP(c *resp.Conn, args [][]byte) {
 
 // run runs a command whose checks passed and turns its error into the reply.
 func (h *Handler) run(c *resp.Conn, cmd *command, args [][]byte) {
-	if err := cmd.run(h, c, args); err != nil && !h.orderedRetry(c, cmd, args, err) {
+	if err := cmd.run(h, c, args); err != nil {
 		c.WriteError(h.errorReply(err))
 	}
 }
@@ -361,9 +366,7 @@ func clip(b []byte, n int) string {
 }
 
 // replyError is an error whose text is the reply, code included.
-type replyError string
-
-func (e replyError) Error() string { return string(e) }
+type replyError = ids.Refusal
 
 // disabledMode is the error of a command or endpoint of a mode that --modes turned off.
 func disabledMode(mode string) error {

@@ -2,7 +2,6 @@ package handlers
 
 import (
 	"bytes"
-	"context"
 	"encoding/hex"
 	"fmt"
 	"slices"
@@ -21,23 +20,12 @@ var idsPool = sync.Pool{New: func() any { s := make([]int64, 0, 256); return &s 
 
 // cmdIncr: INCR tag — the next segment ID of tag.
 func cmdIncr(h *Handler, c *resp.Conn, args [][]byte) error {
-	if t := h.orderedTag(args); t != nil {
-		return h.orderedCmd(c, t, args, ordIncr)
-	}
-	tag := str(args[1])
-	if e := h.shapeOf(tag); e != nil {
-		return h.incrShaped(c, e)
-	}
-	if err := h.counterRow(tag, 1); err != nil {
-		return err
-	}
-	id, err := h.seg.Next(tag)
+	id, fw, err := h.ids.Incr(str(args[1]))
 	if err != nil {
-		e, err := h.shapeOnMiss(tag, err)
-		if e != nil {
-			return h.incrShaped(c, e)
-		}
 		return err
+	}
+	if fw.Tag != nil {
+		return h.forwardCmd(c, fw, args)
 	}
 	c.WriteInt(id)
 	return nil
@@ -53,15 +41,12 @@ func cmdIncrBy(h *Handler, c *resp.Conn, args [][]byte) error {
 	if n < 1 {
 		return replyError("LIMIT INCRBY count must be at least 1")
 	}
-	if t := h.orderedTag(args); t != nil {
-		return h.orderedCmd(c, t, args, ordIncrBy)
-	}
-	if err := h.counterRow(str(args[1]), n); err != nil {
+	id, fw, err := h.ids.IncrBy(str(args[1]), n)
+	if err != nil {
 		return err
 	}
-	id, err := h.seg.NextN(str(args[1]), n)
-	if err != nil {
-		return h.notShaped(str(args[1]), err)
+	if fw.Tag != nil {
+		return h.forwardCmd(c, fw, args)
 	}
 	c.WriteInt(id)
 	return nil
@@ -97,18 +82,15 @@ func cmdIDsSegment(h *Handler, c *resp.Conn, args [][]byte) error {
 	if err != nil {
 		return err
 	}
-	if t := h.orderedTag(args); t != nil {
-		return h.orderedCmd(c, t, args, ordSegment)
-	}
-	if err := h.counterRow(str(args[1]), int64(n)); err != nil {
-		return err
-	}
 	p := idsPool.Get().(*[]int64)
 	defer idsPool.Put(p)
-	ids, err := h.seg.AppendIDs((*p)[:0], str(args[1]), n)
+	ids, fw, err := h.ids.Segment((*p)[:0], str(args[1]), n)
 	*p = ids[:0]
 	if err != nil {
-		return h.notShaped(str(args[1]), err)
+		return err
+	}
+	if fw.Tag != nil {
+		return h.forwardCmd(c, fw, args)
 	}
 	c.WriteInts(ids)
 	return nil
@@ -233,42 +215,30 @@ func cmdIDsDecode(h *Handler, c *resp.Conn, args [][]byte) error {
 
 // cmdIDsInfo: IDS.INFO tag — the tag's double buffer (Leaf's /cache page).
 func cmdIDsInfo(h *Handler, c *resp.Conn, args [][]byte) error {
-	tag := str(args[1])
-	e := h.shapeOf(tag)
-	if e == nil && !h.seg.Serves(tag, 1) { // not a held plain tag: perhaps a shape not seen yet
-		var err error
-		if e, err = h.learnShape(tag); err != nil {
-			return err
-		}
-	}
-	extra := 0
-	var per *shape.Period
-	if e != nil { // a shaped tag: its shape, and the buffer of its current period's row
-		per = e.s.PeriodAt(h.cfg.PeriodNow())
-		tag, extra = per.Row, shapeInfoFields
-	}
-	in, err := h.seg.Info(tag)
-	ot, ordExtra := h.orderedTag(args), 0
-	if ot != nil {
-		ordExtra = orderedInfoFields
-		if err != nil { // not held here: the lease alone
-			c.WriteMap(1 + orderedInfoFields)
-			c.WriteBulkString("tag")
-			c.WriteBulkString(ot.Name)
-			h.writeOrderedInfo(c, ot)
-			return nil
-		}
-	}
-	if err != nil && e != nil {
-		c.WriteMap(shapeInfoFields + 1)
-		c.WriteBulkString("tag")
-		c.WriteBulkString(e.s.Tag())
-		h.writeShapeInfo(c, e, per)
-		return nil
-	}
+	info, err := h.ids.Info(str(args[1]))
 	if err != nil {
 		return err
 	}
+	extra := 0
+	if info.Shape != nil {
+		extra = shapeInfoFields
+	}
+	if info.Ordered != nil {
+		extra += orderedInfoFields
+	}
+	if !info.Held { // a shaped or ordered tag not held here: its shape, or its lease
+		c.WriteMap(1 + extra)
+		c.WriteBulkString("tag")
+		if info.Shape != nil {
+			c.WriteBulkString(info.Shape.Tag)
+			writeShapeInfo(c, info.Shape)
+		} else {
+			c.WriteBulkString(info.Ordered.Name)
+			writeOrderedInfo(c, info.Ordered)
+		}
+		return nil
+	}
+	in := info.Seg
 	seg := func(name string, s segment.SegmentInfo) {
 		c.WriteBulkString(name)
 		if !s.Loaded {
@@ -285,7 +255,7 @@ func cmdIDsInfo(h *Handler, c *resp.Conn, args [][]byte) error {
 		c.WriteBulkString("remaining")
 		c.WriteInt(s.Remaining)
 	}
-	c.WriteMap(12 + extra + ordExtra)
+	c.WriteMap(12 + extra)
 	c.WriteBulkString("tag")
 	c.WriteBulkString(in.Tag)
 	c.WriteBulkString("init_ok")
@@ -312,11 +282,11 @@ func cmdIDsInfo(h *Handler, c *resp.Conn, args [][]byte) error {
 	c.WriteBulkString(publicLoadError(in.LastError))
 	c.WriteBulkString("max_incrby")
 	c.WriteInt(in.MaxCount)
-	if e != nil {
-		h.writeShapeInfo(c, e, per)
+	if info.Shape != nil {
+		writeShapeInfo(c, info.Shape)
 	}
-	if ot != nil {
-		h.writeOrderedInfo(c, ot)
+	if info.Ordered != nil {
+		writeOrderedInfo(c, info.Ordered)
 	}
 	return nil
 }
@@ -430,7 +400,7 @@ func cmdIDsCreate(h *Handler, c *resp.Conn, args [][]byte) error {
 		return replyError("NOPERM IDS.CREATE is disabled on this server (--allow-create=false); ask the operator to create the tag")
 	}
 	t := segment.Tag{Name: string(args[1])}
-	var sp shape.Spec // FORMAT, RESET, TZ, OPAQUE: a shaped tag (shape.go)
+	var sp shape.Spec // FORMAT, RESET, TZ, OPAQUE: a shaped tag (package ids)
 	for i := 2; i < len(args); i += 2 {
 		opt := strings.ToLower(string(args[i]))
 		if opt == "opaque" { // a flag: no value
@@ -438,7 +408,7 @@ func cmdIDsCreate(h *Handler, c *resp.Conn, args [][]byte) error {
 			i--
 			continue
 		}
-		if opt == "ordered" { // a flag: strictly increasing across instances (ordered.go)
+		if opt == "ordered" { // a flag: strictly increasing across instances (package ids)
 			t.Ordered = true
 			i--
 			continue
@@ -483,26 +453,7 @@ func cmdIDsCreate(h *Handler, c *resp.Conn, args [][]byte) error {
 			return errSyntax
 		}
 	}
-	// A counter row of a shaped tag (tag@period) is created by its shaped tag only: made by
-	// hand, a future period could start at a START or STEP the client chose
-	// (TestCounterRowRefused).
-	if err := h.counterRow(t.Name, 1); err != nil {
-		return err
-	}
-	if t.Ordered {
-		return h.createOrdered(c, t, sp)
-	}
-	if sp.Format != "" || sp.Reset != "" || sp.TZ != "" || sp.Opaque {
-		sp.Start, sp.Step, sp.Desc = t.MaxID, t.Step, t.Description
-		if err := h.createShaped(t.Name, sp); err != nil {
-			return err
-		}
-		c.WriteSimple("OK")
-		return nil
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), h.cfg.CreateTimeout)
-	defer cancel()
-	if err := h.seg.Create(ctx, t); err != nil {
+	if err := h.ids.Create(t, sp); err != nil {
 		return err
 	}
 	c.WriteSimple("OK")

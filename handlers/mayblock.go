@@ -68,20 +68,23 @@ func waitHelloAuth(h *Handler, c *resp.Conn, args [][]byte) bool {
 // values they need in memory (a tag's first load, or a switch the preload did not hide).
 // A malformed count is answered by the command itself, at once.
 func waitIncr(h *Handler, c *resp.Conn, args [][]byte) bool {
-	if e := h.shapeOf(str(args[1])); e != nil {
-		return h.shapedMayBlock(c, e, 1)
-	}
 	return !h.serves(c, str(args[1]), 1)
 }
 
 // waitIDsNext: IDS.NEXT waits when the period's row must be created (a store call) or its
 // tag, shaped or plain, would wait for a load like IDS.SEGMENT.
-func waitIDsNext(h *Handler, c *resp.Conn, args [][]byte) bool { return h.nextMayBlock(c, args) }
+func waitIDsNext(h *Handler, c *resp.Conn, args [][]byte) bool { return waitIDsSegment(h, c, args) }
 
 // waitIDsParse: IDS.PARSE of a tag whose shape this instance has not seen reads it from the
 // store.
 func waitIDsParse(h *Handler, c *resp.Conn, args [][]byte) bool {
-	return h.shapeOf(str(args[1])) == nil
+	return !h.ids.KnowsShape(str(args[1]))
+}
+
+// waitIDsInfo: IDS.INFO of a tag of a kind not known here (not held, not known as shaped or
+// ordered) reads the shape store.
+func waitIDsInfo(h *Handler, c *resp.Conn, args [][]byte) bool {
+	return !h.ids.Known(str(args[1]))
 }
 
 func waitIncrBy(h *Handler, c *resp.Conn, args [][]byte) bool {
@@ -215,16 +218,19 @@ func satAdd(a, b int64) int64 {
 	return a + b
 }
 
-// serves reports whether tag's segment holds n values now; while waitExec asks a
-// transaction's queue, n plus the values the commands queued before this one take of tag.
+// serves reports whether the segment row a request of tag takes from (ids.Router.WaitRow: a
+// shaped tag's current period's row) holds n values now; while waitExec asks a transaction's
+// queue, n plus the values the commands queued before this one take of it. An ordered tag led
+// elsewhere (forwarded) and a shaped tag whose row is not made yet wait.
 func (h *Handler) serves(c *resp.Conn, tag string, n int64) bool {
-	if h.forwards(tag) {
-		return false // an ordered tag led elsewhere: forwarded, a wait (ordered.go)
+	row, wait := h.ids.WaitRow(tag)
+	if wait {
+		return false
 	}
 	if d := summing(c); d != nil {
-		n = d.add(tag, n)
+		n = d.add(row, n)
 	}
-	return h.seg.Serves(tag, n)
+	return h.seg.Serves(row, n)
 }
 
 var _ resp.Blocker = (*Handler)(nil)

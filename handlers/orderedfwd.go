@@ -39,14 +39,14 @@ func (h *Handler) forward(c *resp.Conn, t *ordered.Tag, r ordered.Route, args []
 	h.fwd.Run(r.Leader, call)
 	if call.Err != nil {
 		for _, jt := range tags {
-			c.WriteError(h.errorReply(h.forwardFailed(jt, r, call.Err)))
+			c.WriteError(h.errorReply(h.ids.ForwardFailed(jt, r, call.Err)))
 		}
 	} else {
 		for i := range call.Replies {
 			tags[i].Forwarded.Add(1)
 			writeReply(c, &call.Replies[i])
 		}
-		h.ord.Forwarded.Add(int64(len(tags)))
+		h.ids.Forwarded(int64(len(tags)))
 	}
 	clear(tags)
 	st.fwdTags = tags[:0]
@@ -86,7 +86,7 @@ func (h *Handler) joinPipeline(c *resp.Conn, st *connState, call *ordered.Call, 
 // CACHING refusal) and whose count is well formed; a nil tag otherwise.
 func (h *Handler) joinable(c *resp.Conn, st *connState, args [][]byte) (*command, *ordered.Tag, int64) {
 	cmd := h.lookup(args[0])
-	if cmd == nil || !forwardable(cmd) || !c.Authed() || h.cfg.NoSegment || st.multi || st.redirect ||
+	if cmd == nil || !cmd.routed || !c.Authed() || h.cfg.NoSegment || st.multi || st.redirect ||
 		(st.track.caching && st.track.optin) {
 		return nil, nil, 0
 	}
@@ -97,7 +97,7 @@ func (h *Handler) joinable(c *resp.Conn, st *connState, args [][]byte) (*command
 	if n < 1 || (cmd.name == "incr" && len(args) != 2) {
 		return nil, nil, 0
 	}
-	t := h.orderedTag(args)
+	t := h.ids.Ordered(str(args[1]))
 	if t == nil {
 		return nil, nil, 0
 	}
@@ -118,15 +118,6 @@ func joinCount(args [][]byte) int64 {
 		return n
 	}
 	return 0
-}
-
-// forwardable reports whether cmd is one of the ID commands an ordered tag routes.
-func forwardable(cmd *command) bool {
-	switch cmd.name {
-	case "incr", "incrby", "ids.segment", "ids.next":
-		return true
-	}
-	return false
 }
 
 // redirect is the answer to a client that asked for redirects (IDS.REDIRECT ON) instead of

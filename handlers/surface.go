@@ -6,13 +6,10 @@ package handlers
 // commands' own. Nothing here runs on the RESP path.
 
 import (
-	"errors"
-	"strconv"
 	"time"
 
 	"github.com/leafd/leafd/ordered"
 	"github.com/leafd/leafd/resp"
-	"github.com/leafd/leafd/segment"
 	"github.com/leafd/leafd/snowflake"
 	"go.uber.org/zap"
 )
@@ -122,48 +119,12 @@ func (h *Handler) LeafSegmentGet(key string) (string, error) {
 	if h.cfg.NoSegment {
 		return "", disabledMode("segment")
 	}
-	if t := h.orderedKey(key); t != nil {
-		return h.orderedGet(t, key)
-	}
-	e := h.shapeOf(key)
-	if e == nil {
-		if err := h.counterRow(key, 1); err != nil {
-			return "", err
-		}
-		id, err := h.seg.Next(key)
-		if err == nil {
-			return strconv.FormatInt(id, 10), nil
-		}
-		if t := h.orderedKey(key); t != nil && errors.Is(err, segment.ErrNotAdmitted) {
-			return h.orderedGet(t, key) // found ordered at its first load here: now routed
-		}
-		if e, err = h.shapeOnMiss(key, err); e == nil {
-			return "", err
-		}
-	}
-	// A shaped tag: the formatted ID, as Leaf's users of formatted serials expect.
-	b, err := h.nextFormatted(e)
+	var buf [64]byte
+	b, err := h.ids.AppendNext(buf[:0], key)
 	if err != nil {
 		return "", err
 	}
 	return string(b), nil
-}
-
-// orderedKey returns the ordered tag key names (nil for an ordinary tag).
-func (h *Handler) orderedKey(key string) *ordered.Tag {
-	if h.ord == nil {
-		return nil
-	}
-	return h.ord.Lookup(key)
-}
-
-// orderedGet is LeafSegmentGet of an ordered tag.
-func (h *Handler) orderedGet(t *ordered.Tag, key string) (string, error) {
-	id, err := h.orderedNext(t, key)
-	if err != nil {
-		return "", err
-	}
-	return strconv.FormatInt(id, 10), nil
 }
 
 // LeafSnowflake returns the snowflake core for Leaf's snowflake endpoints, or the error they

@@ -15,13 +15,13 @@ import (
 // runs a command whose flag says it may wait off its loop (Handler.MayBlock, the only reader).
 func commands() []*command {
 	return []*command{
-		{name: "incr", arity: 2, write: true, group: "segment", summary: "Return the next segment ID of a tag.", run: cmdIncr, mayWait: waitIncr},
-		{name: "incrby", arity: 3, write: true, group: "segment", summary: "Reserve n contiguous segment IDs of a tag; return the highest.", run: cmdIncrBy, mayWait: waitIncrBy},
-		{name: "ids.segment", arity: -2, write: true, group: "segment", summary: "Return count segment IDs of a tag, strictly increasing.", run: cmdIDsSegment, mayWait: waitIDsSegment},
-		{name: "ids.next", arity: -2, write: true, group: "segment", summary: "Return the next ID of a tag as a bulk string (formatted for a shaped tag), or an array of count.", run: cmdIDsNext, mayWait: waitIDsNext},
+		{name: "incr", routed: true, arity: 2, write: true, group: "segment", summary: "Return the next segment ID of a tag.", run: cmdIncr, mayWait: waitIncr},
+		{name: "incrby", routed: true, arity: 3, write: true, group: "segment", summary: "Reserve n contiguous segment IDs of a tag; return the highest.", run: cmdIncrBy, mayWait: waitIncrBy},
+		{name: "ids.segment", routed: true, arity: -2, write: true, group: "segment", summary: "Return count segment IDs of a tag, strictly increasing.", run: cmdIDsSegment, mayWait: waitIDsSegment},
+		{name: "ids.next", routed: true, arity: -2, write: true, group: "segment", summary: "Return the next ID of a tag as a bulk string (formatted for a shaped tag), or an array of count.", run: cmdIDsNext, mayWait: waitIDsNext},
 		{name: "ids.parse", arity: 3, readonly: true, group: "segment", summary: "Return the counter and period a shaped tag's ID came from.", run: cmdIDsParse, mayWait: waitIDsParse},
 		{name: "ids.prune", arity: 3, write: true, group: "segment", summary: "Delete a periodic tag's rows of the periods before the given one.", run: cmdIDsPrune, mayWait: waitAlways},
-		{name: "ids.info", arity: 2, readonly: true, group: "segment", summary: "Show a tag's double buffer.", run: cmdIDsInfo},
+		{name: "ids.info", arity: 2, readonly: true, group: "segment", summary: "Show a tag's double buffer.", run: cmdIDsInfo, mayWait: waitIDsInfo},
 		{name: "ids.tags", arity: -1, readonly: true, group: "segment", summary: "List the tags this server knows.", run: cmdIDsTags},
 		{name: "ids.marks", arity: -1, readonly: true, group: "segment", summary: "List every durable mark of this server: tag, highest range end ever granted.", run: cmdIDsMarks, mayWait: waitAlways},
 		{name: "ids.create", arity: -2, write: true, group: "segment", summary: "Create a tag in the store.", run: cmdIDsCreate, mayWait: waitAlways},

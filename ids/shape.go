@@ -1,16 +1,14 @@
-package handlers
+package ids
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/leafd/leafd/resp"
 	"github.com/leafd/leafd/segment"
 	"github.com/leafd/leafd/shape"
 	"go.uber.org/zap"
@@ -84,34 +82,34 @@ func (r *shapeRegistry) add(s *shape.Shape) *shapeEntry {
 }
 
 // shapeOf returns tag's shape when this instance knows it.
-func (h *Handler) shapeOf(tag string) *shapeEntry { return h.shapes.get(tag) }
+func (r *Router) shapeOf(tag string) *shapeEntry { return r.shapes.get(tag) }
 
 // learnShape reads tag's shape from the store (nil, nil when it has none; remembered for a
 // second so unknown tags do not hit the store on every request).
-func (h *Handler) learnShape(tag string) (*shapeEntry, error) {
-	if e := h.shapes.get(tag); e != nil {
+func (r *Router) learnShape(tag string) (*shapeEntry, error) {
+	if e := r.shapes.get(tag); e != nil {
 		return e, nil
 	}
-	if h.cfg.Shapes == nil {
+	if r.cfg.Shapes == nil {
 		return nil, nil
 	}
-	now := h.now()
-	h.shapes.mu.Lock()
-	until, neg := h.shapes.neg[tag]
-	h.shapes.mu.Unlock()
+	now := r.now()
+	r.shapes.mu.Lock()
+	until, neg := r.shapes.neg[tag]
+	r.shapes.mu.Unlock()
 	if neg && now.Before(until) {
 		return nil, nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), h.cfg.CreateTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.CreateTimeout)
 	defer cancel()
-	raw, err := h.cfg.Shapes.LoadShape(ctx, tag)
+	raw, err := r.cfg.Shapes.LoadShape(ctx, tag)
 	if errors.Is(err, segment.ErrUnknownTag) {
-		h.shapes.mu.Lock()
-		if h.shapes.neg == nil || len(h.shapes.neg) >= shapeNegMax {
-			h.shapes.neg = make(map[string]time.Time)
+		r.shapes.mu.Lock()
+		if r.shapes.neg == nil || len(r.shapes.neg) >= shapeNegMax {
+			r.shapes.neg = make(map[string]time.Time)
 		}
-		h.shapes.neg[strings.Clone(tag)] = now.Add(shapeNegTTL)
-		h.shapes.mu.Unlock()
+		r.shapes.neg[strings.Clone(tag)] = now.Add(shapeNegTTL)
+		r.shapes.mu.Unlock()
 		return nil, nil
 	}
 	if err != nil {
@@ -121,26 +119,26 @@ func (h *Handler) learnShape(tag string) (*shapeEntry, error) {
 	if err != nil {
 		return nil, err
 	}
-	s, err := shape.Compile(strings.Clone(tag), spec, h.cfg.IDKey)
+	s, err := shape.Compile(strings.Clone(tag), spec, r.cfg.IDKey)
 	if err != nil {
 		return nil, err
 	}
-	return h.shapes.add(s), nil
+	return r.shapes.add(s), nil
 }
 
 // shapeOnMiss: a plain request of tag failed with err; if tag is shaped (this instance had
 // not seen it yet) its entry is returned so the request takes the shaped path. The error to
 // reply with otherwise: err, or why the shape cannot be used (NOKEY: not this server's key).
-func (h *Handler) shapeOnMiss(tag string, err error) (*shapeEntry, error) {
+func (r *Router) shapeOnMiss(tag string, err error) (*shapeEntry, error) {
 	if !errors.Is(err, segment.ErrUnknownTag) && !errors.Is(err, segment.ErrShaped) {
 		return nil, err
 	}
-	e, lerr := h.learnShape(tag)
+	e, lerr := r.learnShape(tag)
 	if lerr != nil {
 		if errors.Is(lerr, shape.ErrKey) || errors.Is(lerr, shape.ErrTemplate) || errors.Is(lerr, segment.ErrInvalidTag) {
 			return nil, lerr // the shape's own refusal (another spelling of a shaped tag: BADTAG)
 		}
-		h.log.Warn("shape: cannot read a tag's shape", zap.String("tag", tag), zap.Error(lerr))
+		r.log.Warn("shape: cannot read a tag's shape", zap.String("tag", tag), zap.Error(lerr))
 		return nil, err
 	}
 	if e == nil {
@@ -154,12 +152,12 @@ func (h *Handler) shapeOnMiss(tag string, err error) (*shapeEntry, error) {
 // fine; a row pruned and created again starts above every ID this instance or, on MySQL, any
 // instance issued from it: the marks and leafd_fence's high-water). The row of the period
 // before is retired from this instance: a segment never outlives its period.
-func (h *Handler) period(e *shapeEntry) (*shape.Period, error) {
-	now := h.cfg.PeriodNow()
+func (r *Router) period(e *shapeEntry) (*shape.Period, error) {
+	now := r.cfg.PeriodNow()
 	p := e.s.PeriodAt(now)
 	if e.ready.Load() == p {
-		if h.cfg.PeriodLead > 0 && !p.End.IsZero() && p.End.Sub(now) <= h.cfg.PeriodLead && e.ahead.Load() != p {
-			h.prefetchNext(e, p)
+		if r.cfg.PeriodLead > 0 && !p.End.IsZero() && p.End.Sub(now) <= r.cfg.PeriodLead && e.ahead.Load() != p {
+			r.prefetchNext(e, p)
 		}
 		return p, nil
 	}
@@ -171,17 +169,17 @@ func (h *Handler) period(e *shapeEntry) (*shape.Period, error) {
 	}
 	// A row prepared ahead (prefetchNext) exists: no store call at the boundary.
 	if pr := e.ready2.Load(); pr == nil || *pr != p.Row {
-		ctx, cancel := context.WithTimeout(context.Background(), h.cfg.CreateTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), r.cfg.CreateTimeout)
 		defer cancel()
-		if err := h.ensureRow(ctx, e, p); err != nil {
+		if err := r.ensureRow(ctx, e, p); err != nil {
 			return nil, err
 		}
 	}
 	if prev != nil && prev.Row != p.Row {
-		h.seg.Retire(prev.Row)
+		r.seg.Retire(prev.Row)
 	}
 	if prev == nil {
-		h.retireResumed(e, p)
+		r.retireResumed(e, p)
 	}
 	e.ready.Store(p)
 	return p, nil
@@ -211,44 +209,44 @@ type prefetcher interface {
 // their rows at once at the boundary (TestPeriodBoundaryManyTags, BenchmarkPeriodBoundary).
 // Each period is its own row, so a row made early collides with nothing; its range is served
 // only from its period.
-func (h *Handler) prefetchNext(e *shapeEntry, p *shape.Period) {
+func (r *Router) prefetchNext(e *shapeEntry, p *shape.Period) {
 	old := e.ahead.Load()
 	if old == p || !e.ahead.CompareAndSwap(old, p) {
 		return
 	}
-	r := &h.shapes
-	r.preMu.Lock()
-	defer r.preMu.Unlock()
-	if len(r.preQueue) >= maxPrefetching {
+	q := &r.shapes
+	q.preMu.Lock()
+	defer q.preMu.Unlock()
+	if len(q.preQueue) >= maxPrefetching {
 		e.ahead.CompareAndSwap(p, old) // a later request tries again
 		return
 	}
-	r.prefetching.Add(1)
-	r.preQueue = append(r.preQueue, prefetchJob{e, e.s.NextPeriod(p)})
-	if r.preWorkers < prefetchWorkers {
-		r.preWorkers++
-		go h.prefetchWorker()
+	q.prefetching.Add(1)
+	q.preQueue = append(q.preQueue, prefetchJob{e, e.s.NextPeriod(p)})
+	if q.preWorkers < prefetchWorkers {
+		q.preWorkers++
+		go r.prefetchWorker()
 	}
 }
 
 // prefetchWorker runs queued jobs and ends when the queue is empty; each job ends within
 // CreateTimeout.
-func (h *Handler) prefetchWorker() {
-	r := &h.shapes
+func (r *Router) prefetchWorker() {
+	q := &r.shapes
 	for {
-		r.preMu.Lock()
-		if len(r.preQueue) == 0 {
-			r.preWorkers--
-			r.preQueue = nil
-			r.preMu.Unlock()
+		q.preMu.Lock()
+		if len(q.preQueue) == 0 {
+			q.preWorkers--
+			q.preQueue = nil
+			q.preMu.Unlock()
 			return
 		}
-		j := r.preQueue[0]
-		r.preQueue = r.preQueue[1:]
-		r.preMu.Unlock()
-		ctx, cancel := context.WithTimeout(context.Background(), h.cfg.CreateTimeout)
-		err := h.ensureRow(ctx, j.e, j.next)
-		if pf, ok := h.seg.(prefetcher); ok && err == nil {
+		j := q.preQueue[0]
+		q.preQueue = q.preQueue[1:]
+		q.preMu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), r.cfg.CreateTimeout)
+		err := r.ensureRow(ctx, j.e, j.next)
+		if pf, ok := r.seg.(prefetcher); ok && err == nil {
 			err = pf.Prefetch(ctx, j.next.Row)
 		}
 		cancel()
@@ -256,17 +254,17 @@ func (h *Handler) prefetchWorker() {
 			j.e.ready2.Store(&j.next.Row)
 		}
 		if err != nil {
-			h.log.Debug("shape: preparing the next period's row failed; it is created at the boundary", zap.String("row", j.next.Row), zap.Error(err))
+			r.log.Debug("shape: preparing the next period's row failed; it is created at the boundary", zap.String("row", j.next.Row), zap.Error(err))
 		}
-		r.prefetching.Add(-1)
+		q.prefetching.Add(-1)
 	}
 }
 
 // ensureRow creates p's row unless it exists. Most instances find the row another one created
 // (a read, no lock), so few creations of one row run at once; a creation that loses to a
 // concurrent one (TAGEXISTS, or a MySQL deadlock between the two) is retried, then accepted.
-func (h *Handler) ensureRow(ctx context.Context, e *shapeEntry, p *shape.Period) error {
-	if r, ok := h.cfg.Shapes.(interface {
+func (r *Router) ensureRow(ctx context.Context, e *shapeEntry, p *shape.Period) error {
+	if r, ok := r.cfg.Shapes.(interface {
 		MaxID(ctx context.Context, tag string) (int64, error)
 	}); ok {
 		if _, err := r.MaxID(ctx, p.Row); err == nil {
@@ -278,10 +276,10 @@ func (h *Handler) ensureRow(ctx context.Context, e *shapeEntry, p *shape.Period)
 	for try := 0; try < 3; try++ {
 		t := segment.Tag{Name: p.Row, Step: spec.Step, MaxID: e.s.Start(), Description: spec.Desc,
 			Row: &segment.ShapeRow{PeriodStart: p.Start}}
-		err = h.seg.Create(ctx, t)
+		err = r.seg.Create(ctx, t)
 		if errors.Is(err, segment.ErrLimit) { // START below the mark (a pruned or known row): start at the mark
 			t.MaxID = 0
-			err = h.seg.Create(ctx, t)
+			err = r.seg.Create(ctx, t)
 		}
 		if err == nil || errors.Is(err, segment.ErrTagExists) {
 			return nil
@@ -290,21 +288,21 @@ func (h *Handler) ensureRow(ctx context.Context, e *shapeEntry, p *shape.Period)
 		if errors.As(err, &te) || ctx.Err() != nil { // a refusal (LIMIT, BADTAG, SHAPED): final
 			return err
 		}
-		h.log.Info("shape: creating a period's row failed; retrying", zap.String("row", p.Row), zap.Error(err))
-		h.cfg.Sleep(time.Duration(10*(try+1)) * time.Millisecond)
+		r.log.Info("shape: creating a period's row failed; retrying", zap.String("row", p.Row), zap.Error(err))
+		r.cfg.Sleep(time.Duration(10*(try+1)) * time.Millisecond)
 	}
 	return err
 }
 
 // shapedCounter takes one counter of e's current period.
-func (h *Handler) shapedCounter(e *shapeEntry) (*shape.Period, int64, error) {
+func (r *Router) shapedCounter(e *shapeEntry) (*shape.Period, int64, error) {
 	for try := 0; ; try++ {
-		p, err := h.period(e)
+		p, err := r.period(e)
 		if err != nil {
 			return nil, 0, err
 		}
-		c, err := h.seg.Next(p.Row)
-		if try == 0 && h.rowLost(e, p, err) {
+		c, err := r.seg.Next(p.Row)
+		if try == 0 && r.rowLost(e, p, err) {
 			continue
 		}
 		return p, c, err
@@ -315,7 +313,7 @@ func (h *Handler) shapedCounter(e *shapeEntry) (*shape.Period, int64, error) {
 // gone from the store (a database failover lost its creation), and if so forgets that the row
 // exists, so that the next period call creates it again: above every ID this instance
 // issued from it (the marks) and, on MySQL, above the fence's high-water.
-func (h *Handler) rowLost(e *shapeEntry, p *shape.Period, err error) bool {
+func (r *Router) rowLost(e *shapeEntry, p *shape.Period, err error) bool {
 	if !errors.Is(err, segment.ErrUnknownTag) {
 		return false
 	}
@@ -328,257 +326,139 @@ func (h *Handler) rowLost(e *shapeEntry, p *shape.Period, err error) bool {
 	if pr := e.ready2.Load(); pr != nil && *pr == p.Row {
 		e.ready2.Store(nil)
 	}
-	h.log.Warn("shape: a period's row is gone from the store (a failover lost its creation); creating it again", zap.String("row", p.Row))
+	r.log.Warn("shape: a period's row is gone from the store (a failover lost its creation); creating it again", zap.String("row", p.Row))
 	return true
 }
 
-// incrShaped: INCR of a shaped tag returns the integer: the counter of the current period,
-// or for an opaque tag its FF1 image (never the raw counter).
-func (h *Handler) incrShaped(c *resp.Conn, e *shapeEntry) error {
-	p, ctr, err := h.shapedCounter(e)
+// shapedInt is INCR of a shaped tag: the counter of the current period, or for an opaque tag
+// its FF1 image (never the raw counter).
+func (r *Router) shapedInt(e *shapeEntry) (int64, error) {
+	p, ctr, err := r.shapedCounter(e)
 	if err != nil {
-		return err
+		return 0, err
 	}
-	v, err := e.s.Int(p, ctr)
-	if err != nil {
-		return err
-	}
-	c.WriteInt(v)
-	return nil
+	return e.s.Int(p, ctr)
 }
 
-// cmdIDsNext: IDS.NEXT tag [count] — the tag's next ID(s) as bulk strings: formatted for a
-// shaped tag, the decimal integer for a plain one (for clients that read integers as
-// floating point). Without count one bulk string, with count an array (IDS.SEGMENT's bound).
-func cmdIDsNext(h *Handler, c *resp.Conn, args [][]byte) error {
-	n, err := h.tagCount(args)
-	if err != nil {
-		return err
-	}
-	if t := h.orderedTag(args); t != nil { // an ordered tag has no shape
-		return h.orderedCmd(c, t, args, ordNext)
-	}
-	tag := str(args[1])
-	e := h.shapeOf(tag)
-	p := idsPool.Get().(*[]int64)
-	defer idsPool.Put(p)
-	var per *shape.Period
-	var ids []int64
-	for try := 0; try < 2; try++ {
-		if e != nil {
-			if per, err = h.period(e); err != nil {
-				return err
-			}
-			ids, err = h.seg.AppendIDs((*p)[:0], per.Row, n)
-			if try == 0 && h.rowLost(e, per, err) {
-				continue
-			}
-		} else if err = h.counterRow(tag, int64(n)); err == nil {
-			ids, err = h.seg.AppendIDs((*p)[:0], tag, n)
+// shapedIDs appends n counters of e's current period to dst (IDS.NEXT).
+func (r *Router) shapedIDs(dst []int64, e *shapeEntry, n int) (Batch, error) {
+	for try := 0; ; try++ {
+		per, err := r.period(e)
+		if err != nil {
+			return Batch{IDs: dst}, err
 		}
-		*p = ids[:0]
-		if err == nil || e != nil {
-			break
+		ids, err := r.seg.AppendIDs(dst, per.Row, n)
+		if try == 0 && r.rowLost(e, per, err) {
+			continue
 		}
-		if e, err = h.shapeOnMiss(tag, err); e == nil {
-			break
-		}
+		return Batch{IDs: ids, shape: e, period: per}, err
 	}
-	if err != nil {
-		return err
-	}
-	var buf [shape.MaxTemplateLen + 8]byte
-	if len(args) == 3 {
-		c.WriteArray(len(ids))
-	}
-	for _, id := range ids {
-		b := buf[:0]
-		if e != nil {
-			if b, err = e.s.Append(b, per, id); err != nil {
-				if len(args) == 3 { // the array header is out: end it with error entries
-					c.WriteError(h.errorReply(err))
-					continue
-				}
-				return err
-			}
-		} else {
-			b = strconv.AppendInt(b, id, 10)
-		}
-		c.WriteBulk(b)
-	}
-	return nil
-}
-
-// cmdIDsParse: IDS.PARSE tag id — the counter and period an ID of a shaped tag came from
-// (map in RESP3, flat array in RESP2); BADID for a string the tag could not have issued.
-func cmdIDsParse(h *Handler, c *resp.Conn, args [][]byte) error {
-	tag := str(args[1])
-	e, err := h.learnShape(tag)
-	if err != nil {
-		return err
-	}
-	if e == nil {
-		return replyError(fmt.Sprintf("NOSHAPE tag '%s' has no ID shape (create it with IDS.CREATE %s FORMAT template)", tag, tag))
-	}
-	got, err := e.s.Parse(string(args[2]))
-	if err != nil {
-		return err
-	}
-	c.WriteMap(4)
-	c.WriteBulkString("counter")
-	c.WriteInt(got.Counter)
-	c.WriteBulkString("period")
-	c.WriteBulkString(got.Period.Key)
-	c.WriteBulkString("period_start")
-	if got.Period.Start.IsZero() {
-		c.WriteBulkString("")
-	} else {
-		c.WriteBulkString(got.Period.Start.Format(time.RFC3339))
-	}
-	c.WriteBulkString("row")
-	c.WriteBulkString(got.Period.Row)
-	return nil
 }
 
 // createShaped runs IDS.CREATE of a tag with FORMAT, RESET, TZ or OPAQUE: the spec is
 // checked (a template that cannot hold START, a period the template does not print, OPAQUE
 // without --id-key-file: refused) and stored; the rows come with the first use of each period.
-func (h *Handler) createShaped(tag string, spec shape.Spec) error {
-	if h.cfg.Shapes == nil {
-		return replyError("ERR this store keeps no ID shapes")
+func (r *Router) createShaped(tag string, spec shape.Spec) error {
+	if r.cfg.Shapes == nil {
+		return Refusal("ERR this store keeps no ID shapes")
 	}
 	if err := segment.ValidateTag(tag); err != nil {
 		return err
 	}
 	if strings.Contains(tag, shape.RowSep) {
-		return replyError("BADTAG a shaped tag's name may not contain '@' (its rows are tag@period)")
+		return Refusal("BADTAG a shaped tag's name may not contain '@' (its rows are tag@period)")
 	}
 	if len(tag)+1+10 > segment.MaxTagLen {
-		return replyError(fmt.Sprintf("BADTAG a shaped tag's name is at most %d bytes (its rows add @period)", segment.MaxTagLen-11))
+		return Refusal(fmt.Sprintf("BADTAG a shaped tag's name is at most %d bytes (its rows add @period)", segment.MaxTagLen-11))
 	}
-	s, err := shape.Compile(strings.Clone(tag), h.fixStep(spec), h.cfg.IDKey)
+	s, err := shape.Compile(strings.Clone(tag), r.fixStep(spec), r.cfg.IDKey)
 	if err != nil {
 		return err
 	}
-	if err := h.checkFailoverRoom(s); err != nil {
+	if err := r.checkFailoverRoom(s); err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), h.cfg.CreateTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.CreateTimeout)
 	defer cancel()
-	if err := h.cfg.Shapes.CreateShape(ctx, tag, s.Spec().Encode()); err != nil {
+	if err := r.cfg.Shapes.CreateShape(ctx, tag, s.Spec().Encode()); err != nil {
 		return err
 	}
-	h.shapes.add(s)
-	h.log.Info("shape: tag created", zap.String("tag", tag), zap.String("format", spec.Format), zap.String("reset", spec.Reset), zap.String("tz", spec.TZ))
+	r.shapes.add(s)
+	r.log.Info("shape: tag created", zap.String("tag", tag), zap.String("format", spec.Format), zap.String("reset", spec.Reset), zap.String("tz", spec.TZ))
 	return nil
 }
 
-// shapeInfo writes the shape fields of IDS.INFO (n fields).
-const shapeInfoFields = 7
-
-func (h *Handler) writeShapeInfo(c *resp.Conn, e *shapeEntry, p *shape.Period) {
-	sp := e.s.Spec()
-	c.WriteBulkString("format")
-	c.WriteBulkString(sp.Format)
-	c.WriteBulkString("reset")
-	c.WriteBulkString(sp.Reset)
-	c.WriteBulkString("tz")
-	c.WriteBulkString(sp.TZ)
-	c.WriteBulkString("opaque")
-	c.WriteInt(b2i(sp.Opaque))
-	c.WriteBulkString("capacity")
-	c.WriteInt(e.s.Capacity())
-	c.WriteBulkString("period")
-	c.WriteBulkString(p.Key)
-	c.WriteBulkString("row")
-	c.WriteBulkString(p.Row)
-}
-
-// nextMayBlock reports whether IDS.NEXT may wait: its row for this period is not created or
-// its values are not in memory (MayBlock).
-func (h *Handler) nextMayBlock(c *resp.Conn, args [][]byte) bool {
-	if len(args) < 2 || len(args) > 3 {
-		return false
-	}
-	n := int64(1)
-	if len(args) == 3 {
-		var err error
-		if n, err = parseInt(args[2]); err != nil || n < 1 {
-			return false
-		}
-	}
-	tag := str(args[1])
-	e := h.shapeOf(tag)
-	if e == nil {
-		return !h.serves(c, tag, n)
-	}
-	return h.shapedMayBlock(c, e, n)
-}
-
-// shapedMayBlock reports whether n counters of e's current period may wait: its row not
-// created by this instance yet, or the values not in memory.
-func (h *Handler) shapedMayBlock(c *resp.Conn, e *shapeEntry, n int64) bool {
+// shapedWaitRow is WaitRow of a shaped tag: its current period's row, or wait when this
+// instance has not created or found that row yet.
+func (r *Router) shapedWaitRow(e *shapeEntry) (string, bool) {
 	p := e.ready.Load()
-	if p == nil || p != e.s.PeriodAt(h.cfg.PeriodNow()) {
-		return true
+	if p == nil || p != e.s.PeriodAt(r.cfg.PeriodNow()) {
+		return "", true
 	}
-	return !h.serves(c, p.Row, n)
+	return p.Row, false
 }
 
-// cmdIDsPrune: IDS.PRUNE tag period — delete the rows of the shaped tag's periods before
+// Prune is IDS.PRUNE tag period: it deletes the rows of the shaped tag's periods before
 // period (its key: 20261201, 202612, 2026 or 2026120115), the retention step for periodic
-// tags; the current period is never pruned. Returns the number of rows deleted. A pruned
+// tags; the current period is never pruned. It returns the number of rows deleted. A pruned
 // period never starts again at 1: if a request (a clock stepped back) uses it again, its row
 // is created above every ID this instance issued from it (the marks) and, on MySQL, above
 // leafd_fence's high-water.
-func cmdIDsPrune(h *Handler, c *resp.Conn, args [][]byte) error {
-	tag := str(args[1])
-	e, err := h.learnShape(tag)
+func (r *Router) Prune(tag, before string) (int, error) {
+	e, err := r.learnShape(tag)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if e == nil || e.s.Reset() == shape.ResetNone {
-		return replyError(fmt.Sprintf("NOSHAPE tag '%s' is not a periodic tag", tag))
+		return 0, Refusal(fmt.Sprintf("NOSHAPE tag '%s' is not a periodic tag", tag))
 	}
-	pr, ok := h.cfg.Shapes.(segment.Pruner)
-	st, ok2 := h.cfg.Shapes.(segment.Store)
+	pr, ok := r.cfg.Shapes.(segment.Pruner)
+	st, ok2 := r.cfg.Shapes.(segment.Store)
 	if !ok || !ok2 {
-		return replyError("ERR this store cannot prune")
+		return 0, Refusal("ERR this store cannot prune")
 	}
-	before := string(args[2])
-	cur := e.s.PeriodAt(h.cfg.PeriodNow())
+	cur := e.s.PeriodAt(r.cfg.PeriodNow())
 	if len(before) != len(cur.Key) || before > cur.Key {
-		return replyError(fmt.Sprintf("ERR period must be a key like %s, not after the current period", cur.Key))
+		return 0, Refusal(fmt.Sprintf("ERR period must be a key like %s, not after the current period", cur.Key))
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), h.cfg.CreateTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.CreateTimeout)
 	defer cancel()
 	rows, err := segment.PeriodRows(ctx, st, tag)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	n := 0
-	for _, r := range rows {
-		key := strings.TrimPrefix(r, tag+shape.RowSep)
+	for _, row := range rows {
+		key := strings.TrimPrefix(row, tag+shape.RowSep)
 		if len(key) != len(before) || key >= before {
 			continue
 		}
-		h.seg.Retire(r)
-		if err := pr.DeleteTag(ctx, r); err != nil {
-			return err
+		r.seg.Retire(row)
+		if err := pr.DeleteTag(ctx, row); err != nil {
+			return n, err
 		}
 		n++
 	}
-	c.WriteInt(int64(n))
-	return nil
+	return n, nil
 }
 
-// notShaped turns the error of INCRBY or IDS.SEGMENT on a shaped tag's name (no row of that
-// name exists) into SHAPED; other errors pass unchanged.
-func (h *Handler) notShaped(tag string, err error) error {
-	if e, _ := h.shapeOnMiss(tag, err); e != nil {
-		return &segment.TagError{Tag: strings.Clone(tag), Err: segment.ErrShaped, Detail: "use IDS.NEXT or INCR"}
+// Parse is IDS.PARSE tag id: the counter and period an ID of a shaped tag came from;
+// NOSHAPE for a tag without a shape, BADID for a string the tag could not have issued.
+func (r *Router) Parse(tag, id string) (shape.Parsed, error) {
+	e, err := r.learnShape(tag)
+	if err != nil {
+		return shape.Parsed{}, err
 	}
-	return err
+	if e == nil {
+		return shape.Parsed{}, Refusal(fmt.Sprintf("NOSHAPE tag '%s' has no ID shape (create it with IDS.CREATE %s FORMAT template)", tag, tag))
+	}
+	return e.s.Parse(id)
+}
+
+// errShaped is the error of INCRBY or IDS.SEGMENT on a shaped tag's name (no row of that
+// name exists): SHAPED.
+func errShaped(tag string) error {
+	return &segment.TagError{Tag: strings.Clone(tag), Err: segment.ErrShaped, Detail: "use IDS.NEXT or INCR"}
 }
 
 // counterRow refuses a plain request (INCR, INCRBY, IDS.SEGMENT) of a shaped tag's counter
@@ -588,16 +468,16 @@ func (h *Handler) notShaped(tag string, err error) error {
 // only if the request waits anyway (the row is not served from memory: a load is due), so a
 // served request never blocks the loop on it; a row this instance served through its shaped
 // tag has its shape known.
-func (h *Handler) counterRow(tag string, n int64) error {
+func (r *Router) counterRow(tag string, n int64) error {
 	i := strings.IndexByte(tag, '@')
 	if i <= 0 {
 		return nil
 	}
 	base := tag[:i]
-	e := h.shapeOf(base)
-	if e == nil && h.cfg.Shapes != nil && !h.seg.Serves(tag, n) {
+	e := r.shapeOf(base)
+	if e == nil && r.cfg.Shapes != nil && !r.seg.Serves(tag, n) {
 		var err error
-		if e, err = h.learnShape(base); err != nil {
+		if e, err = r.learnShape(base); err != nil {
 			if errors.Is(err, shape.ErrKey) || errors.Is(err, shape.ErrTemplate) {
 				return errCounterRow(tag, base) // shaped, but not servable here (no key)
 			}
@@ -610,11 +490,15 @@ func (h *Handler) counterRow(tag string, n int64) error {
 	return errCounterRow(tag, base)
 }
 
-// nextFormatted takes one counter of e's current period and renders it (the HTTP API).
-func (h *Handler) nextFormatted(e *shapeEntry) ([]byte, error) {
-	p, c, err := h.shapedCounter(e)
+// formatted takes one counter of e's current period and renders it (the HTTP API).
+func (r *Router) formatted(dst []byte, e *shapeEntry) ([]byte, error) {
+	p, c, err := r.shapedCounter(e)
 	if err != nil {
-		return nil, err
+		return dst, err
 	}
-	return e.s.Append(nil, p, c)
+	return e.s.Append(dst, p, c)
 }
+
+// Prefetching is the number of next periods' rows being prepared in the background, queued
+// or running (prefetchNext).
+func (r *Router) Prefetching() int64 { return r.shapes.prefetching.Load() }

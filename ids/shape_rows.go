@@ -1,4 +1,4 @@
-package handlers
+package ids
 
 import (
 	"errors"
@@ -23,27 +23,27 @@ import (
 // retired: its rest is a gap, never a leak.
 
 // adoptResumed runs once, from New.
-func (h *Handler) adoptResumed() {
-	if h.cfg.Shapes == nil {
+func (r *Router) adoptResumed() {
+	if r.cfg.Shapes == nil {
 		return
 	}
-	now := h.cfg.PeriodNow()
-	for _, row := range h.seg.Tags() {
+	now := r.cfg.PeriodNow()
+	for _, row := range r.seg.Tags() {
 		i := strings.IndexByte(row, '@')
 		if i <= 0 {
 			continue
 		}
 		base := row[:i]
-		e, err := h.learnShape(base)
+		e, err := r.learnShape(base)
 		switch {
 		case err != nil:
-			h.seg.Retire(row)
+			r.seg.Retire(row)
 			if !errors.Is(err, shape.ErrKey) && !errors.Is(err, shape.ErrTemplate) {
-				h.log.Warn("shape: a resumed row's shape cannot be read; the row is retired (its rest is a gap)", zap.String("row", row), zap.Error(err))
+				r.log.Warn("shape: a resumed row's shape cannot be read; the row is retired (its rest is a gap)", zap.String("row", row), zap.Error(err))
 			}
 		case e == nil: // a plain tag whose name has an '@'
 		case e.s.Reset() != shape.ResetNone && pastKey(rowKey(row, base), e.s.PeriodAt(now).Key):
-			h.seg.Retire(row)
+			r.seg.Retire(row)
 		default:
 			e.mu.Lock()
 			e.resumed = append(e.resumed, row)
@@ -61,10 +61,10 @@ func pastKey(k, cur string) bool { return len(k) != len(cur) || k < cur }
 
 // retireResumed retires, at e's first period p on this instance (e.mu held), the resumed rows
 // of periods before p (a clock that moved on since the start).
-func (h *Handler) retireResumed(e *shapeEntry, p *shape.Period) {
-	for _, r := range e.resumed {
-		if pastKey(rowKey(r, e.s.Tag()), p.Key) {
-			h.seg.Retire(r)
+func (r *Router) retireResumed(e *shapeEntry, p *shape.Period) {
+	for _, row := range e.resumed {
+		if pastKey(rowKey(row, e.s.Tag()), p.Key) {
+			r.seg.Retire(row)
 		}
 	}
 	e.resumed = nil
@@ -73,8 +73,8 @@ func (h *Handler) retireResumed(e *shapeEntry, p *shape.Period) {
 // fixStep writes the step into a spec that has none (this instance's default step), so that
 // every instance creates the tag's rows at one step: the failover room checked at creation
 // (checkFailoverRoom) holds whatever another instance's --default-step.
-func (h *Handler) fixStep(spec shape.Spec) shape.Spec {
-	if d, ok := h.seg.(interface{ DefaultStep() int64 }); ok && spec.Step == 0 {
+func (r *Router) fixStep(spec shape.Spec) shape.Spec {
+	if d, ok := r.seg.(interface{ DefaultStep() int64 }); ok && spec.Step == 0 {
 		spec.Step = d.DefaultStep()
 	}
 	return spec
@@ -83,8 +83,8 @@ func (h *Handler) fixStep(spec shape.Spec) shape.Spec {
 // checkFailoverRoom refuses a shape whose counter width cannot hold what uniqueness needs
 // through a failover: a takeover moves a row by --mysql-failover-allocs × STEP (its failover
 // gap, segment/shaperow.go), and the row must still serve a segment above that.
-func (h *Handler) checkFailoverRoom(s *shape.Shape) error {
-	rg, ok := h.cfg.Shapes.(interface{ RowGap(step int64) int64 })
+func (r *Router) checkFailoverRoom(s *shape.Shape) error {
+	rg, ok := r.cfg.Shapes.(interface{ RowGap(step int64) int64 })
 	step := s.Spec().Step
 	if !ok || step <= 0 || rg.RowGap(1) <= 0 {
 		return nil
@@ -93,7 +93,7 @@ func (h *Handler) checkFailoverRoom(s *shape.Shape) error {
 	if room := capacity - start + 1; step <= room/(f+1) {
 		return nil
 	}
-	return replyError(fmt.Sprintf("LIMIT the counter holds %d values from START %d to %d; a failover moves a row by --mysql-failover-allocs %d × STEP %d = %d and it must serve one more step above that (%d values): use STEP %d or less, or a wider counter",
+	return Refusal(fmt.Sprintf("LIMIT the counter holds %d values from START %d to %d; a failover moves a row by --mysql-failover-allocs %d × STEP %d = %d and it must serve one more step above that (%d values): use STEP %d or less, or a wider counter",
 		capacity-start+1, start, capacity, f, step, f*step, (f+1)*step, (capacity-start+1)/(f+1)))
 }
 
