@@ -82,8 +82,8 @@ func TestReadmeErrorCodes(t *testing.T) {
 		}
 	}
 	codes := map[string]bool{}
-	re := regexp.MustCompile(`(?:replyError\(\s*(?:fmt\.Sprintf\()?"|return "|refuse\(c, "|WriteError\(")([A-Z]{3,})[ "]`)
-	for _, dir := range []string{"../handlers", "../resp"} {
+	re := regexp.MustCompile(`(?:(?:replyError|Refusal)\(\s*(?:fmt\.Sprintf\()?"|return "|refuse\(c, "|WriteError\(")([A-Z]{3,})[ "]`)
+	for _, dir := range []string{"../handlers", "../resp", "../admin", "../ids"} {
 		files, _ := filepath.Glob(filepath.Join(dir, "*.go"))
 		for _, f := range files {
 			if strings.HasSuffix(f, "_test.go") {

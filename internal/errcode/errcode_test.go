@@ -43,9 +43,9 @@ func TestTableWellFormed(t *testing.T) {
 // found as deploy's TestReadmeErrorCodes finds them, plus the admin port's JSON bodies) is
 // in Table, so none is counted as "other".
 func TestTableCoversSource(t *testing.T) {
-	re := regexp.MustCompile(`(?:replyError\(\s*(?:fmt\.Sprintf\()?"|return "|refuse\(c, "|WriteError\("|authBody\{")([A-Z]{3,})[ "]`)
+	re := regexp.MustCompile(`(?:(?:replyError|Refusal)\(\s*(?:fmt\.Sprintf\()?"|return "|refuse\(c, "|WriteError\("|authBody\{")([A-Z]{3,})[ "]`)
 	found := map[string]bool{}
-	for _, dir := range []string{"../../handlers", "../../resp", "../../admin"} {
+	for _, dir := range []string{"../../handlers", "../../resp", "../../admin", "../../ids"} {
 		files, _ := filepath.Glob(filepath.Join(dir, "*.go"))
 		for _, f := range files {
 			if strings.HasSuffix(f, "_test.go") {
