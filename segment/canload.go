@@ -6,9 +6,9 @@ import (
 	"slices"
 )
 
-// tagChecker is a store that can tell, without allocating, whether a tag could be leased:
+// TagChecker is a store that can tell, without allocating, whether a tag could be leased:
 // *MySQLStore (its row, and with the fence on its fence row).
-type tagChecker interface {
+type TagChecker interface {
 	CheckTag(ctx context.Context, tag string) error
 }
 
@@ -25,9 +25,9 @@ func (g *Generator) CanLoad(ctx context.Context, tag string) error {
 	defer cancel()
 	var err error
 	switch st := g.store.(type) {
-	case tagChecker:
+	case TagChecker:
 		err = st.CheckTag(ctx, tag)
-	case maxIDReader:
+	case MaxIDReader:
 		_, err = st.MaxID(ctx, tag)
 	default:
 		var tags []string

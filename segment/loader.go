@@ -30,7 +30,7 @@ func firstLoaders(loaders int) int { return max(1, loaders/2) }
 
 // groupCommitter is a store whose concurrent writes share commits (*BoltStore, *MySQLStore:
 // group commit), so that concurrent first loads cost little more than one.
-type groupCommitter interface{ createAllocator }
+type groupCommitter interface{ CreateAllocator }
 
 // extraFirstLoaders is how many loaders run first loads besides firstLoaders(MaxLoaders): up
 // to Config.FirstLoaders with a store that commits concurrent writes together, else none.
@@ -152,9 +152,9 @@ func (g *Generator) load(ctx context.Context, b *buffer) {
 	g.finish(b, s, err)
 }
 
-// maxIDReader is implemented by stores that can read a tag's max_id (the start of the range
+// MaxIDReader is implemented by stores that can read a tag's max_id (the start of the range
 // the next Allocate would lease) without allocating: *MySQLStore.
-type maxIDReader interface {
+type MaxIDReader interface {
 	MaxID(ctx context.Context, tag string) (int64, error)
 }
 
@@ -218,7 +218,7 @@ func (g *Generator) fetch(ctx context.Context, b *buffer) (*seg, error) {
 	// stays until max_id is back at or above the mark, whatever other error happens
 	// meanwhile (an error here returns with gd.regressed still set).
 	if gd.regressed {
-		if r, ok := g.store.(maxIDReader); ok {
+		if r, ok := g.store.(MaxIDReader); ok {
 			cur, err := r.MaxID(ctx, b.tag)
 			g.storeAnswered(err)
 			if err != nil {
@@ -263,7 +263,7 @@ func (g *Generator) fetch(ctx context.Context, b *buffer) (*seg, error) {
 	}
 	started := now
 	var a Alloc
-	if ca, ok := g.store.(createAllocator); ok && first && g.cfg.AutoCreate {
+	if ca, ok := g.store.(CreateAllocator); ok && first && g.cfg.AutoCreate {
 		// One shared commit for the creation and the first range (group commit).
 		t := Tag{Name: b.tag, MaxID: max(1, mark), Step: g.cfg.DefaultStep}
 		var created bool
@@ -271,7 +271,7 @@ func (g *Generator) fetch(ctx context.Context, b *buffer) (*seg, error) {
 		if created {
 			g.log.Info("segment: tag auto-created", zap.String("tag", b.tag), zap.Int64("start", t.MaxID), zap.Int64("step", t.Step))
 		}
-	} else if a, err = allocate(ctx, g.store, b.tag, req, mark); errors.Is(err, ErrUnknownTag) && g.cfg.AutoCreate {
+	} else if a, err = AllocateFloor(ctx, g.store, b.tag, req, mark); errors.Is(err, ErrUnknownTag) && g.cfg.AutoCreate {
 		// A tag this instance served before (retired, or its row deleted) restarts above its
 		// mark, so a re-creation never reissues its IDs.
 		t := Tag{Name: b.tag, MaxID: max(1, mark), Step: g.cfg.DefaultStep}
@@ -281,7 +281,7 @@ func (g *Generator) fetch(ctx context.Context, b *buffer) (*seg, error) {
 		} else if cerr == nil {
 			g.log.Info("segment: tag auto-created", zap.String("tag", b.tag), zap.Int64("start", t.MaxID), zap.Int64("step", t.Step))
 		}
-		a, err = allocate(ctx, g.store, b.tag, req, mark)
+		a, err = AllocateFloor(ctx, g.store, b.tag, req, mark)
 	}
 	g.storeAnswered(err)
 	if err != nil {
