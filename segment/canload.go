@@ -6,12 +6,6 @@ import (
 	"slices"
 )
 
-// TagChecker is a store that can tell, without allocating, whether a tag could be leased:
-// *MySQLStore (its row, and with the fence on its fence row).
-type TagChecker interface {
-	CheckTag(ctx context.Context, tag string) error
-}
-
 // CanLoad reports whether a load of tag, held or not, could lease a range now, without
 // loading anything (/readyz?tag= of a tag this instance does not hold): nil when the store
 // has the tag (and, with the MySQL fence, it is adopted) or auto-create would create it;

@@ -3,7 +3,6 @@ package segment
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 )
 
@@ -46,15 +45,6 @@ type Store interface {
 	Tags(ctx context.Context) ([]string, error)
 	// Create inserts a row; ErrTagExists when the tag exists.
 	Create(ctx context.Context, t Tag) error
-}
-
-// CreateAllocator is a store that leases a tag's range and creates the tag first when it has
-// no row, committing concurrent callers' creations together (group commit): *BoltStore,
-// *MySQLStore. The loaders use it for first loads with AutoCreate on. A range below floor is
-// returned without error (like allocate), for fetch's regression check to refuse; created
-// reports whether this call created the row.
-type CreateAllocator interface {
-	CreateAllocate(ctx context.Context, t Tag, step, floor int64) (a Alloc, created bool, err error)
 }
 
 // Marks records, durably, the highest range end ever granted per tag (the regression guard).
@@ -127,41 +117,8 @@ var (
 	ErrNotAdmitted = errors.New("segment: tag not served by this instance")
 )
 
-// FloorAllocator is a store that can refuse, inside the allocation transaction, a range that
-// starts below floor, rolling the transaction back so that a refused lease never moves
-// max_id: *MySQLStore.
-type FloorAllocator interface {
-	AllocateAbove(ctx context.Context, tag string, step, floor int64) (Alloc, error)
+// RecentLister is implemented by Marks that can list the tags they hold, most recently raised
+// first (*MarkFile, *BoltStore): the tags this instance served before a restart.
+type RecentLister interface {
+	RecentTags(n int) ([]string, error)
 }
-
-// AllocateFloor leases the next range of tag, through AllocateAbove when the store has it. A
-// range below floor is then returned uncommitted and without error, so that the caller's own
-// regression check (fetch) refuses, counts and logs it as for any other store; nothing of it
-// was committed.
-func AllocateFloor(ctx context.Context, st Store, tag string, step, floor int64) (Alloc, error) {
-	fa, ok := st.(FloorAllocator)
-	if !ok || floor <= 0 {
-		return st.Allocate(ctx, tag, step)
-	}
-	a, err := fa.AllocateAbove(ctx, tag, step, floor)
-	var below *BelowFloorError
-	if errors.As(err, &below) {
-		return below.Alloc, nil
-	}
-	return a, err
-}
-
-// BelowFloorError is AllocateAbove's refusal (a store returns it): the range the store would have leased (rolled
-// back) starts below the floor.
-type BelowFloorError struct {
-	Tag   string
-	Alloc Alloc // the range the store would have leased: [Alloc.MaxID-step, Alloc.MaxID)
-	Start int64
-	Floor int64
-}
-
-func (e *BelowFloorError) Error() string {
-	return fmt.Sprintf("segment: range [%d, %d) of tag %q starts below the floor %d; rolled back", e.Start, e.Alloc.MaxID, e.Tag, e.Floor)
-}
-
-func (e *BelowFloorError) Unwrap() error { return ErrRegression }

@@ -170,7 +170,7 @@ func regionApply(ctx context.Context, st *mysqlstore.MySQLStore, r segment.Regio
 				err = nil
 			}
 		case err == nil && cur < f && !dryRun:
-			_, _, err = raiseTag(ctx, st.DB(), tag, f, false, timeout)
+			_, _, err = mysqlstore.RaiseMaxID(ctx, st.DB(), tag, f, false, timeout)
 		}
 		if err != nil {
 			return plans, fmt.Errorf("tag %q: %w", tag, err)

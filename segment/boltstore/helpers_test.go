@@ -6,9 +6,7 @@ import "github.com/leafd/leafd/segment/segtest"
 var (
 	newFakeClock = segtest.FakeClock
 	testConfig   = segtest.Config
-	newTestGen   = segtest.NewGen
 	mustNext     = segtest.MustNext
 	waitFor      = segtest.WaitFor
 	waitIdle     = segtest.WaitIdle
-	newFakeMarks = segtest.NewMarks
 )

@@ -29,10 +29,10 @@ var (
 	_ segment.HintMarks = (*MarkFile)(nil)
 	_ segment.HintMarks = (*BoltStore)(nil)
 
-	_ segment.MaxIDReader     = (*BoltStore)(nil)
-	_ segment.RecentLister    = (*BoltStore)(nil)
-	_ segment.RecentLister    = (*MarkFile)(nil)
-	_ segment.CreateAllocator = (*BoltStore)(nil)
+	_ segment.MaxIDReader  = (*BoltStore)(nil)
+	_ segment.RecentLister = (*BoltStore)(nil)
+	_ segment.RecentLister = (*MarkFile)(nil)
+	_ segment.Lessor       = (*BoltStore)(nil)
 )
 
 // Bucket names inside the bbolt file. leaf_alloc mirrors Leaf's table; marks holds the
@@ -431,4 +431,16 @@ func decodeBoltRow(v []byte) (boltRow, error) {
 		updated: time.Unix(0, int64(binary.BigEndian.Uint64(v[17:]))),
 		desc:    string(v[boltRowHeader:]),
 	}, nil
+}
+
+// Lease implements segment.Lessor: CreateAllocate when the request creates, else Allocate. A
+// range below the floor is committed and comes back for the generator's regression check to
+// refuse.
+func (s *BoltStore) Lease(ctx context.Context, r segment.LeaseRequest) (segment.Lease, error) {
+	if r.Create != nil {
+		a, created, err := s.CreateAllocate(ctx, *r.Create, r.Step, r.Floor)
+		return segment.Lease{Alloc: a, Created: created}, err
+	}
+	a, err := s.Allocate(ctx, r.Tag, r.Step)
+	return segment.Lease{Alloc: a}, err
 }

@@ -425,14 +425,14 @@ func (s *MySQLStore) CreateAllocate(ctx context.Context, t segment.Tag, step, fl
 		return op.a, true, nil
 	case op.err == nil, errors.Is(op.err, segment.ErrTagExists):
 		// Created alone (no range), or by another caller: lease as any allocation does.
-		a, err := segment.AllocateFloor(ctx, s, t.Name, step, floor)
+		a, err := s.allocateFloor(ctx, t.Name, step, floor)
 		return a, op.err == nil && op.created, err
 	}
 	return segment.Alloc{}, false, op.err
 }
 
 func allocateExisting(ctx context.Context, s *MySQLStore, tag string, step, floor int64) (segment.Alloc, bool, error) {
-	a, err := segment.AllocateFloor(ctx, s, tag, step, floor)
+	a, err := s.allocateFloor(ctx, tag, step, floor)
 	return a, false, err
 }
 

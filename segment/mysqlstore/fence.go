@@ -1,8 +1,5 @@
 package mysqlstore
 
-// (A little over 500 lines: the fence's rules and the statements that apply them are kept
-// together; see the comment below.)
-
 // The failover fence of MySQLStore: how a database that failed over to a replica that had
 // not received the last allocations is made safe without an operator (docs/MYSQL.md,
 // "Failover").
@@ -27,56 +24,13 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
-	"github.com/go-sql-driver/mysql"
 	"go.uber.org/zap"
 
 	"github.com/leafd/leafd/internal/mysqlcluster"
 	"github.com/leafd/leafd/segment"
 )
-
-// mysqlCreateFence is leafd's own table; leaf_alloc stays exactly Leaf's.
-const mysqlCreateFence = "CREATE TABLE IF NOT EXISTS `leafd_fence` (\n" +
-	"  `biz_tag` varchar(128) NOT NULL,\n" +
-	"  `server_id` bigint NOT NULL COMMENT '@@server_id of the primary that granted the last range',\n" +
-	"  `server_uuid` varchar(64) NOT NULL DEFAULT '' COMMENT '@@server_uuid (MySQL; empty on MariaDB)',\n" +
-	"  `epoch` bigint NOT NULL COMMENT 'grows by one at each takeover',\n" +
-	"  `token` bigint NOT NULL COMMENT 'random, new at each takeover',\n" +
-	"  `gap` bigint NOT NULL DEFAULT 0 COMMENT 'how far max_id was moved at the last takeover',\n" +
-	"  `max_end` bigint NOT NULL DEFAULT 0 COMMENT 'high-water: highest range end ever granted for the tag; survives the deletion of its leaf_alloc row',\n" +
-	"  `update_time` timestamp NOT NULL DEFAULT CURRENT_TIMESTAMP ON UPDATE CURRENT_TIMESTAMP,\n" +
-	"  PRIMARY KEY (`biz_tag`)\n" +
-	") ENGINE=InnoDB"
-
-const mysqlErrDupFieldName = 1060 // ER_DUP_FIELDNAME: the column was added meanwhile
-
-// mysqlAddMaxEnd upgrades a leafd_fence table created by an earlier leafd (no high-water
-// column): existing rows read 0, and their first allocation sets it.
-const mysqlAddMaxEnd = "ALTER TABLE `leafd_fence` ADD COLUMN `max_end` bigint NOT NULL DEFAULT 0" +
-	" COMMENT 'high-water: highest range end ever granted for the tag; survives the deletion of its leaf_alloc row'"
-
-// ensureMaxEnd adds the high-water column to a leafd_fence table that lacks it. It asks
-// information_schema first (ADD COLUMN IF NOT EXISTS is MariaDB only) and takes a concurrent
-// addition by another instance (duplicate column) as success.
-func (s *MySQLStore) ensureMaxEnd(ctx context.Context) error {
-	var n int
-	err := s.db.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.COLUMNS"+
-		" WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'leafd_fence' AND COLUMN_NAME = 'max_end'").Scan(&n)
-	if err != nil || n > 0 {
-		return err
-	}
-	_, err = s.db.ExecContext(ctx, mysqlAddMaxEnd)
-	var me *mysql.MySQLError
-	if errors.As(err, &me) && me.Number == mysqlErrDupFieldName {
-		return nil
-	}
-	if err == nil {
-		s.log.Info("segment: added the high-water column max_end to leafd_fence (upgrade)")
-	}
-	return err
-}
 
 // serverIdent identifies the database server a transaction runs on.
 type serverIdent struct {
@@ -511,50 +465,44 @@ func (s *MySQLStore) createFenceRow(ctx context.Context, tx *sql.Tx, tag string)
 	return err
 }
 
-// --- semi-synchronous replication --------------------------------------------------------
-
-// semiSync is the primary's semi-sync state: whether it is on, and how many commits it has
-// made without a replica's acknowledgement.
-type semiSync struct {
-	known bool // the status variables exist (semi-sync available)
-	on    bool
-	noTx  int64
-}
-
-// readSemiSync reads Rpl_semi_sync_master_* (MariaDB, MySQL before 8.0.26) or
-// Rpl_semi_sync_source_* (MySQL 8.0.26+).
-func readSemiSync(ctx context.Context, q interface {
-	QueryContext(context.Context, string, ...any) (*sql.Rows, error)
-}) (semiSync, error) {
-	rows, err := q.QueryContext(ctx, "SHOW GLOBAL STATUS LIKE 'Rpl\\_semi\\_sync\\_%'")
-	if err != nil {
-		return semiSync{}, err
+// Lease implements segment.Lessor: CreateAllocate when the request creates, else the next
+// range through AllocateAbove when there is a floor. A range below the floor is then rolled
+// back and returned without error, so that the generator's regression check refuses, counts
+// and logs it as for any other store; nothing of it was committed.
+func (s *MySQLStore) Lease(ctx context.Context, r segment.LeaseRequest) (segment.Lease, error) {
+	if r.Create != nil {
+		a, created, err := s.CreateAllocate(ctx, *r.Create, r.Step, r.Floor)
+		return segment.Lease{Alloc: a, Created: created}, err
 	}
-	defer rows.Close()
-	var st semiSync
-	for rows.Next() {
-		var name, val string
-		if err := rows.Scan(&name, &val); err != nil {
-			return semiSync{}, err
-		}
-		switch strings.ToLower(name) {
-		case "rpl_semi_sync_master_status", "rpl_semi_sync_source_status":
-			st.known = true
-			st.on = strings.EqualFold(val, "ON")
-		case "rpl_semi_sync_master_no_tx", "rpl_semi_sync_source_no_tx":
-			_, _ = fmt.Sscan(val, &st.noTx)
-		}
+	a, err := s.allocateFloor(ctx, r.Tag, r.Step, r.Floor)
+	return segment.Lease{Alloc: a}, err
+}
+
+// allocateFloor leases the next range of tag, through AllocateAbove when floor > 0: a range
+// below floor comes back uncommitted and without error.
+func (s *MySQLStore) allocateFloor(ctx context.Context, tag string, step, floor int64) (segment.Alloc, error) {
+	if floor <= 0 {
+		return s.Allocate(ctx, tag, step)
 	}
-	return st, rows.Err()
+	a, err := s.AllocateAbove(ctx, tag, step, floor)
+	var below *belowFloorError
+	if errors.As(err, &below) {
+		return below.alloc, nil
+	}
+	return a, err
 }
 
-// errSemiSyncOff is the refusal when RequireSemiSync is set and the primary is not (or no
-// longer) replicating semi-synchronously.
-func errSemiSyncOff(tag, what string) error {
-	return &segment.TagError{Tag: tag, Err: segment.ErrUnavailable,
-		Detail: "semi-synchronous replication required (--mysql-require-semisync) but " + what + "; refusing to lease"}
+// belowFloorError is AllocateAbove's refusal: the range the store would have leased (rolled
+// back) starts below the floor.
+type belowFloorError struct {
+	tag   string
+	alloc segment.Alloc
+	start int64
+	floor int64
 }
 
-// FenceTableDDL is the DDL of leafd_fence, for a tool that checks it may create the table
-// (leafd adopt's grant check runs it: a no-op where the table exists).
-func FenceTableDDL() string { return mysqlCreateFence }
+func (e *belowFloorError) Error() string {
+	return fmt.Sprintf("segment: range [%d, %d) of tag %q starts below the floor %d; rolled back", e.start, e.alloc.MaxID, e.tag, e.floor)
+}
+
+func (e *belowFloorError) Unwrap() error { return segment.ErrRegression }

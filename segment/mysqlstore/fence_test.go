@@ -195,7 +195,7 @@ func TestMySQLAllocateAbove(t *testing.T) {
 				if !errors.Is(err, segment.ErrRegression) {
 					t.Fatalf("AllocateAbove below the floor: got %v, want ErrRegression", err)
 				}
-				a, err := segment.AllocateFloor(ctx, s, tag, 0, 100_000)
+				a, err := s.allocateFloor(ctx, tag, 0, 100_000)
 				if err != nil || a.MaxID-10 >= 100_000 {
 					t.Fatalf("allocate below the floor: got %+v, %v, want the uncommitted range below 100000 and no error", a, err)
 				}

@@ -9,6 +9,5 @@ var (
 	newTestGen   = segtest.NewGen
 	mustNext     = segtest.MustNext
 	waitFor      = segtest.WaitFor
-	waitIdle     = segtest.WaitIdle
 	newFakeMarks = segtest.NewMarks
 )

@@ -9,8 +9,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"math"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -23,17 +21,14 @@ import (
 	"github.com/leafd/leafd/internal/mysqlcluster"
 	"github.com/leafd/leafd/internal/quietlog"
 	"github.com/leafd/leafd/internal/storeerr"
-	"github.com/leafd/leafd/ordered"
 	"github.com/leafd/leafd/segment"
-	"github.com/leafd/leafd/segment/storekit"
 )
 
 var (
-	_ segment.Store           = (*MySQLStore)(nil)
-	_ segment.MaxIDReader     = (*MySQLStore)(nil)
-	_ segment.FloorAllocator  = (*MySQLStore)(nil)
-	_ segment.CreateAllocator = (*MySQLStore)(nil)
-	_ segment.TagChecker      = (*MySQLStore)(nil)
+	_ segment.Store       = (*MySQLStore)(nil)
+	_ segment.MaxIDReader = (*MySQLStore)(nil)
+	_ segment.Lessor      = (*MySQLStore)(nil)
+	_ segment.TagChecker  = (*MySQLStore)(nil)
 )
 
 // MySQL server error numbers the store maps to sentinels.
@@ -42,182 +37,6 @@ const (
 	mysqlErrDataOutOfRange = 1690 // ER_DATA_OUT_OF_RANGE: max_id + step overflows BIGINT
 	mysqlErrNoSuchTable    = 1146 // ER_NO_SUCH_TABLE
 )
-
-// mysqlCreateTable is Leaf's DDL, unchanged, so that a database created by leafd can be used
-// by Leaf and the other way round.
-const mysqlCreateTable = "CREATE TABLE IF NOT EXISTS `leaf_alloc` (\n" +
-	"  `biz_tag` varchar(128) NOT NULL DEFAULT '',\n" +
-	"  `max_id` bigint(20) NOT NULL DEFAULT '1',\n" +
-	"  `step` int(11) NOT NULL,\n" +
-	"  `description` varchar(256) DEFAULT NULL,\n" +
-	"  `update_time` timestamp NOT NULL DEFAULT CURRENT_TIMESTAMP ON UPDATE CURRENT_TIMESTAMP,\n" +
-	"  PRIMARY KEY (`biz_tag`)\n" +
-	") ENGINE=InnoDB"
-
-// MySQLConfig configures OpenMySQL. Start from DefaultMySQLConfig: a zero count or duration
-// means its default, but the zero CreateTable and RequireSemiSync are false and the zero
-// FailoverAllocs turns the failover fence off.
-type MySQLConfig struct {
-	// DSN is a go-sql-driver/mysql DSN, e.g. leaf:pw@tcp(db:3306)/leaf. The driver timeouts
-	// timeout (dial), readTimeout and writeTimeout are set to QueryTimeout when the DSN does not
-	// set them, so that a dead or hung server is noticed even outside a context.
-	DSN string
-	// MaxOpenConns bounds the connections to the database. Default 8.
-	MaxOpenConns int
-	// MaxIdleConns is how many idle connections are kept. Default MaxOpenConns.
-	MaxIdleConns int
-	// ConnMaxLifetime recycles connections older than this (below typical proxy and server
-	// idle limits). Default 3 minutes.
-	ConnMaxLifetime time.Duration
-	// QueryTimeout bounds every store call (a whole allocation transaction included). Default 3s.
-	QueryTimeout time.Duration
-	// CreateTable creates leaf_alloc with Leaf's DDL when it is missing (CREATE TABLE IF NOT
-	// EXISTS, at open and, until it succeeds, before each call). Default true. It also creates
-	// leafd's table leafd_fence when FailoverAllocs is set.
-	CreateTable bool
-	// FailoverAllocs is the most allocations per tag a database failover may lose (a replica
-	// promoted before it received them). When an allocation finds that the database is not the
-	// one that granted the tag's last range (the failover fence, docs/MYSQL.md), it first moves
-	// max_id forward by FailoverAllocs × max(MaxStep, the tag's stored step). Default 20; 0
-	// turns the fence off (Leaf's behaviour: a lagging replica hands out ranges again).
-	FailoverAllocs int64
-	// MaxStep is the largest step any instance may use for an allocation (the generator's
-	// MaxStep; Leaf's is 1,000,000). Default 1,000,000.
-	MaxStep int64
-	// RequireSemiSync refuses to lease (ErrUnavailable) unless the primary replicates
-	// semi-synchronously (Rpl_semi_sync_master_status or _source_status ON) before the
-	// allocation and no commit went unacknowledged while it ran. Default false.
-	RequireSemiSync bool
-	// Now is the clock of the instants recorded at takeovers of the database fence row, which
-	// decide which shaped tags' rows a takeover may have lost (shaperow.go): the clock that
-	// picks their periods. Default time.Now.
-	Now func() time.Time
-}
-
-// DefaultMySQLConfig returns the defaults; set DSN before use.
-func DefaultMySQLConfig() MySQLConfig {
-	return MySQLConfig{
-		MaxOpenConns:    8,
-		MaxIdleConns:    8,
-		ConnMaxLifetime: 3 * time.Minute,
-		QueryTimeout:    3 * time.Second,
-		CreateTable:     true,
-		FailoverAllocs:  20,
-		MaxStep:         1_000_000,
-	}
-}
-
-// Validate reports the first invalid field.
-func (c MySQLConfig) Validate() error {
-	if c.DSN == "" {
-		return errors.New("segment: mysql DSN is empty")
-	}
-	if _, err := storeerr.ParseDSN(c.DSN); err != nil {
-		return fmt.Errorf("segment: %w", err)
-	}
-	switch {
-	case c.MaxOpenConns < 0:
-		return fmt.Errorf("segment: mysql MaxOpenConns %d is negative", c.MaxOpenConns)
-	case c.MaxIdleConns < 0:
-		return fmt.Errorf("segment: mysql MaxIdleConns %d is negative", c.MaxIdleConns)
-	case c.ConnMaxLifetime < 0:
-		return fmt.Errorf("segment: mysql ConnMaxLifetime %v is negative", c.ConnMaxLifetime)
-	case c.QueryTimeout < 0:
-		return fmt.Errorf("segment: mysql QueryTimeout %v is negative", c.QueryTimeout)
-	case c.FailoverAllocs < 0:
-		return fmt.Errorf("segment: mysql FailoverAllocs %d is negative", c.FailoverAllocs)
-	case c.MaxStep < 0:
-		return fmt.Errorf("segment: mysql MaxStep %d is negative", c.MaxStep)
-	case c.FailoverAllocs > 0 && max(c.MaxStep, 1) > segment.MaxRangeEnd/4/c.FailoverAllocs:
-		return fmt.Errorf("segment: mysql FailoverAllocs %d × MaxStep %d is too large a gap", c.FailoverAllocs, c.MaxStep)
-	}
-	return nil
-}
-
-func (c MySQLConfig) withDefaults() MySQLConfig {
-	d := DefaultMySQLConfig()
-	if c.MaxOpenConns == 0 {
-		c.MaxOpenConns = d.MaxOpenConns
-	}
-	if c.MaxIdleConns == 0 {
-		c.MaxIdleConns = c.MaxOpenConns
-	}
-	if c.ConnMaxLifetime == 0 {
-		c.ConnMaxLifetime = d.ConnMaxLifetime
-	}
-	if c.QueryTimeout == 0 {
-		c.QueryTimeout = d.QueryTimeout
-	}
-	if c.MaxStep == 0 {
-		c.MaxStep = d.MaxStep
-	}
-	return c
-}
-
-// idleSessionTimeout is the wait_timeout of the store's sessions: how long the server keeps a
-// session that sends nothing. Every store call ends within QueryTimeout (its context), so a
-// session idle for longer inside a transaction belongs to a process that stopped running
-// (SIGSTOP, a VM or GC pause, a partition that keeps the TCP connection up); ending it rolls
-// its transaction back and frees the tag's row lock for the other instances, instead of the
-// server's default of 8 hours. Twice QueryTimeout, at least 2 s, in whole seconds.
-func idleSessionTimeout(query time.Duration) time.Duration {
-	return max(2*query, 2*time.Second).Round(time.Second)
-}
-
-// driverConfig is the driver's configuration for cfg (with its defaults applied): the DSN, and
-// for each of these the DSN does not set, leafd's choice:
-//   - timeout, readTimeout, writeTimeout: QueryTimeout, so a hung database is noticed;
-//   - wait_timeout: idleSessionTimeout, so a paused holder's row lock is released;
-//   - interpolateParams=true: statements with arguments go as text in one round trip each,
-//     instead of a prepare and an execute (an allocation is 6 round trips instead of about 10,
-//     which is what a far database's refill time is made of). The driver falls back to
-//     prepared statements for the character sets where interpolation is not safe (it refuses
-//     to interpolate them), and escapes by the session's NO_BACKSLASH_ESCAPES mode.
-func driverConfig(cfg MySQLConfig) (*mysql.Config, error) {
-	dcfg, err := storeerr.ParseDSN(cfg.DSN)
-	if err != nil {
-		return nil, fmt.Errorf("segment: %w", err)
-	}
-	if dcfg.Timeout == 0 {
-		dcfg.Timeout = cfg.QueryTimeout
-	}
-	if dcfg.ReadTimeout == 0 {
-		dcfg.ReadTimeout = cfg.QueryTimeout
-	}
-	if dcfg.WriteTimeout == 0 {
-		dcfg.WriteTimeout = cfg.QueryTimeout
-	}
-	// A session that stops sending (its process paused inside an allocation) is ended by the
-	// server after idle, which releases the row locks of its transaction (idleSessionTimeout).
-	// The driver sends it as SET wait_timeout on each new connection; a DSN that sets it wins.
-	if _, ok := dcfg.Params["wait_timeout"]; !ok {
-		if dcfg.Params == nil {
-			dcfg.Params = map[string]string{}
-		}
-		dcfg.Params["wait_timeout"] = strconv.FormatInt(int64(idleSessionTimeout(cfg.QueryTimeout)/time.Second), 10)
-	}
-	// ParseDSN cannot tell an absent interpolateParams from false; the DSN's text can.
-	if !dsnSets(cfg.DSN, "interpolateParams") {
-		dcfg.InterpolateParams = true
-	}
-	return dcfg, nil
-}
-
-// dsnSets reports whether the DSN's parameters (after the '?' that follows the last '/', as
-// the driver parses them) name param.
-func dsnSets(dsn, param string) bool {
-	rest := dsn[strings.LastIndexByte(dsn, '/')+1:]
-	q := strings.IndexByte(rest, '?')
-	if q < 0 {
-		return false
-	}
-	for _, kv := range strings.Split(rest[q+1:], "&") {
-		if k, _, _ := strings.Cut(kv, "="); k == param {
-			return true
-		}
-	}
-	return false
-}
 
 // MySQLStore leases ranges from Leaf's leaf_alloc table in MySQL 5.7/8 or MariaDB 10.x,
 // shared by any number of leafd (and Leaf) instances. An allocation is Leaf's UPDATE and
@@ -331,44 +150,6 @@ func OpenMySQL(ctx context.Context, cfg MySQLConfig, log *zap.Logger) (*MySQLSto
 	return s, nil
 }
 
-// ensureTable runs CREATE TABLE IF NOT EXISTS until it succeeds. A refusal by the server
-// (e.g. no CREATE privilege on a database where the table exists) is logged and not retried
-// until a call finds the table missing (see wrap); a connection failure is returned and
-// retried on the next call.
-func (s *MySQLStore) ensureTable(ctx context.Context) error {
-	if s.tableReady.Load() {
-		return nil
-	}
-	select {
-	case s.tableSem <- struct{}{}:
-		defer func() { <-s.tableSem }()
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	if s.tableReady.Load() {
-		return nil
-	}
-	_, err := s.db.ExecContext(ctx, mysqlCreateTable)
-	if err == nil && s.failoverAllocs > 0 {
-		_, err = s.db.ExecContext(ctx, mysqlCreateFence)
-		if err == nil {
-			err = s.ensureMaxEnd(ctx)
-		}
-	}
-	var me *mysql.MySQLError
-	switch {
-	case err == nil:
-		s.tableReady.Store(true)
-		return nil
-	case errors.As(err, &me):
-		s.tableReady.Store(true)
-		s.log.Warn("cannot create table leaf_alloc or leafd_fence; using them as they are", zap.Error(err))
-		return nil
-	default:
-		return err
-	}
-}
-
 // Allocate adds step (the stored step when step <= 0) to the tag's max_id and reads the row
 // back in the same transaction, then commits; all within QueryTimeout. With the failover
 // fence on, the same transaction first checks the fence (see failover.go).
@@ -405,7 +186,7 @@ func (s *MySQLStore) AllocateAbove(ctx context.Context, tag string, step, floor 
 		return err
 	})
 	if err != nil {
-		var below *segment.BelowFloorError
+		var below *belowFloorError
 		if errors.As(err, &below) {
 			return segment.Alloc{}, err
 		}
@@ -469,7 +250,7 @@ func (s *MySQLStore) allocateUncommitted(ctx context.Context, tag string, step, 
 			size = a.Step
 		}
 		if start := a.MaxID - size; start < floor {
-			err = &segment.BelowFloorError{Tag: tag, Alloc: a, Start: start, Floor: floor}
+			err = &belowFloorError{tag: tag, alloc: a, start: start, floor: floor}
 		}
 	}
 	if err != nil {
@@ -543,184 +324,6 @@ func (s *MySQLStore) allocateTx(ctx context.Context, tx *sql.Tx, tag string, ste
 		return segment.Alloc{}, fmt.Errorf("invalid stored step %d", a.Step) // rolled back by the caller
 	}
 	return a, nil
-}
-
-// Tags lists the tag names, sorted by the table's collation.
-func (s *MySQLStore) Tags(ctx context.Context) ([]string, error) {
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
-	defer cancel()
-	_ = s.ensureTable(ctx)
-	rows, err := s.db.QueryContext(ctx, "SELECT biz_tag FROM leaf_alloc ORDER BY biz_tag")
-	if err != nil {
-		return nil, s.wrap("tags", "", err)
-	}
-	defer rows.Close()
-	var tags []string
-	for rows.Next() {
-		var t string
-		if err := rows.Scan(&t); err != nil {
-			return nil, s.wrap("tags", "", err)
-		}
-		tags = append(tags, t)
-	}
-	// A connection lost mid-result shows here: never return a truncated list.
-	if err := rows.Err(); err != nil {
-		return nil, s.wrap("tags", "", err)
-	}
-	return tags, nil
-}
-
-// Rows returns every row, sorted by tag (for status pages, like Leaf's /db page). A NULL
-// description reads as "".
-func (s *MySQLStore) Rows(ctx context.Context) ([]segment.Tag, error) {
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
-	defer cancel()
-	_ = s.ensureTable(ctx)
-	// UNIX_TIMESTAMP keeps update_time independent of the session and driver time zones.
-	rows, err := s.db.QueryContext(ctx,
-		"SELECT biz_tag, max_id, step, description, UNIX_TIMESTAMP(update_time) FROM leaf_alloc ORDER BY biz_tag")
-	if err != nil {
-		return nil, s.wrap("rows", "", err)
-	}
-	defer rows.Close()
-	var out []segment.Tag
-	for rows.Next() {
-		var t segment.Tag
-		var desc sql.NullString
-		var unix float64
-		if err := rows.Scan(&t.Name, &t.MaxID, &t.Step, &desc, &unix); err != nil {
-			return nil, s.wrap("rows", "", err)
-		}
-		t.Description = desc.String
-		sec, frac := math.Modf(unix)
-		t.UpdateTime = time.Unix(int64(sec), int64(frac*1e9))
-		out = append(out, t)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, s.wrap("rows", "", err)
-	}
-	return out, nil
-}
-
-// Create inserts a row for t (MaxID 0 means 1, Leaf's default; an empty description is
-// stored as NULL). ErrTagExists when biz_tag exists (compared with the column's collation,
-// case-insensitive by default), ErrInvalidTag for a bad name, ErrLimit for out-of-range numbers.
-func (s *MySQLStore) Create(ctx context.Context, t segment.Tag) error {
-	t, err := storekit.CheckTag(t)
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
-	defer cancel()
-	// Committed together with the creations waiting meanwhile (mysqlbatch.go).
-	return s.create(ctx, t, 0).err
-}
-
-// createUncommitted is Create up to COMMIT: on success the transaction is left open for the
-// caller to commit; on error it is rolled back. t is a copy: the START raised here is not
-// carried into a retry.
-func (s *MySQLStore) createUncommitted(ctx context.Context, t segment.Tag) (*sql.Tx, error) {
-	desc := sql.NullString{String: t.Description, Valid: t.Description != ""}
-	if err := s.beforeTx(ctx); err != nil {
-		return nil, err
-	}
-	// The shape table before the transaction (DDL commits): the shape check locks its key in
-	// it, and a missing table takes no lock, so a CreateShape creating the table meanwhile
-	// committed beside this creation (found by TestCreateExclusionRepeatableRead).
-	if err := s.ensureShapeTable(ctx); err != nil {
-		return nil, err
-	}
-	// REPEATABLE READ whatever the server's default: shapedLocked's exclusion of a shaped tag
-	// of this name rests on a gap lock (see CreateShape).
-	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{Isolation: s.createIsolation()})
-	if err != nil {
-		return nil, err
-	}
-	if shaped, err := s.shapedLocked(ctx, tx, t.Name); err != nil || shaped {
-		_ = tx.Rollback()
-		if err != nil {
-			return nil, fmt.Errorf("check shape: %w", err)
-		}
-		return nil, storekit.TagError(t.Name, segment.ErrShaped, "its counters are the rows "+t.Name+"@<period>")
-	}
-	if base, ok := storekit.ShapedBase(t); ok {
-		if shaped, err := s.shapedLocked(ctx, tx, base); err != nil || shaped {
-			_ = tx.Rollback()
-			if err != nil {
-				return nil, fmt.Errorf("check shape: %w", err)
-			}
-			return nil, storekit.ErrRowNotShaped(t.Name, base)
-		}
-	}
-	if h := s.hooks.afterShapeLock; h != nil {
-		if err := h(ctx); err != nil {
-			_ = tx.Rollback()
-			return nil, err
-		}
-	}
-	if s.failoverAllocs > 0 {
-		jump, epoch, err := s.createFence(ctx, tx, t.Step)
-		if err == nil && t.Row != nil {
-			jump, err = s.rowOffset(ctx, tx, epoch, t) // sized by the row's own step (shaperow.go)
-		}
-		if err != nil {
-			_ = tx.Rollback()
-			s.dropPending(dbFenceKey)
-			return nil, fmt.Errorf("fence: %w", err)
-		}
-		// The allocation's lock order: the tag's leaf_alloc row (or, missing, its gap) before
-		// its fence row. Locking the fence row first deadlocks with an allocation of the same
-		// tag that holds the leaf_alloc row and waits for the fence row, whenever a second
-		// instance's auto-create finds the tag just created by the first.
-		var exists int
-		err = tx.QueryRowContext(ctx, "SELECT 1 FROM leaf_alloc WHERE biz_tag = ? FOR UPDATE", t.Name).Scan(&exists)
-		if err == nil {
-			_ = tx.Rollback()
-			s.dropPending(dbFenceKey)
-			return nil, fmt.Errorf("%w %q", segment.ErrTagExists, t.Name)
-		}
-		if !errors.Is(err, sql.ErrNoRows) {
-			_ = tx.Rollback()
-			s.dropPending(dbFenceKey)
-			return nil, err
-		}
-		// The high-water of an earlier life of the tag (its fence row survives the deletion of
-		// the leaf_alloc row; matched with the table's collation, so "KB" finds "kb" where
-		// leaf_alloc would): a re-creation, through any instance, starts above every ID issued.
-		var hw sql.NullInt64
-		err = tx.QueryRowContext(ctx, "SELECT max_end FROM leafd_fence WHERE biz_tag = ? FOR UPDATE", t.Name).Scan(&hw)
-		if err != nil && !errors.Is(err, sql.ErrNoRows) {
-			_ = tx.Rollback()
-			s.dropPending(dbFenceKey)
-			return nil, fmt.Errorf("high-water: %w", err)
-		}
-		if hw.Int64 > t.MaxID {
-			s.log.Info("segment: high-water: the tag existed before and issued IDs up to max_end; it starts there, not at the START asked for",
-				zap.String("tag", t.Name), zap.Int64("start", t.MaxID), zap.Int64("max_end", hw.Int64))
-			t.MaxID = hw.Int64
-		}
-		if jump > segment.MaxRangeEnd-t.MaxID {
-			_ = tx.Rollback()
-			s.dropPending(dbFenceKey)
-			return nil, fmt.Errorf("%w: start %d + failover gap %d overflows", segment.ErrLimit, t.MaxID, jump)
-		}
-		t.MaxID += jump
-	}
-	_, err = tx.ExecContext(ctx,
-		"INSERT INTO leaf_alloc (biz_tag, max_id, step, description, update_time) VALUES (?, ?, ?, ?, now())",
-		t.Name, t.MaxID, t.Step, desc)
-	if err == nil && s.failoverAllocs > 0 {
-		err = s.createFenceRow(ctx, tx, t.Name)
-	}
-	if err == nil && t.Ordered { // the row of package ordered's lease; leafd creates the table at start
-		_, err = tx.ExecContext(ctx, ordered.CreateRowSQL(s.leaderIdentity()), t.Name)
-	}
-	if err != nil {
-		_ = tx.Rollback()
-		s.dropPending(dbFenceKey)
-		return nil, err
-	}
-	return tx, nil
 }
 
 // beforeTx does, before a transaction takes its connection, what the fence would otherwise
@@ -799,21 +402,4 @@ func (s *MySQLStore) wrap(op, tag string, err error) error {
 		fmt.Fprintf(&b, " %q", tag)
 	}
 	return fmt.Errorf("%s: %w", b.String(), err)
-}
-
-// MaxID reads the tag's max_id without changing it: the first ID of the range the next
-// Allocate would lease. The generator asks it after a regression instead of allocating, so
-// that its retries do not advance max_id. ErrUnknownTag when there is no row.
-func (s *MySQLStore) MaxID(ctx context.Context, tag string) (int64, error) {
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
-	defer cancel()
-	var v int64
-	err := s.db.QueryRowContext(ctx, "SELECT max_id FROM leaf_alloc WHERE biz_tag = ?", tag).Scan(&v)
-	switch {
-	case errors.Is(err, sql.ErrNoRows):
-		return 0, fmt.Errorf("%w %q", segment.ErrUnknownTag, tag)
-	case err != nil:
-		return 0, fmt.Errorf("segment: mysql max_id %q: %w", tag, err)
-	}
-	return v, nil
 }

@@ -37,8 +37,8 @@ func Run(t *testing.T, open Opener) {
 		{"UnknownTag", unknownTag},
 		{"CreateRefusesExisting", createRefusesExisting},
 		{"ConcurrentAllocationsDisjoint", concurrentAllocationsDisjoint},
-		{"FloorAllocation", floorAllocation},
-		{"CreateAllocate", createAllocate},
+		{"LeaseFloor", floorAllocation},
+		{"LeaseCreates", createAllocate},
 		{"GeneratorAcrossRestarts", generatorAcrossRestarts},
 		{"ReadyAndWarmAfterRestart", readyAndWarmAfterRestart},
 	} {
@@ -141,43 +141,53 @@ func concurrentAllocationsDisjoint(t *testing.T, open Opener) {
 	}
 }
 
-// floorAllocation: through segment.AllocateFloor, a range at or above the floor is leased as
-// by Allocate, and one below it comes back without error for the generator's regression
-// check to refuse.
+// lessor is the store's Lease: both stores implement segment.Lessor.
+func lessor(t *testing.T, st segment.Store) segment.Lessor {
+	t.Helper()
+	l, ok := st.(segment.Lessor)
+	if !ok {
+		t.Fatalf("%T does not implement segment.Lessor", st)
+	}
+	return l
+}
+
+// floorAllocation: a Lease with a floor leases a range at or above it as Allocate does, and
+// returns one below it without error, for the generator's regression check to refuse.
 func floorAllocation(t *testing.T, open Opener) {
 	st, _ := open(t)
+	l := lessor(t, st)
 	ctx := context.Background()
 	if err := st.Create(ctx, segment.Tag{Name: "floor", Step: 10}); err != nil {
 		t.Fatalf("Create: %v", err)
 	}
-	a, err := segment.AllocateFloor(ctx, st, "floor", 0, 1)
-	if err != nil || a.MaxID != 11 {
-		t.Fatalf("AllocateFloor at the floor: got %+v, %v; want max_id 11", a, err)
+	a, err := l.Lease(ctx, segment.LeaseRequest{Tag: "floor", Floor: 1})
+	if err != nil || a.MaxID != 11 || a.Created {
+		t.Fatalf("Lease at the floor: got %+v, %v; want max_id 11, not created", a, err)
 	}
-	a, err = segment.AllocateFloor(ctx, st, "floor", 0, 1000)
+	a, err = l.Lease(ctx, segment.LeaseRequest{Tag: "floor", Floor: 1000})
 	if err != nil || a.MaxID-10 >= 1000 {
-		t.Fatalf("AllocateFloor below the floor: got %+v, %v; want a range below 1000 and no error", a, err)
+		t.Fatalf("Lease below the floor: got %+v, %v; want a range below 1000 and no error", a, err)
 	}
 }
 
-// createAllocate: a store that creates and leases in one call (segment.CreateAllocator)
-// creates a missing tag and leases its first range, and leases an existing tag's next range
-// without creating it.
+// createAllocate: a Lease that creates makes a missing tag and leases its first range, and
+// leases an existing tag's next range without creating it.
 func createAllocate(t *testing.T, open Opener) {
 	st, _ := open(t)
-	ca, ok := st.(segment.CreateAllocator)
-	if !ok {
-		t.Skip("the store does not create and lease in one call")
-	}
+	l := lessor(t, st)
 	ctx := context.Background()
-	a, created, err := ca.CreateAllocate(ctx, segment.Tag{Name: "ca", MaxID: 1, Step: 10}, 0, 0)
-	if err != nil || !created || a.MaxID-10 < 1 {
-		t.Fatalf("CreateAllocate of a new tag: got %+v, created %v, %v; want a range from 1 up, created", a, created, err)
+	row := segment.Tag{Name: "ca", MaxID: 1, Step: 10}
+	a, err := l.Lease(ctx, segment.LeaseRequest{Tag: "ca", Create: &row})
+	if err != nil || !a.Created || a.MaxID-10 < 1 {
+		t.Fatalf("Lease creating a new tag: got %+v, %v; want a range from 1 up, created", a, err)
 	}
 	first := a.MaxID
-	a, created, err = ca.CreateAllocate(ctx, segment.Tag{Name: "ca", MaxID: 1, Step: 10}, 0, 0)
-	if err != nil || created || a.MaxID != first+10 {
-		t.Fatalf("CreateAllocate of an existing tag: got %+v, created %v, %v; want max_id %d, not created", a, created, err, first+10)
+	a, err = l.Lease(ctx, segment.LeaseRequest{Tag: "ca", Create: &row})
+	if err != nil || a.Created || a.MaxID != first+10 {
+		t.Fatalf("Lease creating an existing tag: got %+v, %v; want max_id %d, not created", a, err, first+10)
+	}
+	if _, err := l.Lease(ctx, segment.LeaseRequest{Tag: "missing"}); !errors.Is(err, segment.ErrUnknownTag) {
+		t.Fatalf("Lease of a missing tag without Create: got %v, want ErrUnknownTag", err)
 	}
 }
 
@@ -203,7 +213,7 @@ func generatorAcrossRestarts(t *testing.T, open Opener) {
 			last = v
 		}
 		if err := g.Close(); err != nil {
-			t.Fatal(fmt.Errorf("Close: %w", err))
+			t.Fatalf("Close: %v", err)
 		}
 		_ = mk.Close()
 	}
