@@ -129,7 +129,9 @@ func (s *MySQLStore) runCreates(ops []*createOp) {
 		seen[k] = true
 		batch = append(batch, op)
 	}
-	if len(batch) > 1 && !s.requireSemiSync {
+	// A lone creation that leases too (a first load) takes the batch's transaction all the
+	// same: the row, its fence row and its first range in one commit.
+	if (len(batch) > 1 || len(batch) == 1 && batch[0].size > 0) && !s.requireSemiSync {
 		// The whole transaction, COMMIT included: one rolled back whole by the server (a
 		// deadlock victim, a certification conflict at COMMIT) runs again (retryDeadlock).
 		committing := false
