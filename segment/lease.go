@@ -6,9 +6,9 @@ import (
 	"fmt"
 )
 
-// Lessor is the one call a load makes to its store: lease the next range of a tag, creating
-// the tag first when asked. *BoltStore and *MySQLStore implement it; for a Store without it
-// (a test's fake, a minimal store) the generator leases through Allocate and Create
+// Lessor is the one call a load makes to its store: lease the next range of a tag, creating the
+// tag first when asked. *boltstore.BoltStore and *mysqlstore.MySQLStore implement it; for a Store
+// without it (a test's fake, a minimal store) the generator leases through Allocate and Create
 // (plainLessor), with the same outcome.
 type Lessor interface {
 	Lease(ctx context.Context, r LeaseRequest) (Lease, error)
@@ -63,13 +63,13 @@ func (p plainLessor) Lease(ctx context.Context, r LeaseRequest) (Lease, error) {
 }
 
 // MaxIDReader is implemented by stores that can read a tag's max_id (the start of the range
-// the next Allocate would lease) without allocating: *MySQLStore.
+// the next Allocate would lease) without allocating: both stores.
 type MaxIDReader interface {
 	MaxID(ctx context.Context, tag string) (int64, error)
 }
 
 // TagChecker is a store that can tell, without allocating, whether a tag could be leased:
-// *MySQLStore (its row, and with the fence on its fence row).
+// *mysqlstore.MySQLStore (its row, and with the fence on its fence row).
 type TagChecker interface {
 	CheckTag(ctx context.Context, tag string) error
 }

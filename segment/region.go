@@ -168,7 +168,8 @@ func (g *Regional) Create(ctx context.Context, t Tag) error {
 // without a record is a single-region store; it stays without one as long as only
 // single-region instances use it (an existing Leaf table is not touched).
 
-// RegionStore is a store that records its region layout: *MySQLStore, *BoltStore.
+// RegionStore is a store that records its region layout: *mysqlstore.MySQLStore,
+// *boltstore.BoltStore.
 type RegionStore interface {
 	// Region returns the recorded layout; ok is false when none is recorded.
 	Region(ctx context.Context) (r Region, ok bool, err error)

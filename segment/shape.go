@@ -7,12 +7,12 @@ import (
 	"strings"
 )
 
-// Shapes stores the ID shape of shaped tags (package shape: template, reset, zone, opaque),
-// one opaque blob per tag, beside leaf_alloc so every instance renders a tag alike. A shaped
-// tag has no leaf_alloc row of its own name: its counters are the rows tag@period, and a
-// plain row of the shaped name is never created (Create refuses it with ErrShaped), so an
-// instance that does not know the shape yet cannot serve raw counters under that name.
-// Implementations: *MySQLStore (table leafd_tag_shape), *BoltStore (bucket tag_shape).
+// Shapes stores the ID shape of shaped tags (package shape: template, reset, zone, opaque), one
+// opaque blob per tag, beside leaf_alloc so every instance renders a tag alike. A shaped tag has
+// no leaf_alloc row of its own name: its counters are the rows tag@period, and a plain row of the
+// shaped name is never created (Create refuses it with ErrShaped), so an instance that does not
+// know the shape yet cannot serve raw counters under that name. Implementations:
+// *mysqlstore.MySQLStore (table leafd_tag_shape), *boltstore.BoltStore (bucket tag_shape).
 type Shapes interface {
 	// CreateShape records spec for tag; ErrTagExists when tag has a shape or a leaf_alloc row.
 	CreateShape(ctx context.Context, tag string, spec []byte) error

@@ -1,8 +1,8 @@
 package boltstore
 
 // The regression-guard marks in bbolt: MarkFile (<data-dir>/marks.db, beside either store)
-// and the mark, hint and recent-tag records that BoltStore and MarkFile share. Moved out of
-// bolt.go, which keeps the embedded store's rows.
+// and the mark, hint and recent-tag records that BoltStore and MarkFile share; store.go keeps
+// the embedded store's rows.
 
 import (
 	"cmp"

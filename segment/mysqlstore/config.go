@@ -2,10 +2,6 @@ package mysqlstore
 
 // The MySQL store's configuration and the driver settings it derives from it.
 
-// This file is a little over 500 lines on purpose: it holds every SQL statement of the
-// MySQL store and the transaction each runs in, so the locking order can be read in one place
-// (the failover fence's statements are in failover.go).
-
 import (
 	"errors"
 	"fmt"

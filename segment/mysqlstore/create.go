@@ -400,7 +400,7 @@ func lockedNames(ctx context.Context, tx *sql.Tx, q string, args []any) ([]strin
 
 // CreateAllocate leases the next range of t.Name and, when the tag has no row, creates it
 // first: the creation and the first range in one transaction shared with the concurrent
-// creations (see above). A range below floor is returned without error (like allocate).
+// creations (see above). A range below floor is returned without error (like allocateFloor).
 func (s *MySQLStore) CreateAllocate(ctx context.Context, t segment.Tag, step, floor int64) (segment.Alloc, bool, error) {
 	// A plain read first (no lock, no transaction): an allocation that finds no row would
 	// hold a gap lock of leaf_alloc until its rollback, and the batch's INSERT into that gap

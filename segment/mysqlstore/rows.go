@@ -2,10 +2,6 @@ package mysqlstore
 
 // The MySQL store's rows: listing, reading and creating leaf_alloc rows.
 
-// This file is a little over 500 lines on purpose: it holds every SQL statement of the
-// MySQL store and the transaction each runs in, so the locking order can be read in one place
-// (the failover fence's statements are in failover.go).
-
 import (
 	"context"
 	"database/sql"
@@ -88,7 +84,7 @@ func (s *MySQLStore) Create(ctx context.Context, t segment.Tag) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	// Committed together with the creations waiting meanwhile (mysqlbatch.go).
+	// Committed together with the creations waiting meanwhile (create.go).
 	return s.create(ctx, t, 0).err
 }
 

@@ -1,8 +1,9 @@
 package mysqlstore
 
-// This file is a little over 500 lines on purpose: it holds every SQL statement of the
-// MySQL store and the transaction each runs in, so the locking order can be read in one place
-// (the failover fence's statements are in failover.go).
+// The MySQL store: its connection, the allocation transaction and the errors it maps. The
+// other statements are beside it: rows.go (list, read, create), schema.go (DDL), fence.go
+// (the failover fence), create.go (creation batches), semisync.go, adopt.go, shapes.go,
+// shaperow.go, region.go, remainder.go, raise.go.
 
 import (
 	"context"
@@ -53,7 +54,7 @@ type MySQLStore struct {
 
 	createTable bool
 	tableReady  atomic.Bool   // CREATE TABLE done, or refused by the server: stop trying
-	shapeReady  atomic.Bool   // CREATE TABLE leafd_tag_shape done or refused (shapestore.go)
+	shapeReady  atomic.Bool   // CREATE TABLE leafd_tag_shape done or refused (shapes.go)
 	tableSem    chan struct{} // one CREATE TABLE attempt at a time, abandoned on ctx expiry
 
 	failoverAllocs  int64 // 0: no fence
@@ -71,7 +72,7 @@ type MySQLStore struct {
 	refusedAt map[string]time.Time
 
 	now     func() time.Time
-	creates createGroup // creations committed together (mysqlbatch.go)
+	creates createGroup // creations committed together (create.go)
 	hooks   mysqlHooks  // test seams; zero in production
 }
 
@@ -152,7 +153,7 @@ func OpenMySQL(ctx context.Context, cfg MySQLConfig, log *zap.Logger) (*MySQLSto
 
 // Allocate adds step (the stored step when step <= 0) to the tag's max_id and reads the row
 // back in the same transaction, then commits; all within QueryTimeout. With the failover
-// fence on, the same transaction first checks the fence (see failover.go).
+// fence on, the same transaction first checks the fence (see fence.go).
 func (s *MySQLStore) Allocate(ctx context.Context, tag string, step int64) (segment.Alloc, error) {
 	return s.AllocateAbove(ctx, tag, step, 0)
 }
@@ -343,7 +344,7 @@ func (s *MySQLStore) beforeTx(ctx context.Context) error {
 // allocation until it succeeds.
 const msgGapFailed = "segment: cannot record the safety gap in leafd_fence; retrying at the next allocation"
 
-// ensureGap records this instance's safety gap in the database fence row once (failover.go).
+// ensureGap records this instance's safety gap in the database fence row once (fence.go).
 // A failure is logged and retried at the next call.
 func (s *MySQLStore) ensureGap(ctx context.Context) {
 	if s.gapRecorded.Load() {
