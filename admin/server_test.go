@@ -10,6 +10,7 @@ import (
 	"github.com/leafd/leafd/handlers"
 	"github.com/leafd/leafd/resp"
 	"github.com/leafd/leafd/segment"
+	"github.com/leafd/leafd/segment/boltstore"
 	"github.com/leafd/leafd/snowflake"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
@@ -41,7 +42,7 @@ func startServer(t testing.TB, o serverOpts) *testServer {
 	t.Helper()
 	dir := t.TempDir()
 	log := zap.NewNop()
-	store, err := segment.OpenBolt(filepath.Join(dir, "leafd.db"), segment.BoltOptions{})
+	store, err := boltstore.OpenBolt(filepath.Join(dir, "leafd.db"), boltstore.BoltOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

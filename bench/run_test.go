@@ -11,6 +11,7 @@ import (
 	"github.com/leafd/leafd/handlers"
 	"github.com/leafd/leafd/resp"
 	"github.com/leafd/leafd/segment"
+	"github.com/leafd/leafd/segment/boltstore"
 	"github.com/leafd/leafd/snowflake"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
@@ -19,7 +20,7 @@ import (
 // startLeafd starts an in-process leafd front end (resp server, handlers, a segment
 // generator on store, a snowflake generator with its own worker id) and returns its address.
 // Several instances may share one store, as leafd instances share a MySQL database.
-func startLeafd(t *testing.T, store *segment.BoltStore, workerID int64) string {
+func startLeafd(t *testing.T, store *boltstore.BoltStore, workerID int64) string {
 	t.Helper()
 	log := zap.NewNop()
 	scfg := segment.DefaultConfig()
@@ -61,9 +62,9 @@ func startLeafd(t *testing.T, store *segment.BoltStore, workerID int64) string {
 	return addr.String()
 }
 
-func openStore(t *testing.T) *segment.BoltStore {
+func openStore(t *testing.T) *boltstore.BoltStore {
 	t.Helper()
-	store, err := segment.OpenBolt(filepath.Join(t.TempDir(), "leafd.db"), segment.BoltOptions{})
+	store, err := boltstore.OpenBolt(filepath.Join(t.TempDir(), "leafd.db"), boltstore.BoltOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

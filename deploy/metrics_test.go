@@ -17,6 +17,7 @@ import (
 	"github.com/leafd/leafd/handlers"
 	"github.com/leafd/leafd/resp"
 	"github.com/leafd/leafd/segment"
+	"github.com/leafd/leafd/segment/boltstore"
 	"github.com/leafd/leafd/snowflake"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
@@ -32,7 +33,7 @@ func scrapeNames(t *testing.T) map[string]bool {
 	t.Helper()
 	dir := t.TempDir()
 	log := zap.NewNop()
-	store, err := segment.OpenBolt(filepath.Join(dir, "leafd.db"), segment.BoltOptions{})
+	store, err := boltstore.OpenBolt(filepath.Join(dir, "leafd.db"), boltstore.BoltOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leafd/leafd/segment"
+	"github.com/leafd/leafd/segment/boltstore"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -704,7 +704,7 @@ func TestIDsMarks(t *testing.T) {
 		_ = c.Close()
 		s.stop()
 
-		mf, err := segment.OpenMarkFile(filepath.Join(dir, "marks.db"))
+		mf, err := boltstore.OpenMarkFile(filepath.Join(dir, "marks.db"))
 		if err != nil {
 			t.Fatal(err)
 		}

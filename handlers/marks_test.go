@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/leafd/leafd/segment"
+	"github.com/leafd/leafd/segment/boltstore"
 )
 
 // TestIDsMarksCursor: IDS.MARKS answers at any number of marks. Without a cursor a list over
@@ -17,7 +18,7 @@ import (
 func TestIDsMarksCursor(t *testing.T) {
 	const n = 3000
 	dir := t.TempDir()
-	mf, err := segment.OpenMarkFile(filepath.Join(dir, "marks.db"))
+	mf, err := boltstore.OpenMarkFile(filepath.Join(dir, "marks.db"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,7 +10,7 @@ import (
 	"github.com/leafd/leafd/internal/clock"
 	"github.com/leafd/leafd/internal/testenv"
 	"github.com/leafd/leafd/ordered"
-	"github.com/leafd/leafd/segment"
+	"github.com/leafd/leafd/segment/mysqlstore"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 )
@@ -23,10 +23,10 @@ import (
 func TestOrderedMySQLFollowerReturnsLeadersIDs(t *testing.T) {
 	dsn := testenv.FreshDatabase(t, testenv.MySQLDSN(t))
 	ctx := context.Background()
-	open := func() (*segment.MySQLStore, *ordered.MySQLLeases) {
-		mcfg := segment.DefaultMySQLConfig()
+	open := func() (*mysqlstore.MySQLStore, *ordered.MySQLLeases) {
+		mcfg := mysqlstore.DefaultMySQLConfig()
 		mcfg.DSN = dsn
-		st, err := segment.OpenMySQL(ctx, mcfg, zap.NewNop())
+		st, err := mysqlstore.OpenMySQL(ctx, mcfg, zap.NewNop())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -17,6 +17,7 @@ import (
 	"github.com/leafd/leafd/ordered"
 	"github.com/leafd/leafd/resp"
 	"github.com/leafd/leafd/segment"
+	"github.com/leafd/leafd/segment/boltstore"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 )
@@ -25,7 +26,7 @@ import (
 // database server; the ordered tags are those of the shared bolt store.
 type memLeases struct {
 	clk  *clock.Fake
-	cat  *segment.BoltStore
+	cat  *boltstore.BoltStore
 	mu   sync.Mutex
 	rows map[string]*ordered.Row
 }
@@ -106,13 +107,13 @@ type ordInstance struct {
 // on a fake clock; the tests run the lease calls (Manager.Round) themselves.
 type ordCluster struct {
 	clk    *clock.Fake
-	bolt   *segment.BoltStore
+	bolt   *boltstore.BoltStore
 	leases *memLeases
 }
 
 func newOrdCluster(t *testing.T) *ordCluster {
 	t.Helper()
-	b, err := segment.OpenBolt(filepath.Join(t.TempDir(), "shared.db"), segment.BoltOptions{})
+	b, err := boltstore.OpenBolt(filepath.Join(t.TempDir(), "shared.db"), boltstore.BoltOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,7 +172,7 @@ func (cl *ordCluster) start(t *testing.T, o ordOpts) *ordInstance {
 		t.Fatal(err)
 	}
 	fwd := ordered.NewForwarder(ordered.ForwarderConfig{Timeout: time.Second, Backoff: time.Millisecond})
-	marks, err := segment.OpenMarkFile(filepath.Join(dir, "marks.db"))
+	marks, err := boltstore.OpenMarkFile(filepath.Join(dir, "marks.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -564,7 +565,7 @@ func TestOrderedForwardedNotForwardedAgain(t *testing.T) {
 // instance) and IDS.INFO says so.
 func TestOrderedCreate(t *testing.T) {
 	dir := t.TempDir()
-	b, err := segment.OpenBolt(filepath.Join(dir, "leafd.db"), segment.BoltOptions{})
+	b, err := boltstore.OpenBolt(filepath.Join(dir, "leafd.db"), boltstore.BoltOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,8 @@ import (
 
 	"github.com/leafd/leafd/resp"
 	"github.com/leafd/leafd/segment"
+	"github.com/leafd/leafd/segment/boltstore"
+	"github.com/leafd/leafd/segment/mysqlstore"
 	"github.com/leafd/leafd/snowflake"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
@@ -69,16 +71,16 @@ func startServer(t testing.TB, o serverOpts) *testServer {
 	}
 	var err error
 	if o.mysqlDSN != "" {
-		mcfg := segment.DefaultMySQLConfig()
+		mcfg := mysqlstore.DefaultMySQLConfig()
 		mcfg.DSN = o.mysqlDSN
 		if o.mysqlNoFence {
 			mcfg.FailoverAllocs = 0
 		}
-		if store, err = segment.OpenMySQL(context.Background(), mcfg, log); err != nil {
+		if store, err = mysqlstore.OpenMySQL(context.Background(), mcfg, log); err != nil {
 			t.Fatal(err)
 		}
 		o.markFile = true
-	} else if store, err = segment.OpenBolt(filepath.Join(dir, "leafd.db"), segment.BoltOptions{}); err != nil {
+	} else if store, err = boltstore.OpenBolt(filepath.Join(dir, "leafd.db"), boltstore.BoltOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	scfg := segment.DefaultConfig()
@@ -86,12 +88,12 @@ func startServer(t testing.TB, o serverOpts) *testServer {
 	scfg.WaitTimeout = 2 * time.Second
 	scfg.NoWarmStart = o.noWarm
 	var marks segment.Marks
-	if b, ok := store.(*segment.BoltStore); ok {
+	if b, ok := store.(*boltstore.BoltStore); ok {
 		marks = b
 	}
 	closeMarks := func() error { return nil }
 	if o.markFile {
-		mf, err := segment.OpenMarkFile(filepath.Join(dir, "marks.db"))
+		mf, err := boltstore.OpenMarkFile(filepath.Join(dir, "marks.db"))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -14,6 +14,10 @@ import (
 // the cursor past the end, AppendIDs adds only while the cursor is below the end.
 const maxRangeEnd = math.MaxInt64 / 2
 
+// MaxRangeEnd is the largest range end the generator serves (a store refuses to raise a
+// counter to it or above).
+const MaxRangeEnd = maxRangeEnd
+
 // seg is one leased range [start, end). It is immutable except for its cursor, so a taker
 // always compares its candidate with the bound of the range the candidate came from (the
 // switch hazard of docs/HAZARDS.md cannot occur). Every failed take leaves cursor >= end, so "cursor

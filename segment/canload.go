@@ -6,12 +6,6 @@ import (
 	"slices"
 )
 
-// tagChecker is a store that can tell, without allocating, whether a tag could be leased:
-// *MySQLStore (its row, and with the fence on its fence row).
-type tagChecker interface {
-	CheckTag(ctx context.Context, tag string) error
-}
-
 // CanLoad reports whether a load of tag, held or not, could lease a range now, without
 // loading anything (/readyz?tag= of a tag this instance does not hold): nil when the store
 // has the tag (and, with the MySQL fence, it is adopted) or auto-create would create it;
@@ -25,9 +19,9 @@ func (g *Generator) CanLoad(ctx context.Context, tag string) error {
 	defer cancel()
 	var err error
 	switch st := g.store.(type) {
-	case tagChecker:
+	case TagChecker:
 		err = st.CheckTag(ctx, tag)
-	case maxIDReader:
+	case MaxIDReader:
 		_, err = st.MaxID(ctx, tag)
 	default:
 		var tags []string

@@ -18,11 +18,12 @@ import (
 // It owns a bounded pool of loader goroutines, a tag-refresh goroutine and a warm-start
 // goroutine; Close stops and waits for them.
 type Generator struct {
-	cfg   Config
-	store Store
-	marks Marks
-	log   *zap.Logger
-	quiet *quietlog.Log // repeating store failures: one line, then a summary per 10 s
+	cfg    Config
+	store  Store
+	lessor Lessor // the store's Lease (lease.go)
+	marks  Marks
+	log    *zap.Logger
+	quiet  *quietlog.Log // repeating store failures: one line, then a summary per 10 s
 
 	// tags maps a tag to its live buffer (tagindex.go). Readers (the hot path) look up
 	// without a lock and allocate nothing; adding or removing one tag costs O(1) amortized
@@ -104,9 +105,11 @@ func New(cfg Config, store Store, marks Marks, log *zap.Logger) (*Generator, err
 		log = zap.NewNop()
 	}
 	cfg = cfg.withDefaults()
+	lessor, _ := lessorOf(store)
 	g := &Generator{
 		cfg:      cfg,
 		store:    store,
+		lessor:   lessor,
 		marks:    marks,
 		log:      log,
 		quiet:    quietlog.New(log, quietlog.DefaultEvery, cfg.Clock.Now),

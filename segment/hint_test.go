@@ -3,7 +3,6 @@ package segment
 import (
 	"context"
 	"errors"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -223,59 +222,6 @@ func TestFirstLoadWaitBound(t *testing.T) {
 	}
 	if !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("a later load that does not end: got %v, want ErrUnavailable after WaitTimeout", err)
-	}
-}
-
-// TestMarkFileHints: hints are stored beside the marks, in the same commit, and survive a
-// reopen; RaiseHint never lowers a mark.
-func TestMarkFileHints(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "marks.db")
-	m, err := OpenMarkFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if h, err := m.Hint("a"); err != nil || h != (Hint{}) {
-		t.Fatalf("no hint: got %+v, %v", h, err)
-	}
-	want := Hint{Step: 64000, Rate: 123456, Load: 310 * time.Millisecond}
-	if err := m.RaiseHint("a", 5000, want); err != nil {
-		t.Fatal(err)
-	}
-	if err := m.RaiseHint("a", 4000, Hint{Step: 1}); err != nil { // a lower end: mark kept
-		t.Fatal(err)
-	}
-	if end, _ := m.Mark("a"); end != 5000 {
-		t.Fatalf("RaiseHint with a lower end moved the mark to %d, want it kept at 5000", end)
-	}
-	if err := m.RaiseHint("a", 9000, want); err != nil {
-		t.Fatal(err)
-	}
-	m.Close()
-	m, err = OpenMarkFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
-	if end, _ := m.Mark("a"); end != 9000 {
-		t.Fatalf("mark: got %d, want 9000", end)
-	}
-	if h, _ := m.Hint("a"); h != want {
-		t.Fatalf("hint after reopen: got %+v, want %+v", h, want)
-	}
-	// The embedded store's file keeps them too.
-	bs, err := OpenBolt(filepath.Join(t.TempDir(), "leafd.db"), BoltOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer bs.Close()
-	if err := bs.RaiseHint("b", 10, want); err != nil {
-		t.Fatal(err)
-	}
-	if h, _ := bs.Hint("b"); h != want {
-		t.Fatalf("BoltStore hint: got %+v, want %+v", h, want)
-	}
-	if end, _ := bs.Mark("b"); end != 10 {
-		t.Fatalf("BoltStore mark: got %d, want 10", end)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -11,36 +12,16 @@ import (
 	"github.com/leafd/leafd/internal/storeerr"
 )
 
+// A load's life cycle, top to bottom in this file: startLoadLocked marks a buffer loading,
+// submit queues the load (pool.go runs the loaders), load runs it, fetch leases and checks
+// the range under the tag's guard (the store's side is lease.go), finish publishes it or
+// records the failure, remembering a refusal (remember) and dropping a buffer that never
+// served (drop); the tag's guard (acquireGuard, releaseGuard) outlives the tag's buffers.
+//
 // The loading state of a buffer is set by startLoadLocked and cleared exactly once by finish:
 // by the loader when the load ends, or by the submitter when the pool rejects the job (the job
 // never runs, so nobody else would). Waiters never clear it, so a waiter that gives up cannot
 // let a second load of the same buffer start while one runs.
-
-// Two queues feed the loaders: refills (a held tag's next segment: its clients are served now
-// and will run dry if it is late) and first loads (a tag's first segment: new tags,
-// auto-creation, the warm start). A refill never waits behind first loads: every loader takes a
-// waiting refill before anything else, and first loads run on at most firstLoaders(MaxLoaders)
-// loaders, so the others are always free for refills (else a burst of new tags leaves a hot
-// tag's refill queued behind them and the hot tag without IDs; TestRefillNotBehindFirstLoads).
-// Each queue holds MaxPending loads; a load submitted to a full queue is rejected.
-
-// firstLoaders is how many loaders may run first loads: half, and at least one (with a
-// single loader, that loader does both, refills first).
-func firstLoaders(loaders int) int { return max(1, loaders/2) }
-
-// groupCommitter is a store whose concurrent writes share commits (*BoltStore, *MySQLStore:
-// group commit), so that concurrent first loads cost little more than one.
-type groupCommitter interface{ createAllocator }
-
-// extraFirstLoaders is how many loaders run first loads besides firstLoaders(MaxLoaders): up
-// to Config.FirstLoaders with a store that commits concurrent writes together, else none.
-// They take a waiting refill first too, like every loader.
-func extraFirstLoaders(cfg Config, st Store) int {
-	if _, ok := st.(groupCommitter); !ok {
-		return 0
-	}
-	return max(0, cfg.FirstLoaders-firstLoaders(cfg.MaxLoaders))
-}
 
 // startLoadLocked marks b as loading (b.mu held); the caller must then call submit.
 func (g *Generator) startLoadLocked(b *buffer) {
@@ -95,35 +76,6 @@ func (g *Generator) preload(b *buffer) {
 	g.submit(b)
 }
 
-// worker is one loader. Every loader runs refills, a waiting refill before anything else;
-// only those with firsts set run first loads too.
-func (g *Generator) worker(ctx context.Context, firsts bool) {
-	defer g.wg.Done()
-	var fq chan *buffer // nil (never ready) for a refill-only loader
-	if firsts {
-		fq = g.firsts
-	}
-	for {
-		select {
-		case b := <-g.refills:
-			g.load(ctx, b)
-			continue
-		default:
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case b := <-g.refills:
-			g.load(ctx, b)
-		case b := <-fq:
-			g.load(ctx, b)
-		}
-	}
-}
-
-// queued is how many loads wait for a loader (an UNAVAILABLE's words).
-func (g *Generator) queued() int { return len(g.refills) + len(g.firsts) }
-
 // load runs one load of b and ends it with finish, whatever happens: a panic in the store or
 // the marks becomes a failed load (logged, counted; the tag retries after the back-off), not
 // a dead process or a buffer stuck "loading".
@@ -150,12 +102,6 @@ func (g *Generator) load(ctx context.Context, b *buffer) {
 	}()
 	g.recordLoad(b, start, s, err)
 	g.finish(b, s, err)
-}
-
-// maxIDReader is implemented by stores that can read a tag's max_id (the start of the range
-// the next Allocate would lease) without allocating: *MySQLStore.
-type maxIDReader interface {
-	MaxID(ctx context.Context, tag string) (int64, error)
 }
 
 // fetch leases the next range of b from the store, checks it against the regression mark,
@@ -218,7 +164,7 @@ func (g *Generator) fetch(ctx context.Context, b *buffer) (*seg, error) {
 	// stays until max_id is back at or above the mark, whatever other error happens
 	// meanwhile (an error here returns with gd.regressed still set).
 	if gd.regressed {
-		if r, ok := g.store.(maxIDReader); ok {
+		if r, ok := g.store.(MaxIDReader); ok {
 			cur, err := r.MaxID(ctx, b.tag)
 			g.storeAnswered(err)
 			if err != nil {
@@ -262,27 +208,27 @@ func (g *Generator) fetch(ctx context.Context, b *buffer) (*seg, error) {
 		g.stepCapped(b.tag, rate, took)
 	}
 	started := now
-	var a Alloc
-	if ca, ok := g.store.(createAllocator); ok && first && g.cfg.AutoCreate {
-		// One shared commit for the creation and the first range (group commit).
-		t := Tag{Name: b.tag, MaxID: max(1, mark), Step: g.cfg.DefaultStep}
-		var created bool
-		a, created, err = ca.CreateAllocate(ctx, t, req, mark)
-		if created {
-			g.log.Info("segment: tag auto-created", zap.String("tag", b.tag), zap.Int64("start", t.MaxID), zap.Int64("step", t.Step))
-		}
-	} else if a, err = allocate(ctx, g.store, b.tag, req, mark); errors.Is(err, ErrUnknownTag) && g.cfg.AutoCreate {
+	lr := LeaseRequest{Tag: b.tag, Step: req, Floor: mark}
+	t := Tag{Name: b.tag, MaxID: max(1, mark), Step: g.cfg.DefaultStep}
+	if first && g.cfg.AutoCreate {
+		lr.Create = &t // one shared commit for the creation and the first range (group commit)
+	}
+	l, err := g.lessor.Lease(ctx, lr)
+	if lr.Create == nil && errors.Is(err, ErrUnknownTag) && g.cfg.AutoCreate {
 		// A tag this instance served before (retired, or its row deleted) restarts above its
 		// mark, so a re-creation never reissues its IDs.
-		t := Tag{Name: b.tag, MaxID: max(1, mark), Step: g.cfg.DefaultStep}
-		if cerr := g.store.Create(ctx, t); cerr != nil && !errors.Is(cerr, ErrTagExists) {
+		cerr := g.store.Create(ctx, t)
+		if cerr != nil && !errors.Is(cerr, ErrTagExists) {
 			g.storeAnswered(cerr)
 			return nil, fmt.Errorf("auto-create: %w", cerr)
-		} else if cerr == nil {
-			g.log.Info("segment: tag auto-created", zap.String("tag", b.tag), zap.Int64("start", t.MaxID), zap.Int64("step", t.Step))
 		}
-		a, err = allocate(ctx, g.store, b.tag, req, mark)
+		l, err = g.lessor.Lease(ctx, lr)
+		l.Created = cerr == nil
 	}
+	if l.Created {
+		g.log.Info("segment: tag auto-created", zap.String("tag", b.tag), zap.Int64("start", t.MaxID), zap.Int64("step", t.Step))
+	}
+	a := l.Alloc
 	g.storeAnswered(err)
 	if err != nil {
 		return nil, err
@@ -421,3 +367,123 @@ func (g *Generator) finish(b *buffer, s *seg, err error) {
 
 // msgLoadFailed is the kind (quietlog) of a failed load of any tag.
 const msgLoadFailed = "segment: load failed"
+
+// remember refuses tag (an owned string) for ttl with err, within MaxNegative.
+func (g *Generator) remember(tag string, err error, ttl time.Duration) {
+	now := g.mono.since()
+	g.negMu.Lock()
+	defer g.negMu.Unlock()
+	if len(g.neg) >= g.cfg.MaxNegative {
+		for k, e := range g.neg {
+			if e.until <= now {
+				delete(g.neg, k)
+			}
+		}
+		for k := range g.neg { // still full: evict arbitrary entries
+			if len(g.neg) < g.cfg.MaxNegative {
+				break
+			}
+			delete(g.neg, k)
+		}
+	}
+	g.neg[tag] = negEntry{until: now + ttl, err: err}
+}
+
+// negative returns the remembered refusal of tag, if any.
+func (g *Generator) negative(tag string) error {
+	g.negMu.Lock()
+	e, ok := g.neg[tag]
+	if ok && g.mono.since() >= e.until {
+		delete(g.neg, tag)
+		ok = false
+	}
+	g.negMu.Unlock()
+	if !ok {
+		return nil
+	}
+	what := "no segment ready"
+	if !errors.Is(e.err, ErrUnknownTag) {
+		what = "the latest load of this tag failed; retrying after a back-off"
+	}
+	return g.requestError(tag, e.err, what)
+}
+
+func (g *Generator) unforget(tag string) {
+	g.negMu.Lock()
+	delete(g.neg, tag)
+	g.negMu.Unlock()
+}
+
+// drop kills b and removes it from the tag map if it is still the buffer of its tag: no load
+// of b starts or publishes any more, and requests holding b look the tag up again. b is dead
+// before it leaves the map (both under g.mu), so no replacement can exist while b may still
+// accept a range: every range of a replacement is leased after b's last one. The guard stays
+// referenced until a load still running on b ends.
+func (g *Generator) drop(b *buffer) {
+	g.mu.Lock()
+	b.mu.Lock()
+	wasDead := b.dead
+	if !wasDead {
+		b.dead = true
+		g.firstLoadEndedLocked(b)
+		b.next = nil
+		b.setFlagsLocked()
+		if !b.loading {
+			g.releaseGuardLocked(b)
+		}
+	}
+	if g.tags.remove(b) {
+		g.ntags.Add(-1)
+	}
+	b.mu.Unlock()
+	g.mu.Unlock()
+	if !wasDead {
+		g.stats.droppedIDs.Add(b.issued())
+	}
+}
+
+// firstLoadEndedLocked takes b out of the count of buffers loading their first segment
+// (b.mu held): its first segment was published, or b was dropped.
+func (g *Generator) firstLoadEndedLocked(b *buffer) {
+	if b.firstPending {
+		b.firstPending = false
+		g.firstLoads.Add(-1)
+	}
+}
+
+func (g *Generator) acquireGuard(tag string) *tagGuard {
+	g.guardMu.Lock()
+	defer g.guardMu.Unlock()
+	gd := g.guards[tag]
+	if gd == nil {
+		gd = &tagGuard{}
+		g.guards[tag] = gd
+	}
+	gd.refs++
+	return gd
+}
+
+// releaseGuardLocked drops b's reference on its guard (b.mu held). A regressed guard is kept
+// without references, so the regressed state survives the buffers of the tag.
+func (g *Generator) releaseGuardLocked(b *buffer) {
+	if !b.guardRef {
+		return
+	}
+	b.guardRef = false
+	g.releaseGuard(b.tag, b.guard)
+}
+
+// releaseGuard drops one reference on gd, the guard of tag (see releaseGuardLocked).
+func (g *Generator) releaseGuard(tag string, gd *tagGuard) {
+	g.guardMu.Lock()
+	defer g.guardMu.Unlock()
+	gd.refs--
+	if gd.refs == 0 && g.guards[tag] == gd {
+		gd.mu.Lock() // no lease runs: refs was > 0 during each
+		regressed := gd.regressed
+		gd.mu.Unlock()
+		if !regressed {
+			delete(g.guards, tag)
+		}
+	}
+}

@@ -162,7 +162,7 @@ func (g *Generator) checkNewTagCount(tag string, n int64) error {
 	if err := ValidateTag(tag); err != nil {
 		return err
 	}
-	r, ok := g.store.(maxIDReader)
+	r, ok := g.store.(MaxIDReader)
 	if !ok {
 		return nil
 	}

@@ -86,16 +86,10 @@ func (g *Generator) refresher(ctx context.Context) {
 	}
 }
 
-// markLister is implemented by Marks that can list the tags they hold, most recently raised
-// first (*MarkFile, *BoltStore): the tags this instance served before a restart.
-type markLister interface {
-	RecentTags(n int) ([]string, error)
-}
-
 // warmList returns the tags to warm: those this instance raised a mark for most recently that
 // the store still lists, at most Config.WarmTags and what Config.MaxTags leaves.
 func (g *Generator) warmList(listed map[string]struct{}) []string {
-	ml, ok := g.marks.(markLister)
+	ml, ok := g.marks.(RecentLister)
 	if !ok {
 		return nil
 	}

@@ -162,3 +162,63 @@ func (g *Regional) Create(ctx context.Context, t Tag) error {
 	t.MaxID = max(g.R.Counter(t.MaxID), 1)
 	return g.Generator.Create(ctx, t)
 }
+
+// The region record: the layout (region k of n) a store's counters are issued in. MySQL keeps
+// it in the one-row table leafd_region, the embedded store in its "region" bucket. A store
+// without a record is a single-region store; it stays without one as long as only
+// single-region instances use it (an existing Leaf table is not touched).
+
+// RegionStore is a store that records its region layout: *mysqlstore.MySQLStore,
+// *boltstore.BoltStore.
+type RegionStore interface {
+	// Region returns the recorded layout; ok is false when none is recorded.
+	Region(ctx context.Context) (r Region, ok bool, err error)
+	// InitRegion records r when no layout is recorded and returns the recorded one.
+	InitRegion(ctx context.Context, r Region) (Region, error)
+	// SetRegion records r, replacing any record (the region procedures of docs/MYSQL.md).
+	SetRegion(ctx context.Context, r Region) error
+	Tags(ctx context.Context) ([]string, error)
+}
+
+// Normal returns r, with the single region written as region 0 of 1 whatever its K.
+func (r Region) Normal() Region {
+	if r.Single() {
+		return Region{0, 1}
+	}
+	return r
+}
+
+// CheckRegion refuses (ErrRegionMismatch) a start in region want on st when st records another
+// layout, or when st records none but already has tags and want is not the single region (a
+// single-region table joins regions by the adoption procedure, which sets every region's
+// counters apart first). A store with neither a record nor tags is recorded as want.
+func CheckRegion(ctx context.Context, st RegionStore, want Region) error {
+	want = want.Normal()
+	had, ok, err := st.Region(ctx)
+	if err != nil {
+		return fmt.Errorf("segment: read the region record: %w", err)
+	}
+	if !ok {
+		if want.Single() {
+			return nil
+		}
+		tags, err := st.Tags(ctx)
+		if err != nil {
+			return fmt.Errorf("segment: region check: %w", err)
+		}
+		if len(tags) > 0 {
+			return fmt.Errorf("%w: the store has %d tags and no region record (a single-region store); "+
+				"its IDs would be issued again by other regions: join it to regions with `leafd region` first (docs/MYSQL.md, \"Regions\")",
+				ErrRegionMismatch, len(tags))
+		}
+		if had, err = st.InitRegion(ctx, want); err != nil {
+			return fmt.Errorf("segment: record the region: %w", err)
+		}
+	}
+	if had = had.Normal(); had != want {
+		return fmt.Errorf("%w: the store is recorded as region %s, this start has --region %s; "+
+			"point each region at its own database, or change the layout by the procedure of docs/MYSQL.md, \"Regions\"",
+			ErrRegionMismatch, had, want)
+	}
+	return nil
+}

@@ -32,9 +32,9 @@ import (
 	"go.uber.org/zap"
 )
 
-// RemainderStore is implemented by stores that can bind a remainder file to themselves and
-// record its consumption (*BoltStore, *MySQLStore). A store without it gets no remainder
-// file: its held ranges are a gap at each restart, as before.
+// RemainderStore is implemented by stores that can bind a remainder file to themselves and record
+// its consumption (*boltstore.BoltStore, *mysqlstore.MySQLStore). A store without it gets no
+// remainder file: its held ranges are a gap at each restart, as before.
 type RemainderStore interface {
 	// StoreID identifies the store (not the server): stable across restarts and, for MySQL,
 	// across a failover to a replica; different for another store.

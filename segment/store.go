@@ -36,7 +36,7 @@ type Alloc struct {
 	Step  int64 // the tag's stored step (leaf_alloc.step)
 }
 
-// Store leases ranges. Implementations: *BoltStore (embedded), *MySQLStore.
+// Store leases ranges. Implementations: *boltstore.BoltStore (embedded), *mysqlstore.MySQLStore.
 type Store interface {
 	// Allocate runs UPDATE max_id = max_id + step and its SELECT in one transaction, durably
 	// committed before it returns. step <= 0 means the stored step. ErrUnknownTag when no row.
@@ -47,18 +47,9 @@ type Store interface {
 	Create(ctx context.Context, t Tag) error
 }
 
-// createAllocator is a store that leases a tag's range and creates the tag first when it has
-// no row, committing concurrent callers' creations together (group commit): *BoltStore,
-// *MySQLStore. The loaders use it for first loads with AutoCreate on. A range below floor is
-// returned without error (like allocate), for fetch's regression check to refuse; created
-// reports whether this call created the row.
-type createAllocator interface {
-	CreateAllocate(ctx context.Context, t Tag, step, floor int64) (a Alloc, created bool, err error)
-}
-
 // Marks records, durably, the highest range end ever granted per tag (the regression guard).
-// Implementations: *BoltStore (same file as the embedded store) and *MarkFile (marks only, for
-// MySQL). Raise must be durable when it returns; it never lowers a mark.
+// Implementations: *boltstore.BoltStore (same file as the embedded store) and *boltstore.MarkFile
+// (marks only, for MySQL). Raise must be durable when it returns; it never lowers a mark.
 type Marks interface {
 	Mark(tag string) (int64, error) // 0 when none
 	Raise(tag string, end int64) error
@@ -76,9 +67,9 @@ type Hint struct {
 	Load time.Duration // duration of the load (Marks read, lease [, create], mark raise excluded)
 }
 
-// HintMarks is implemented by Marks that keep a Hint per tag beside the mark (*MarkFile,
-// *BoltStore, in the same bbolt file): RaiseHint raises the mark exactly as Raise does and
-// records h in the same durable commit; Hint returns the zero Hint when none is recorded.
+// HintMarks is implemented by Marks that keep a Hint per tag beside the mark (*boltstore.MarkFile,
+// *boltstore.BoltStore, in the same bbolt file): RaiseHint raises the mark exactly as Raise does
+// and records h in the same durable commit; Hint returns the zero Hint when none is recorded.
 type HintMarks interface {
 	Marks
 	RaiseHint(tag string, end int64, h Hint) error
@@ -92,7 +83,7 @@ type Mark struct {
 }
 
 // MarkLister is implemented by Marks that can list every mark they hold, read from the file
-// (*MarkFile, *BoltStore): the tags this instance ever leased, held now or not.
+// (*boltstore.MarkFile, *boltstore.BoltStore): the tags this instance ever leased, held now or not.
 type MarkLister interface {
 	AllMarks() ([]Mark, error)
 	// MarksAfter lists up to n marks whose tag sorts after the given one ("" : from the
@@ -125,3 +116,10 @@ var (
 	// by another instance); the error wraps Admit's.
 	ErrNotAdmitted = errors.New("segment: tag not served by this instance")
 )
+
+// RecentLister is implemented by Marks that can list the tags they hold, most recently raised
+// first (*boltstore.MarkFile, *boltstore.BoltStore): the tags this instance served before a
+// restart.
+type RecentLister interface {
+	RecentTags(n int) ([]string, error)
+}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"time"
 
 	"go.uber.org/zap"
 )
@@ -63,52 +62,6 @@ func (g *Generator) tagsFull(tag string) error {
 		return te
 	}
 	return tagError(tag, ErrLimit, fmt.Sprintf("too many tags held by this instance (max %d)", g.cfg.MaxTags))
-}
-
-// firstLoadEndedLocked takes b out of the count of buffers loading their first segment
-// (b.mu held): its first segment was published, or b was dropped.
-func (g *Generator) firstLoadEndedLocked(b *buffer) {
-	if b.firstPending {
-		b.firstPending = false
-		g.firstLoads.Add(-1)
-	}
-}
-
-func (g *Generator) acquireGuard(tag string) *tagGuard {
-	g.guardMu.Lock()
-	defer g.guardMu.Unlock()
-	gd := g.guards[tag]
-	if gd == nil {
-		gd = &tagGuard{}
-		g.guards[tag] = gd
-	}
-	gd.refs++
-	return gd
-}
-
-// releaseGuardLocked drops b's reference on its guard (b.mu held). A regressed guard is kept
-// without references, so the regressed state survives the buffers of the tag.
-func (g *Generator) releaseGuardLocked(b *buffer) {
-	if !b.guardRef {
-		return
-	}
-	b.guardRef = false
-	g.releaseGuard(b.tag, b.guard)
-}
-
-// releaseGuard drops one reference on gd, the guard of tag (see releaseGuardLocked).
-func (g *Generator) releaseGuard(tag string, gd *tagGuard) {
-	g.guardMu.Lock()
-	defer g.guardMu.Unlock()
-	gd.refs--
-	if gd.refs == 0 && g.guards[tag] == gd {
-		gd.mu.Lock() // no lease runs: refs was > 0 during each
-		regressed := gd.regressed
-		gd.mu.Unlock()
-		if !regressed {
-			delete(g.guards, tag)
-		}
-	}
 }
 
 // Tags returns the held tags, sorted (IDS.TAGS).
@@ -187,80 +140,6 @@ func (g *Generator) Retire(tag string) bool {
 	g.drop(b)
 	g.log.Info("segment: tag retired", zap.String("tag", tag))
 	return true
-}
-
-// negative returns the remembered refusal of tag, if any.
-func (g *Generator) negative(tag string) error {
-	g.negMu.Lock()
-	e, ok := g.neg[tag]
-	if ok && g.mono.since() >= e.until {
-		delete(g.neg, tag)
-		ok = false
-	}
-	g.negMu.Unlock()
-	if !ok {
-		return nil
-	}
-	what := "no segment ready"
-	if !errors.Is(e.err, ErrUnknownTag) {
-		what = "the latest load of this tag failed; retrying after a back-off"
-	}
-	return g.requestError(tag, e.err, what)
-}
-
-// remember refuses tag (an owned string) for ttl with err, within MaxNegative.
-func (g *Generator) remember(tag string, err error, ttl time.Duration) {
-	now := g.mono.since()
-	g.negMu.Lock()
-	defer g.negMu.Unlock()
-	if len(g.neg) >= g.cfg.MaxNegative {
-		for k, e := range g.neg {
-			if e.until <= now {
-				delete(g.neg, k)
-			}
-		}
-		for k := range g.neg { // still full: evict arbitrary entries
-			if len(g.neg) < g.cfg.MaxNegative {
-				break
-			}
-			delete(g.neg, k)
-		}
-	}
-	g.neg[tag] = negEntry{until: now + ttl, err: err}
-}
-
-func (g *Generator) unforget(tag string) {
-	g.negMu.Lock()
-	delete(g.neg, tag)
-	g.negMu.Unlock()
-}
-
-// drop kills b and removes it from the tag map if it is still the buffer of its tag: no load
-// of b starts or publishes any more, and requests holding b look the tag up again. b is dead
-// before it leaves the map (both under g.mu), so no replacement can exist while b may still
-// accept a range: every range of a replacement is leased after b's last one. The guard stays
-// referenced until a load still running on b ends.
-func (g *Generator) drop(b *buffer) {
-	g.mu.Lock()
-	b.mu.Lock()
-	wasDead := b.dead
-	if !wasDead {
-		b.dead = true
-		g.firstLoadEndedLocked(b)
-		b.next = nil
-		b.setFlagsLocked()
-		if !b.loading {
-			g.releaseGuardLocked(b)
-		}
-	}
-	if g.tags.remove(b) {
-		g.ntags.Add(-1)
-	}
-	b.mu.Unlock()
-	g.mu.Unlock()
-	if !wasDead {
-		g.stats.droppedIDs.Add(b.issued())
-	}
 }
 
 // DefaultStep is the step of a tag created without one (Config.DefaultStep).

@@ -19,7 +19,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
-	"github.com/leafd/leafd/segment"
+	"github.com/leafd/leafd/segment/mysqlstore"
 )
 
 const adoptUsage = `usage: leafd adopt [--dry-run] [--instances host:port,...] [--tags a,b] [options]
@@ -73,13 +73,13 @@ func runAdopt(ctx context.Context, args []string, getenv func(string) string, st
 		return 2
 	}
 
-	cfg := segment.DefaultMySQLConfig()
+	cfg := mysqlstore.DefaultMySQLConfig()
 	cfg.DSN = c.MySQLDSN
 	cfg.QueryTimeout = *timeout
 	cfg.MaxOpenConns = 2
 	cfg.CreateTable = false // Adopt creates leafd_fence itself, and only when not a dry run
 	cfg.FailoverAllocs = c.MySQLFailover
-	st, err := segment.OpenMySQL(ctx, cfg, zap.NewNop())
+	st, err := mysqlstore.OpenMySQL(ctx, cfg, zap.NewNop())
 	if err != nil {
 		fmt.Fprintln(stderr, "leafd adopt:", err)
 		return 2
@@ -119,7 +119,7 @@ func runAdopt(ctx context.Context, args []string, getenv func(string) string, st
 			tags = append(tags, tag)
 		}
 	}
-	res, err := st.Adopt(ctx, segment.AdoptConfig{DryRun: *dryRun, Floors: floors, Tags: tags})
+	res, err := st.Adopt(ctx, mysqlstore.AdoptConfig{DryRun: *dryRun, Floors: floors, Tags: tags})
 	if err != nil {
 		fmt.Fprintln(stderr, "leafd adopt:", withGrant(ctx, c.MySQLDSN, err))
 		return 1

@@ -16,6 +16,7 @@ import (
 	"github.com/leafd/leafd/handlers"
 	"github.com/leafd/leafd/resp"
 	"github.com/leafd/leafd/segment"
+	"github.com/leafd/leafd/segment/mysqlstore"
 	"github.com/leafd/leafd/snowflake"
 	"github.com/leafd/leafd/snowflake/mysqlworker"
 	"github.com/leafd/leafd/snowflake/zk"
@@ -28,7 +29,7 @@ type Config struct {
 	HTTPAddr string // "" disables the admin side
 	DataDir  string
 	// AcceptMissingMarks starts the embedded store although marks.db is missing or not paired
-	// with leafd.db (segment.PairMarks), pairing them anew.
+	// with leafd.db (boltstore.PairMarks), pairing them anew.
 	AcceptMissingMarks bool
 	// SwitchStore starts the data dir on a store other than the one its store record names
 	// (storeid.go), recording the new one.
@@ -118,7 +119,7 @@ func flagSet(c *Config) *flag.FlagSet {
 	fs := flag.NewFlagSet("leafd", flag.ContinueOnError)
 	// The defaults of the packages' options are theirs (DefaultConfig); only the server's own
 	// options have their defaults here.
-	rc, hc, sc, mc := resp.DefaultConfig(), handlers.DefaultConfig(), segment.DefaultConfig(), segment.DefaultMySQLConfig()
+	rc, hc, sc, mc := resp.DefaultConfig(), handlers.DefaultConfig(), segment.DefaultConfig(), mysqlstore.DefaultMySQLConfig()
 	fs.StringVar(&c.Addr, "addr", "127.0.0.1:6380", "RESP listen address")
 	fs.StringVar(&c.HTTPAddr, "http-addr", "127.0.0.1:8080", "admin/HTTP listen address (metrics, probes, status, Leaf's HTTP API); empty disables")
 	fs.StringVar(&c.HTTPAuth, "http-auth", "", "token the admin port requires (Authorization: Bearer <token>, or Basic with it as the password); default: the --requirepass password")

@@ -3,7 +3,7 @@ package main
 // The failover fence on the built binary. A tag whose creation the promoted replica never
 // received lacks both its rows there; re-creating it on the new primary (IDS.CREATE by the
 // application, or --auto-create on) would start again at START and hand out IDs already
-// served. The database-wide fence row (segment/failover.go) makes every tag created after
+// served. The database-wide fence row (segment/mysqlstore/fence.go) makes every tag created after
 // the failover start one more safety gap above START. The lost takeover of a second failover
 // (a limit, docs/MYSQL.md) is covered by the segment unit test TestMySQLAllocateAbove (a
 // takeover commits max_id at or above the caller's mark).

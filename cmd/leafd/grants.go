@@ -9,7 +9,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"github.com/leafd/leafd/segment"
+	"github.com/leafd/leafd/segment/mysqlstore"
 	"strings"
 	"time"
 
@@ -78,7 +78,7 @@ func checkAdoptGrants(ctx context.Context, dsn string, dryRun bool, timeout time
 		probes = append(probes,
 			grantProbe{"lock leaf_alloc rows (SELECT ... FOR UPDATE)", "SELECT max_id FROM leaf_alloc WHERE 1 = 0 FOR UPDATE", "UPDATE ON `%s`.`leaf_alloc`"},
 			// The table's own DDL: a no-op where it exists, else the creation adopt makes anyway.
-			grantProbe{"create leafd_fence (CREATE TABLE IF NOT EXISTS)", segment.FenceTableDDL(), "CREATE ON `%s`.`leafd_fence`"})
+			grantProbe{"create leafd_fence (CREATE TABLE IF NOT EXISTS)", mysqlstore.FenceTableDDL(), "CREATE ON `%s`.`leafd_fence`"})
 		if fence > 0 {
 			probes = append(probes,
 				grantProbe{"write leafd_fence rows", "INSERT INTO leafd_fence (biz_tag, server_id, epoch, token) SELECT biz_tag, 0, 0, 0 FROM leaf_alloc WHERE 1 = 0", "INSERT ON `%s`.`leafd_fence`"},

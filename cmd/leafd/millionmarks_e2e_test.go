@@ -15,6 +15,7 @@ import (
 
 	"github.com/leafd/leafd/internal/e2e"
 	"github.com/leafd/leafd/segment"
+	"github.com/leafd/leafd/segment/boltstore"
 )
 
 // TestAdminToolsMillionMarks: raise-max-id --dry-run and adopt --instances --dry-run run
@@ -32,7 +33,7 @@ func TestAdminToolsMillionMarks(t *testing.T) {
 	start := time.Now()
 	e2e.SQLExec(t, db, fmt.Sprintf("INSERT INTO leaf_alloc (biz_tag, max_id, step) SELECT CONCAT('t', LPAD(seq, 7, '0')), %d + seq, 1000 FROM seq_1_to_%d", n, n))
 	dir := t.TempDir()
-	mf, err := segment.OpenMarkFile(filepath.Join(dir, "marks.db"))
+	mf, err := boltstore.OpenMarkFile(filepath.Join(dir, "marks.db"))
 	if err != nil {
 		t.Fatal(err)
 	}

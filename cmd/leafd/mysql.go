@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 
 	"github.com/leafd/leafd/segment"
+	"github.com/leafd/leafd/segment/boltstore"
+	"github.com/leafd/leafd/segment/mysqlstore"
 	"go.uber.org/zap"
 )
 
@@ -13,11 +15,11 @@ import (
 // marks (the highest range end this instance was ever granted per tag). It does not fail
 // when the database is down: the instance starts and answers UNAVAILABLE until it is back.
 func openMySQL(ctx context.Context, cfg Config, log *zap.Logger) (segment.Store, segment.Marks, string, []io.Closer, error) {
-	marks, err := segment.OpenMarkFile(filepath.Join(cfg.DataDir, "marks.db"))
+	marks, err := boltstore.OpenMarkFile(filepath.Join(cfg.DataDir, "marks.db"))
 	if err != nil {
 		return nil, nil, "", nil, err
 	}
-	mcfg := segment.DefaultMySQLConfig()
+	mcfg := mysqlstore.DefaultMySQLConfig()
 	mcfg.DSN = cfg.MySQLDSN
 	mcfg.MaxOpenConns = cfg.MySQLMaxConns
 	mcfg.MaxIdleConns = cfg.MySQLMaxConns
@@ -28,7 +30,7 @@ func openMySQL(ctx context.Context, cfg Config, log *zap.Logger) (segment.Store,
 	mcfg.MaxStep = cfg.MaxStep
 	mcfg.RequireSemiSync = cfg.MySQLSemiSync
 	mcfg.Now = periodClock(cfg.PeriodClockOffset) // takeover instants are compared with periods
-	st, err := segment.OpenMySQL(ctx, mcfg, log.Named("mysql"))
+	st, err := mysqlstore.OpenMySQL(ctx, mcfg, log.Named("mysql"))
 	if err != nil {
 		_ = marks.Close()
 		return nil, nil, "", nil, err

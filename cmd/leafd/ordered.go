@@ -7,6 +7,8 @@ import (
 
 	"github.com/leafd/leafd/ordered"
 	"github.com/leafd/leafd/segment"
+	"github.com/leafd/leafd/segment/boltstore"
+	"github.com/leafd/leafd/segment/mysqlstore"
 	"go.uber.org/zap"
 )
 
@@ -17,10 +19,10 @@ import (
 func openOrdered(ctx context.Context, cfg Config, store segment.Store, log *zap.Logger) (*ordered.Manager, *ordered.Forwarder, error) {
 	log = log.Named("ordered")
 	switch st := store.(type) {
-	case *segment.BoltStore:
+	case *boltstore.BoltStore:
 		m, err := ordered.NewManager(ordered.ManagerConfig{Local: true, Length: cfg.OrderedLease, Log: log}, st, nil)
 		return m, nil, err
-	case *segment.MySQLStore:
+	case *mysqlstore.MySQLStore:
 		holder, err := orderedHolder(cfg)
 		if err != nil {
 			// Ordinary tags are unaffected; an ordered tag led here cannot be forwarded to.

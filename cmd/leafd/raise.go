@@ -21,6 +21,8 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/leafd/leafd/segment/mysqlstore"
 )
 
 // quietRedisLog drops go-redis's own pool log (a refused dial is reported by the command).
@@ -131,7 +133,7 @@ func runRaise(ctx context.Context, args []string, getenv func(string) string, st
 	slices.Sort(tags)
 	// max_id of every tag, read in batches without locks: a tag already at or above its target
 	// needs no transaction (at a million marks, most of them).
-	maxIDs, err := readMaxIDs(ctx, db, tags, *timeout)
+	maxIDs, err := mysqlstore.ReadMaxIDs(ctx, db, tags, *timeout)
 	if err != nil {
 		fmt.Fprintln(stderr, "leafd raise-max-id: read max_id:", err)
 		return 1
@@ -144,7 +146,7 @@ func runRaise(ctx context.Context, args []string, getenv func(string) string, st
 		before, after := int64(0), int64(0)
 		if cur, ok := maxIDs[tag]; ok && cur >= target {
 			before, after = cur, cur
-		} else if before, after, err = raiseTag(ctx, db, tag, target, *dryRun, *timeout); err != nil {
+		} else if before, after, err = mysqlstore.RaiseMaxID(ctx, db, tag, target, *dryRun, *timeout); err != nil {
 			fmt.Fprintf(stderr, "leafd raise-max-id: tag %q: %v\n", tag, err)
 			status = 1
 			continue
@@ -156,47 +158,6 @@ func runRaise(ctx context.Context, args []string, getenv func(string) string, st
 		fmt.Fprintln(stdout, "dry run: nothing changed")
 	}
 	return status
-}
-
-// readMaxIDs reads max_id of the tags (sorted) in batches of 5000, without locks. A tag is
-// in the result only when a row of exactly its name came back; the others (no row, or a row
-// of another letter case under a case-insensitive collation) are left to raiseTag, which asks
-// the server for that one tag.
-func readMaxIDs(ctx context.Context, db *sql.DB, tags []string, timeout time.Duration) (map[string]int64, error) {
-	out := make(map[string]int64, len(tags))
-	for len(tags) > 0 {
-		batch := tags[:min(len(tags), 5000)]
-		tags = tags[len(batch):]
-		args := make([]any, len(batch))
-		for i, t := range batch {
-			args[i] = t
-		}
-		q := "SELECT biz_tag, max_id FROM leaf_alloc WHERE biz_tag IN (?" + strings.Repeat(", ?", len(batch)-1) + ")"
-		err := func() error {
-			qctx, cancel := context.WithTimeout(ctx, timeout)
-			defer cancel()
-			rows, err := db.QueryContext(qctx, q, args...)
-			if err != nil {
-				return err
-			}
-			defer rows.Close()
-			for rows.Next() {
-				var tag string
-				var maxID int64
-				if err := rows.Scan(&tag, &maxID); err != nil {
-					return err
-				}
-				if _, asked := slices.BinarySearch(batch, tag); asked {
-					out[tag] = maxID
-				}
-			}
-			return rows.Err()
-		}()
-		if err != nil {
-			return nil, err
-		}
-	}
-	return out, nil
 }
 
 // instanceMarks asks one instance for the highest range end it was ever granted per tag: its
@@ -381,33 +342,4 @@ func infoField(v any, name string) (int64, bool) {
 		return n, ok
 	}
 	return 0, false
-}
-
-// raiseTag sets the tag's max_id to target when it is below, in one transaction with the
-// row locked, and returns max_id before and after.
-func raiseTag(ctx context.Context, db *sql.DB, tag string, target int64, dryRun bool, timeout time.Duration) (before, after int64, err error) {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		return 0, 0, err
-	}
-	defer func() { _ = tx.Rollback() }() // after Commit, a no-op
-	err = tx.QueryRowContext(ctx, "SELECT max_id FROM leaf_alloc WHERE biz_tag = ? FOR UPDATE", tag).Scan(&before)
-	if errors.Is(err, sql.ErrNoRows) {
-		return 0, 0, fmt.Errorf("no row in leaf_alloc (create it with max_id at least %d)", target)
-	}
-	if err != nil {
-		return 0, 0, err
-	}
-	if before >= target || dryRun {
-		return before, max(before, target), nil
-	}
-	if _, err := tx.ExecContext(ctx, "UPDATE leaf_alloc SET max_id = ? WHERE biz_tag = ? AND max_id < ?", target, tag, target); err != nil {
-		return 0, 0, err
-	}
-	if err := tx.Commit(); err != nil {
-		return 0, 0, err
-	}
-	return before, target, nil
 }

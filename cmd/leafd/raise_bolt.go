@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/leafd/leafd/segment"
+	"github.com/leafd/leafd/segment/boltstore"
 )
 
 // runRaiseBolt raises the tags of the embedded store in dataDir and returns the exit status.
@@ -25,12 +26,12 @@ func runRaiseBolt(ctx context.Context, dataDir string, margin int64, dryRun bool
 		return 1
 	}
 	// A short lock wait: a running leafd holds both files, and must be stopped first.
-	st, err := segment.OpenBolt(filepath.Join(dataDir, "leafd.db"), segment.BoltOptions{LockTimeout: time.Second})
+	st, err := boltstore.OpenBolt(filepath.Join(dataDir, "leafd.db"), boltstore.BoltOptions{LockTimeout: time.Second})
 	if err != nil {
 		return fail(fmt.Errorf("%w (stop leafd first)", err))
 	}
 	defer st.Close()
-	mf, err := segment.OpenMarkFile(filepath.Join(dataDir, "marks.db"))
+	mf, err := boltstore.OpenMarkFile(filepath.Join(dataDir, "marks.db"))
 	if err != nil {
 		return fail(fmt.Errorf("%w (stop leafd first)", err))
 	}

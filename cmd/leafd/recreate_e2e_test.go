@@ -1,6 +1,6 @@
 package main
 
-// Re-creation of a deleted tag on MySQL: the high-water of leafd_fence (segment/failover.go)
+// Re-creation of a deleted tag on MySQL: the high-water of leafd_fence (segment/mysqlstore/fence.go)
 // keeps every re-creation, through any instance and in any letter case, above the IDs issued.
 
 import (

@@ -17,6 +17,7 @@ import (
 
 	"github.com/leafd/leafd/handlers"
 	"github.com/leafd/leafd/segment"
+	"github.com/leafd/leafd/segment/mysqlstore"
 	"github.com/leafd/leafd/snowflake"
 	"go.uber.org/zap"
 )
@@ -63,11 +64,11 @@ func checkRegion(ctx context.Context, cfg Config, store segment.Store, log *zap.
 			return nil
 		}
 		// --modes snowflake with the MySQL worker source: the same database's record.
-		mcfg := segment.DefaultMySQLConfig()
+		mcfg := mysqlstore.DefaultMySQLConfig()
 		mcfg.DSN = cfg.MySQLDSN
 		mcfg.CreateTable = false
 		mcfg.QueryTimeout = cfg.LoadTimeout
-		st, err := segment.OpenMySQL(ctx, mcfg, log.Named("mysql"))
+		st, err := mysqlstore.OpenMySQL(ctx, mcfg, log.Named("mysql"))
 		if err != nil {
 			return err
 		}

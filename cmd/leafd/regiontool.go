@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/leafd/leafd/segment"
+	"github.com/leafd/leafd/segment/mysqlstore"
 	"go.uber.org/zap"
 )
 
@@ -91,10 +92,10 @@ func runRegionTool(ctx context.Context, args []string, stdout, stderr io.Writer)
 
 // regionChange runs the procedure (see the file comment) and returns each new region's plan.
 func regionChange(ctx context.Context, from, to []string, dryRun bool, timeout time.Duration) ([][]regionPlan, error) {
-	open := func(dsn string) (*segment.MySQLStore, error) {
-		c := segment.DefaultMySQLConfig()
+	open := func(dsn string) (*mysqlstore.MySQLStore, error) {
+		c := mysqlstore.DefaultMySQLConfig()
 		c.DSN, c.QueryTimeout, c.CreateTable = dsn, timeout, !dryRun
-		return segment.OpenMySQL(ctx, c, zap.NewNop())
+		return mysqlstore.OpenMySQL(ctx, c, zap.NewNop())
 	}
 	// The highest ID each tag can have issued in the old layout: old region i's counter x
 	// below max_id X stands for IDs up to (X-1)*n + i.
@@ -152,7 +153,7 @@ func regionChange(ctx context.Context, from, to []string, dryRun bool, timeout t
 // regionApply sets every tag of new region r in st above the old regions' highest IDs and
 // records r (the record last: a start checks it, so an interrupted run leaves the database
 // refusing until the tool runs again).
-func regionApply(ctx context.Context, st *segment.MySQLStore, r segment.Region, tags []string,
+func regionApply(ctx context.Context, st *mysqlstore.MySQLStore, r segment.Region, tags []string,
 	high, steps map[string]int64, dryRun bool, timeout time.Duration) ([]regionPlan, error) {
 	var plans []regionPlan
 	for _, tag := range tags {
@@ -169,7 +170,7 @@ func regionApply(ctx context.Context, st *segment.MySQLStore, r segment.Region, 
 				err = nil
 			}
 		case err == nil && cur < f && !dryRun:
-			_, _, err = raiseTag(ctx, st.DB(), tag, f, false, timeout)
+			_, _, err = mysqlstore.RaiseMaxID(ctx, st.DB(), tag, f, false, timeout)
 		}
 		if err != nil {
 			return plans, fmt.Errorf("tag %q: %w", tag, err)

@@ -15,7 +15,7 @@ import (
 // TestRestoreWithoutMarksRefused: the embedded store with marks.db lost (deleted, or a data dir
 // rebuilt from a backup of leafd.db alone) and leafd.db restored from an earlier copy is
 // refused at start, with a message naming the override, instead of reissuing IDs (leafd.db and
-// marks.db carry one pairing id, segment.PairMarks).
+// marks.db carry one pairing id, boltstore.PairMarks).
 func TestRestoreWithoutMarksRefused(t *testing.T) {
 	dir := t.TempDir()
 	l := e2e.Start(t, "--data-dir", dir, "--worker-id", "1")

@@ -16,6 +16,7 @@ import (
 	"github.com/leafd/leafd/handlers"
 	"github.com/leafd/leafd/resp"
 	"github.com/leafd/leafd/segment"
+	"github.com/leafd/leafd/segment/boltstore"
 	"github.com/leafd/leafd/snowflake"
 	"go.uber.org/zap"
 )
@@ -303,7 +304,7 @@ func newHTTPServer(cfg Config, h *handlers.Handler, log *zap.Logger) *http.Serve
 // openStore opens the segment store: MySQL when a DSN is given, else the embedded bbolt file.
 func openStore(ctx context.Context, cfg Config, log *zap.Logger) (segment.Store, segment.Marks, string, []io.Closer, error) {
 	if cfg.MySQLDSN == "" {
-		b, err := segment.OpenBolt(filepath.Join(cfg.DataDir, "leafd.db"), segment.BoltOptions{})
+		b, err := boltstore.OpenBolt(filepath.Join(cfg.DataDir, "leafd.db"), boltstore.BoltOptions{})
 		if err != nil {
 			return nil, nil, "", nil, err
 		}
@@ -311,12 +312,12 @@ func openStore(ctx context.Context, cfg Config, log *zap.Logger) (segment.Store,
 		marksPath := filepath.Join(cfg.DataDir, "marks.db")
 		_, serr := os.Stat(marksPath)
 		marksExisted := serr == nil
-		marks, err := segment.OpenMarkFile(marksPath)
+		marks, err := boltstore.OpenMarkFile(marksPath)
 		if err != nil {
 			_ = b.Close()
 			return nil, nil, "", nil, err
 		}
-		if n, err := segment.MigrateMarks(b, marks); err != nil {
+		if n, err := boltstore.MigrateMarks(b, marks); err != nil {
 			_ = marks.Close()
 			_ = b.Close()
 			return nil, nil, "", nil, fmt.Errorf("move the regression marks out of leafd.db: %w", err)
@@ -324,7 +325,7 @@ func openStore(ctx context.Context, cfg Config, log *zap.Logger) (segment.Store,
 			log.Info("segment: regression marks of leafd.db checked into marks.db", zap.Int("tags", n))
 		}
 		// Refuse leafd.db without its marks: served alone, a restored copy would reissue IDs.
-		if what, err := segment.PairMarks(b, marks, marksExisted, cfg.AcceptMissingMarks); err != nil {
+		if what, err := boltstore.PairMarks(b, marks, marksExisted, cfg.AcceptMissingMarks); err != nil {
 			_ = marks.Close()
 			_ = b.Close()
 			return nil, nil, "", nil, fmt.Errorf("%w in %s; if the files are right, raise max_id of every tag above the IDs it issued, then start once with --accept-missing-marks (docs/SEGMENT.md, \"Backup and restore\")", err, cfg.DataDir)

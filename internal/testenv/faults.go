@@ -16,6 +16,16 @@ type Faults struct {
 	// Exec is asked before each statement run outside a transaction (autocommit): an error
 	// is returned without running it.
 	Exec func(query string) error
+	// Observe, when set, is told of each call that reaches the server: "connect", "exec",
+	// "query", "prepare", "begin", "commit", "rollback", with the statement when there is one
+	// (counting round trips and transactions).
+	Observe func(kind, query string)
+}
+
+func (f *Faults) observe(kind, query string) {
+	if f.Observe != nil {
+		f.Observe(kind, query)
+	}
 }
 
 // FaultConnector wraps c (e.g. a go-sql-driver connector) so that the calls Faults names
@@ -30,6 +40,7 @@ type faultConnector struct {
 }
 
 func (fc *faultConnector) Connect(ctx context.Context) (driver.Conn, error) {
+	fc.f.observe("connect", "")
 	c, err := fc.c.Connect(ctx)
 	if err != nil {
 		return nil, err
@@ -54,6 +65,7 @@ func (c *faultConn) Begin() (driver.Tx, error) {
 }
 
 func (c *faultConn) PrepareContext(ctx context.Context, q string) (driver.Stmt, error) {
+	c.f.observe("prepare", q)
 	if p, ok := c.c.(driver.ConnPrepareContext); ok {
 		return p.PrepareContext(ctx, q)
 	}
@@ -65,6 +77,7 @@ func (c *faultConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.
 	if !ok {
 		return nil, errNotSupported
 	}
+	c.f.observe("begin", "")
 	tx, err := b.BeginTx(ctx, opts)
 	if err != nil {
 		return nil, err
@@ -83,6 +96,7 @@ func (c *faultConn) ExecContext(ctx context.Context, q string, args []driver.Nam
 	if !ok {
 		return nil, driver.ErrSkip
 	}
+	c.f.observe("exec", q)
 	return e.ExecContext(ctx, q, args)
 }
 
@@ -91,6 +105,7 @@ func (c *faultConn) QueryContext(ctx context.Context, q string, args []driver.Na
 	if !ok {
 		return nil, driver.ErrSkip
 	}
+	c.f.observe("query", q)
 	return qc.QueryContext(ctx, q, args)
 }
 
@@ -128,10 +143,12 @@ func (t *faultTx) Commit() error {
 			return err
 		}
 	}
+	t.c.f.observe("commit", "")
 	return t.tx.Commit()
 }
 
 func (t *faultTx) Rollback() error {
 	t.c.inTx = false
+	t.c.f.observe("rollback", "")
 	return t.tx.Rollback()
 }

@@ -1,0 +1,100 @@
+// Package segtest holds what the stores' tests share: the conformance suite every store passes
+// (Run) and the small helpers and fakes it runs with (a fake clock, in-memory marks, waits).
+// It is imported by tests only.
+package segtest
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/zap/zaptest"
+
+	"github.com/leafd/leafd/internal/clock"
+	"github.com/leafd/leafd/segment"
+)
+
+// FakeClock is the shared fake clock (internal/clock) at 2025-01-01.
+func FakeClock() *clock.Fake {
+	return clock.NewFake(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC))
+}
+
+// Config is a generator config with the fake clock clk and short waits.
+func Config(clk *clock.Fake) segment.Config {
+	return segment.Config{
+		WaitTimeout: 2 * time.Second,
+		LoadTimeout: 2 * time.Second,
+		Clock:       clk,
+	}
+}
+
+// NewGen builds a Generator and closes it at the end of the test.
+func NewGen(t *testing.T, cfg segment.Config, st segment.Store, mk segment.Marks) *segment.Generator {
+	t.Helper()
+	g, err := segment.New(cfg, st, mk, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(func() { g.Close() })
+	return g
+}
+
+// MustNext calls Next and fails the test on error.
+func MustNext(t *testing.T, g interface{ Next(string) (int64, error) }, tag string) int64 {
+	t.Helper()
+	v, err := g.Next(tag)
+	if err != nil {
+		t.Fatalf("Next(%q): %v", tag, err)
+	}
+	return v
+}
+
+// WaitFor polls cond (real time) for up to 5s.
+func WaitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); {
+		if cond() {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+	t.Fatalf("timed out waiting for %s", what)
+}
+
+// WaitIdle waits until no load of tag runs.
+func WaitIdle(t *testing.T, g *segment.Generator, tag string) segment.Info {
+	t.Helper()
+	var in segment.Info
+	WaitFor(t, "load of "+tag+" to end", func() bool {
+		var err error
+		in, err = g.Info(tag)
+		return err == nil && !in.Loading
+	})
+	return in
+}
+
+// Marks is an in-memory segment.Marks.
+type Marks struct {
+	mu sync.Mutex
+	m  map[string]int64
+}
+
+// NewMarks returns empty in-memory marks.
+func NewMarks() *Marks { return &Marks{m: map[string]int64{}} }
+
+// Mark implements segment.Marks.
+func (f *Marks) Mark(tag string) (int64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.m[tag], nil
+}
+
+// Raise implements segment.Marks.
+func (f *Marks) Raise(tag string, end int64) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if end > f.m[tag] {
+		f.m[tag] = end
+	}
+	return nil
+}
