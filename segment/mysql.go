@@ -88,6 +88,10 @@ type MySQLConfig struct {
 	// decide which shaped tags' rows a takeover may have lost (shaperow.go): the clock that
 	// picks their periods. Default time.Now.
 	Now func() time.Time
+	// Cluster is what this process saw of the Galera clusters behind the DSN (shared with
+	// the other stores of the process): a cluster restarted from a member that lacked
+	// commits is then another database to the fence. nil: not checked.
+	Cluster *mysqlcluster.History
 }
 
 // DefaultMySQLConfig returns the defaults; set DSN before use.
@@ -238,8 +242,10 @@ type MySQLStore struct {
 	requireSemiSync bool
 	ident           atomic.Pointer[string] // SQL of the server identity, once known
 	identID         atomic.Pointer[string] // its one-column form (mysqlcluster.Ident.ID)
-	gapRecorded     atomic.Bool            // this instance's gap is in the database fence row
-	deadlocks       atomic.Uint64          // rolled back transactions run again (retryDeadlock)
+	identFull       atomic.Pointer[mysqlcluster.Ident]
+	cluster         *mysqlcluster.History
+	gapRecorded     atomic.Bool   // this instance's gap is in the database fence row
+	deadlocks       atomic.Uint64 // rolled back transactions run again (retryDeadlock)
 
 	epochMu sync.Mutex
 	epochs  map[string]int64 // per tag: highest fence epoch seen committed
@@ -305,6 +311,7 @@ func OpenMySQL(ctx context.Context, cfg MySQLConfig, log *zap.Logger) (*MySQLSto
 		failoverAllocs:  cfg.FailoverAllocs,
 		maxStep:         cfg.MaxStep,
 		requireSemiSync: cfg.RequireSemiSync,
+		cluster:         cfg.Cluster,
 		now:             cfg.Now,
 		epochs:          map[string]int64{},
 		pending:         map[string]int64{},
