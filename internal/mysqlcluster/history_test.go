@@ -169,6 +169,7 @@ func TestHistoryFile(t *testing.T) {
 	}
 	now := time.Unix(1000, 0)
 	h.now = func() time.Time { return now }
+	h.wrote = now // as if just written: only what must be written at once is
 	src := &fakeSource{}
 	if err := h.Check(ctx, src, synced(100, 0)); err != nil { // first sight: written at once
 		t.Fatal(err)
@@ -207,6 +208,8 @@ func TestHistoryFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	h2.now = func() time.Time { return now }
+	h2.wrote = now
 	src2 := &fakeSource{confirm: synced(120, 0)}
 	if err := h2.Check(ctx, src2, synced(120, 0)); !errors.Is(err, ErrGeneration) || len(src2.begins) != 1 {
 		t.Fatalf("restarted below the record: got %v and %d generations begun, want ErrGeneration and 1", err, len(src2.begins))
