@@ -36,7 +36,7 @@ const mysqlCreateGeneration = "CREATE TABLE IF NOT EXISTS `leafd_generation` (\n
 	"  PRIMARY KEY (`state_uuid`)\n" +
 	") ENGINE=InnoDB"
 
-// GenerationTableDDL is the DDL of leafd_generation (docs/schema.sql, a check of grants).
+// GenerationTableDDL is the DDL of leafd_generation (docs/MYSQL.md, a check of grants).
 func GenerationTableDDL() string { return mysqlCreateGeneration }
 
 // ErrGeneration is an identity read under a generation of the Galera cluster that is no
@@ -158,7 +158,7 @@ func (s dbSource) Confirm(ctx context.Context) (State, error) {
 // Begin writes the row of leafd_generation, only on a member of cluster uuid.
 func (s dbSource) Begin(ctx context.Context, uuid string, gen, seqno int64) error {
 	if !s.id.withGen {
-		return errors.New("leafd_generation, which records it for every instance, is missing and may not be created here: create it (docs/schema.sql); refusing meanwhile")
+		return errors.New("leafd_generation, which records it for every instance, is missing and may not be created here: create it (docs/MYSQL.md, \"Multi-writer clusters\"); refusing meanwhile")
 	}
 	state := "(SELECT VARIABLE_VALUE FROM " + s.id.table + " WHERE VARIABLE_NAME = 'wsrep_cluster_state_uuid')"
 	return Retry(ctx, nil, func(ctx context.Context) error {

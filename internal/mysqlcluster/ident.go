@@ -2,7 +2,9 @@
 // snowflake worker ids) know about the database behind their DSN: which database it is, so
 // that a change of database (a failover) can be told from a move between the members of one
 // multi-writer cluster, and which of its errors are a rollback of the whole transaction that
-// may simply be run again.
+// may simply be run again. On a Galera cluster the identity also carries the cluster's
+// generation (generation.go, History): a cluster bootstrapped again from a member that lacked
+// commits keeps its state UUID but is another database.
 package mysqlcluster
 
 import (
