@@ -20,7 +20,9 @@ import (
 // its data dir, finds the seqno below the one it recorded at its first transaction (a tag
 // creation), begins a new generation and takes the fences over (the gap); instance A, running throughout, reconnects and follows the
 // recorded generation; instance C, started afterwards with an empty data dir (no marks, no
-// record), sees the new identity too. No ID is issued twice across the three phases.
+// record), sees the new identity too. Then the same from the other member, where the running
+// instance A is the first to look and begins generation 2. No ID is issued twice across
+// every phase.
 func TestGaleraOlderMember(t *testing.T) {
 	begin := time.Now()
 	g := testenv.StartGalera(t, 2)
@@ -60,7 +62,7 @@ func TestGaleraOlderMember(t *testing.T) {
 	maxBefore := e2e.SQLInt(t, db, "SELECT max_id FROM leaf_alloc WHERE biz_tag = 'o'")
 	lag := phase("member 1 alone", 1500, a, b)
 	maxLost := e2e.SQLInt(t, db, "SELECT max_id FROM leaf_alloc WHERE biz_tag = 'o'")
-	seqLost, _ := strconv.ParseInt(n1.Status("wsrep_last_committed"), 10, 64)
+	seqLost := atoi(t, n1.Status("wsrep_last_committed"))
 	uuid := n1.Status("wsrep_cluster_state_uuid")
 	if maxLost <= maxBefore || maxLost-maxBefore >= 5000 {
 		t.Fatalf("max_id %d after the phase on member 1 alone, %d before: want a loss within the gap of 5000", maxLost, maxBefore)
@@ -70,7 +72,7 @@ func TestGaleraOlderMember(t *testing.T) {
 	n1.Stop()
 	n0.Bootstrap() // the member that is behind
 	px.SetTargets(n0.Addr())
-	seq, _ := strconv.ParseInt(n0.Status("wsrep_last_committed"), 10, 64)
+	seq := atoi(t, n0.Status("wsrep_last_committed"))
 	if now := n0.Status("wsrep_cluster_state_uuid"); now != uuid || seq >= seqLost {
 		t.Fatalf("bootstrap from member 0: state UUID %s seqno %d, want %s below %d", now, seq, uuid, seqLost)
 	}
@@ -100,9 +102,45 @@ func TestGaleraOlderMember(t *testing.T) {
 	c := e2e.Start(t, args...)
 	after := phase("restarted from member 0", 1000, a, b, c)
 	a.WaitLog("the Galera cluster is in a generation recorded by another instance", 5*time.Second)
-	e2e.CheckUnique(t, both, lag, after)
+
+	// Again, the other way round: member 1 rejoins (a full state transfer: its extra commits
+	// are the lost ones), leaves first, the others keep allocating on member 0, and the
+	// cluster is bootstrapped from member 1. This time A, running throughout, looks first.
+	n1.ForgetState()
+	n1.Start()
+	n1.Stop()
+	lag2 := phase("member 0 alone", 1000, a, b, c)
+	seqLost = atoi(t, n0.Status("wsrep_last_committed"))
+	b.Kill()
+	c.Kill()
+	n0.Stop()
+	n1.Bootstrap()
+	px.SetTargets(n1.Addr())
+	if seq := atoi(t, n1.Status("wsrep_last_committed")); seq >= seqLost {
+		t.Fatalf("bootstrap from member 1: seqno %d, want below %d", seq, seqLost)
+	}
+	db = e2e.OpenSQL(t, galeraDSN(n1.Addr(), "og"))
+	alone := phase("A alone", 300, a) // more than its two segments: it allocates
+	a.WaitLog("restarted from a member that lacked commits; a new generation begins", 5*time.Second)
+	if owner := e2eString(t, db, "SELECT server_uuid FROM leafd_fence WHERE biz_tag = 'o'"); owner != "galera:"+uuid+"/2" {
+		t.Fatalf("fence owner %q, want generation 2 of %s", owner, uuid)
+	}
+	b.Restart()
+	c.Restart()
+	final := phase("restarted from member 1", 1000, a, b, c)
+	e2e.CheckUnique(t, both, lag, after, lag2, alone, final)
 	t.Logf("max_id %d before member 0 left, %d lost with member 1; older-member scenario in %v",
 		maxBefore, maxLost, time.Since(begin).Round(time.Millisecond))
+}
+
+// atoi is a status variable's number.
+func atoi(t *testing.T, s string) int64 {
+	t.Helper()
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		t.Fatalf("status %q: %v", s, err)
+	}
+	return n
 }
 
 // e2eString is one string of a query.

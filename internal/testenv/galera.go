@@ -328,3 +328,13 @@ func (n *GaleraNode) Bootstrap() {
 		n.t.Fatalf("testenv: galera node %d: bootstrap: %v\n--- mariadbd log:\n%s", n.index, err, n.proc.logTail())
 	}
 }
+
+// ForgetState removes the stopped node's Galera state file, so that its next Start joins by a
+// full state transfer: what a member that is ahead of a cluster bootstrapped from another
+// one needs (its extra commits are the ones the cluster lost, not a prefix of its history).
+func (n *GaleraNode) ForgetState() {
+	n.t.Helper()
+	if err := os.Remove(filepath.Join(n.datadir, "grastate.dat")); err != nil {
+		n.t.Fatalf("testenv: galera node %d: %v", n.index, err)
+	}
+}
