@@ -46,6 +46,8 @@ type MySQLLeases struct {
 	timeout time.Duration
 	ensured atomic.Bool            // leafd_leader exists
 	ident   atomic.Pointer[string] // SQL of the database's identity (mysqlcluster), once known
+	full    atomic.Pointer[mysqlcluster.Ident]
+	cluster *mysqlcluster.History // what the process saw of a Galera cluster (SetCluster); nil: not checked
 
 	// The lease statements' own connection. A statement that times out loses its
 	// connection (the driver closes it); a new one is opened within timeout, not within the
@@ -59,6 +61,11 @@ type MySQLLeases struct {
 func NewMySQLLeases(db *sql.DB, timeout time.Duration) *MySQLLeases {
 	return &MySQLLeases{db: db, timeout: timeout}
 }
+
+// SetCluster makes every read of a row also check the Galera member's state against h (the
+// history the segment store of the database checks): a cluster restarted from a member that
+// lacked commits is then another database to the lease, which settles. Call before use.
+func (m *MySQLLeases) SetCluster(h *mysqlcluster.History) { m.cluster = h }
 
 // EnsureTable creates leafd_leader if missing.
 func (m *MySQLLeases) EnsureTable(ctx context.Context) error {
@@ -179,6 +186,7 @@ func (m *MySQLLeases) identity(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	m.full.Store(&id)
 	m.ident.Store(&id.ID)
 	return id.ID, nil
 }
@@ -259,10 +267,16 @@ func (m *MySQLLeases) Read(ctx context.Context, tag string) (Row, error) {
 		}
 		var longest int64
 		var at mysqlcluster.ID // NULL: mysqlcluster.ErrNoIdentity, retried
+		var st mysqlcluster.State
+		id := m.full.Load()
 		err = c.QueryRowContext(ctx,
-			"SELECT holder, epoch, version, server_id, "+self+", longest_us, CAST(expires AS CHAR) FROM leafd_leader WHERE biz_tag = ?", tag).
-			Scan(&r.Holder, &r.Epoch, &r.Version, &r.Server, &at, &longest, &r.Expires)
+			"SELECT holder, epoch, version, server_id, "+self+", longest_us, CAST(expires AS CHAR), "+id.State+" FROM leafd_leader WHERE biz_tag = ?", tag).
+			Scan(&r.Holder, &r.Epoch, &r.Version, &r.Server, &at, &longest, &r.Expires, &st)
 		done(err)
+		if err == nil {
+			// A new generation (ErrGeneration) reads the row again, under the new identity.
+			err = m.cluster.Check(ctx, id.On(m.db), st)
+		}
 		r.At, r.Longest = int64(at), time.Duration(longest)*time.Microsecond
 		return err
 	})

@@ -5,6 +5,7 @@ import (
 	"io"
 	"path/filepath"
 
+	"github.com/leafd/leafd/internal/mysqlcluster"
 	"github.com/leafd/leafd/segment"
 	"github.com/leafd/leafd/segment/boltstore"
 	"github.com/leafd/leafd/segment/mysqlstore"
@@ -30,10 +31,18 @@ func openMySQL(ctx context.Context, cfg Config, log *zap.Logger) (segment.Store,
 	mcfg.MaxStep = cfg.MaxStep
 	mcfg.RequireSemiSync = cfg.MySQLSemiSync
 	mcfg.Now = periodClock(cfg.PeriodClockOffset) // takeover instants are compared with periods
+	// What this data dir saw of a Galera cluster: a restart of it from a member that lacked
+	// commits is a failover to every store, after a restart of this instance too.
+	hist, err := mysqlcluster.OpenHistory(filepath.Join(cfg.DataDir, mysqlcluster.HistoryFile), log.Named("mysqlcluster"))
+	if err != nil {
+		_ = marks.Close()
+		return nil, nil, "", nil, err
+	}
+	mcfg.Cluster = hist
 	st, err := mysqlstore.OpenMySQL(ctx, mcfg, log.Named("mysql"))
 	if err != nil {
 		_ = marks.Close()
 		return nil, nil, "", nil, err
 	}
-	return st, marks, "mysql", []io.Closer{marks, st}, nil
+	return st, marks, "mysql", []io.Closer{marks, st, hist}, nil
 }

@@ -30,6 +30,7 @@ func openOrdered(ctx context.Context, cfg Config, store segment.Store, log *zap.
 			holder = cfg.Addr
 		}
 		leases := ordered.NewMySQLLeases(st.DB(), cfg.LoadTimeout)
+		leases.SetCluster(st.Cluster())
 		if !cfg.MySQLCreate {
 			leases.AssumeTable() // created from docs/schema.sql; the user may lack CREATE
 		} else if err := leases.EnsureTable(ctx); err != nil {

@@ -2,7 +2,9 @@
 // snowflake worker ids) know about the database behind their DSN: which database it is, so
 // that a change of database (a failover) can be told from a move between the members of one
 // multi-writer cluster, and which of its errors are a rollback of the whole transaction that
-// may simply be run again.
+// may simply be run again. On a Galera cluster the identity also carries the cluster's
+// generation (generation.go, History): a cluster bootstrapped again from a member that lacked
+// commits keeps its state UUID but is another database.
 package mysqlcluster
 
 import (
@@ -49,6 +51,13 @@ type Ident struct {
 	// ID is one BIGINT column (leafd_leader's server_id): on a Galera cluster 60 bits of the
 	// state UUID with bit 60 set, so that it never equals a server's 32-bit @@server_id.
 	ID string
+	// State is one string column, the member's position (State.Scan): on a server ''.
+	// A store reads it beside the identity and hands it to History.Check.
+	State string
+
+	withGen bool   // leafd_generation exists: generations can be recorded
+	mysql   bool   // MySQL (Percona XtraDB Cluster), not MariaDB
+	table   string // the status variables' table
 }
 
 // Detect asks the server behind db what it is. A Galera member is one with wsrep on and a
@@ -65,7 +74,7 @@ func Detect(ctx context.Context, db *sql.DB) (Ident, error) {
 	case err != nil:
 		return Ident{}, err
 	}
-	server := Ident{Kind: Server, Pair: "@@server_id, ''", ID: "@@server_id"}
+	server := Ident{Kind: Server, Pair: "@@server_id, ''", ID: "@@server_id", State: "''"}
 	if mysqlUUID {
 		server.Pair = "@@server_id, @@server_uuid"
 	}
@@ -91,8 +100,44 @@ func Detect(ctx context.Context, db *sql.DB) (Ident, error) {
 	if !v.Valid || v.String == "" || v.String == noUUID {
 		return server, nil // wsrep on, but no provider or no cluster
 	}
-	id := "(CAST(CONV(SUBSTRING(REPLACE(" + state + ", '-', ''), 1, 15), 16, 10) AS SIGNED) | 1152921504606846976)"
-	return Ident{Kind: Galera, Pair: id + ", CONCAT('galera:', " + state + ")", ID: id}, nil
+	withGen, err := ensureGenerations(ctx, db)
+	if err != nil {
+		return Ident{}, err
+	}
+	id := galeraSQL(table, withGen)
+	id.mysql, id.table = mysqlUUID, table
+	return id, nil
+}
+
+const (
+	errNoSuchTable    = 1146 // ER_NO_SUCH_TABLE
+	errNoDatabase     = 1046 // ER_NO_DB_ERROR: a DSN without a database
+	errTableAccess    = 1142 // ER_TABLEACCESS_DENIED_ERROR: no CREATE
+	errReadOnly       = 1290 // ER_OPTION_PREVENTS_STATEMENT: read-only
+	errSpecificDenied = 1227 // ER_SPECIFIC_ACCESS_DENIED_ERROR
+)
+
+// ensureGenerations makes sure leafd_generation exists, creating it when missing. false
+// without error: it is missing and may not be created here; the identity is then the state
+// UUID's alone, and a restart from a member that lacked commits is refused when found
+// (History.Check) instead of being recorded.
+func ensureGenerations(ctx context.Context, db *sql.DB) (bool, error) {
+	var one int
+	err := db.QueryRowContext(ctx, "SELECT 1 FROM leafd_generation LIMIT 1").Scan(&one)
+	var me *mysql.MySQLError
+	switch {
+	case err == nil || errors.Is(err, sql.ErrNoRows):
+		return true, nil
+	case errors.As(err, &me) && me.Number == errNoDatabase:
+		return false, nil
+	case !errors.As(err, &me) || me.Number != errNoSuchTable:
+		return false, err
+	}
+	_, err = db.ExecContext(ctx, mysqlCreateGeneration)
+	if errors.As(err, &me) && (me.Number == errTableAccess || me.Number == errReadOnly || me.Number == errSpecificDenied) {
+		return false, nil
+	}
+	return err == nil, err
 }
 
 // IsGalera reports whether a Pair's string column names a Galera cluster.

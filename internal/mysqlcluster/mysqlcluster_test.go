@@ -94,27 +94,74 @@ func TestDetectServer(t *testing.T) {
 }
 
 // TestDetectGalera: every member of a Galera cluster has the same identity (the state
-// UUID's), which no 32-bit server_id can equal, though their server_ids differ.
+// UUID's), which no 32-bit server_id can equal, though their server_ids differ. Its state
+// column reads the member's seqno, Synced and generation; a causal read confirms it; a
+// generation recorded on one member changes the identity on every member, and is never
+// lowered nor written on a member of another cluster.
 func TestDetectGalera(t *testing.T) {
 	g := testenv.StartGalera(t, 2)
-	var ids [2][3]any
-	for i, dsn := range g.DSNs("") {
-		db := open(t, dsn)
-		id, err := Detect(context.Background(), db)
+	g.Nodes[0].Exec("CREATE DATABASE d")
+	ctx := context.Background()
+	var dbs [2]*sql.DB
+	var idents [2]Ident
+	read := func(i int) [3]any {
+		t.Helper()
+		a, b, c := ident(t, dbs[i], idents[i])
+		return [3]any{a, b, c}
+	}
+	uuid := g.Nodes[0].Status("wsrep_cluster_state_uuid")
+	for i, dsn := range g.DSNs("d") {
+		dbs[i] = open(t, dsn)
+		id, err := Detect(ctx, dbs[i])
 		if err != nil {
 			t.Fatal(err)
 		}
-		if id.Kind != Galera {
-			t.Fatalf("node %d: kind %v, want galera", i, id.Kind)
+		if id.Kind != Galera || !id.withGen {
+			t.Fatalf("node %d: kind %v (generations %v), want galera with generations", i, id.Kind, id.withGen)
 		}
-		a, b, c := ident(t, db, id)
-		if a != c || a < 1<<60 || !IsGalera(b) || b != "galera:"+g.Nodes[i].Status("wsrep_cluster_state_uuid") {
+		idents[i] = id
+		a, b, c := ident(t, dbs[i], id)
+		if a != c || a < 1<<60 || !IsGalera(b) || b != "galera:"+uuid {
 			t.Fatalf("node %d: identity %d %q %d", i, a, b, c)
 		}
-		ids[i] = [3]any{a, b, c}
 	}
-	if ids[0] != ids[1] {
-		t.Fatalf("members' identities differ: %v and %v", ids[0], ids[1])
+	gen0 := read(0)
+	if r := read(1); r != gen0 {
+		t.Fatalf("members' identities differ: %v and %v", gen0, r)
+	}
+	var st State
+	if err := dbs[1].QueryRow("SELECT " + idents[1].State).Scan(&st); err != nil {
+		t.Fatal(err)
+	}
+	if st.UUID != uuid || st.Seqno <= 0 || st.Local != Synced || st.Gen != 0 {
+		t.Fatalf("state %+v, want uuid %s, a seqno, Synced, generation 0", st, uuid)
+	}
+	src := idents[1].On(dbs[1])
+	c, err := src.Confirm(ctx)
+	if err != nil || c.UUID != uuid || c.Seqno < st.Seqno || c.Local != Synced {
+		t.Fatalf("causal read: %+v, %v", c, err)
+	}
+	if err := src.Begin(ctx, "00000000-1111-2222-3333-444444444444", 5, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := src.Begin(ctx, uuid, 1, c.Seqno); err != nil {
+		t.Fatal(err)
+	}
+	if err := src.Begin(ctx, uuid, 0, 1); err != nil { // never lowers it
+		t.Fatal(err)
+	}
+	var rows int
+	if err := dbs[0].QueryRow("SELECT COUNT(*) FROM leafd_generation").Scan(&rows); err != nil || rows != 1 {
+		t.Fatalf("leafd_generation: %d rows (%v), want 1: a row only on a member of its cluster", rows, err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); read(0) == gen0; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("generation 1 not seen on member 0 within 10 s")
+		}
+	}
+	gen1 := read(0)
+	if r := read(1); r != gen1 || gen1[1] != "galera:"+uuid+"/1" || gen1[0] == gen0[0] || gen1[0].(int64) < 1<<60 {
+		t.Fatalf("generation 1: identities %v and %v (generation 0: %v)", gen1, r, gen0)
 	}
 }
 

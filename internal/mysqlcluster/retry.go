@@ -33,14 +33,14 @@ func RolledBack(err error) bool {
 }
 
 // Retry runs fn, a whole transaction up to and including its COMMIT (or one autocommit
-// statement), again when it fails with RolledBack: at most Attempts times, with a short
-// random pause that grows with each attempt so that the transactions that met do not meet
-// again in step, and never past ctx. onRetry (may be nil) is told of each retry. Any other
-// error is returned at once.
+// statement), again when it fails with RolledBack, ErrNoIdentity or ErrGeneration: at most
+// Attempts times, with a short random pause that grows with each attempt so that the
+// transactions that met do not meet again in step, and never past ctx. onRetry (may be nil)
+// is told of each retry. Any other error is returned at once.
 func Retry(ctx context.Context, onRetry func(attempt int, err error), fn func(context.Context) error) error {
 	for attempt := 1; ; attempt++ {
 		err := fn(ctx)
-		if !(RolledBack(err) || errors.Is(err, ErrNoIdentity)) || attempt == Attempts {
+		if !(RolledBack(err) || errors.Is(err, ErrNoIdentity) || errors.Is(err, ErrGeneration)) || attempt == Attempts {
 			return err
 		}
 		if onRetry != nil {

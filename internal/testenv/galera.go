@@ -291,3 +291,50 @@ func (n *GaleraNode) NewHistory() {
 		n.t.Fatalf("testenv: only node 0 bootstraps")
 	}
 }
+
+// Bootstrap starts the stopped node as a new cluster from its own data, whatever its
+// grastate.dat says: safe_to_bootstrap forced to 1 and --wsrep-new-cluster, what an operator
+// does with galera_new_cluster on a member that did not leave last. The cluster keeps the
+// node's state UUID and continues from its sequence number: if the node had left before the
+// others, the commits it missed are lost.
+func (n *GaleraNode) Bootstrap() {
+	n.t.Helper()
+	path := filepath.Join(n.datadir, "grastate.dat")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		n.t.Fatalf("testenv: galera node %d: %v", n.index, err)
+	}
+	lines := strings.Split(string(b), "\n")
+	for i, l := range lines {
+		if strings.HasPrefix(l, "safe_to_bootstrap:") {
+			lines[i] = "safe_to_bootstrap: 1"
+		}
+	}
+	if err := os.WriteFile(path, []byte(strings.Join(lines, "\n")), 0o660); err != nil {
+		n.t.Fatalf("testenv: galera node %d: %v", n.index, err)
+	}
+	if n.index > 0 && os.Geteuid() == 0 {
+		if err := chownTree(n.dir, "nobody"); err != nil {
+			n.t.Fatalf("testenv: %v", err)
+		}
+	}
+	n.proc.argv = append(slices.Clone(n.base), "--wsrep-new-cluster")
+	err = n.start()
+	if err == nil {
+		err = n.WaitSynced(2 * time.Minute)
+	}
+	if err != nil {
+		n.proc.terminate(false, 0)
+		n.t.Fatalf("testenv: galera node %d: bootstrap: %v\n--- mariadbd log:\n%s", n.index, err, n.proc.logTail())
+	}
+}
+
+// ForgetState removes the stopped node's Galera state file, so that its next Start joins by a
+// full state transfer: what a member that is ahead of a cluster bootstrapped from another
+// one needs (its extra commits are the ones the cluster lost, not a prefix of its history).
+func (n *GaleraNode) ForgetState() {
+	n.t.Helper()
+	if err := os.Remove(filepath.Join(n.datadir, "grastate.dat")); err != nil {
+		n.t.Fatalf("testenv: galera node %d: %v", n.index, err)
+	}
+}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
+	"github.com/leafd/leafd/internal/mysqlcluster"
 	"github.com/leafd/leafd/internal/storeerr"
 	"github.com/leafd/leafd/segment"
 )
@@ -53,6 +54,10 @@ type MySQLConfig struct {
 	// decide which shaped tags' rows a takeover may have lost (shaperow.go): the clock that
 	// picks their periods. Default time.Now.
 	Now func() time.Time
+	// Cluster is what this process saw of the Galera clusters behind the DSN (shared with
+	// the other stores of the process): a cluster restarted from a member that lacked
+	// commits is then another database to the fence. nil: not checked.
+	Cluster *mysqlcluster.History
 }
 
 // DefaultMySQLConfig returns the defaults; set DSN before use.

@@ -69,10 +69,26 @@ func (s *MySQLStore) identExpr(ctx context.Context) (string, error) {
 	if id.Kind == mysqlcluster.Galera {
 		s.log.Info("segment: the database is a Galera cluster: its identity is the cluster's (wsrep_cluster_state_uuid), the same on every member")
 	}
+	s.identFull.Store(&id)
 	s.identID.Store(&id.ID)
 	s.ident.Store(&id.Pair)
 	return id.Pair, nil
 }
+
+// checkCluster compares the member's state, read beside the identity (the last column of the
+// statement, clusterState), with what the process saw (mysqlcluster.History.Check): a Galera
+// cluster restarted from a member that lacked commits is a new identity, and the transaction
+// runs again under it (mysqlcluster.ErrGeneration).
+func (s *MySQLStore) checkCluster(ctx context.Context, st mysqlcluster.State) error {
+	return s.cluster.Check(ctx, s.identFull.Load().On(s.db), st)
+}
+
+// clusterState is the SQL of the member's state column (after identExpr).
+func (s *MySQLStore) clusterState() string { return s.identFull.Load().State }
+
+// Cluster is the Galera history the store checks (MySQLConfig.Cluster), for the other
+// stores of the database (the ORDERED leases).
+func (s *MySQLStore) Cluster() *mysqlcluster.History { return s.cluster }
 
 // leaderIdentity is the identity column an ORDERED tag's creating insert records in its
 // leafd_leader row (ordered.CreateRowSQL): the database's, once known, else the server's
@@ -106,11 +122,15 @@ func (s *MySQLStore) fence(ctx context.Context, tx *sql.Tx, tag string, step, fl
 	var ownerID sql.NullInt64
 	var ownerUUID sql.NullString
 	var epoch, maxEnd sql.NullInt64
-	err = tx.QueryRowContext(ctx, "SELECT a.step, a.max_id, "+expr+", f.server_id, f.server_uuid, f.epoch, f.max_end"+
+	var st mysqlcluster.State
+	err = tx.QueryRowContext(ctx, "SELECT a.step, a.max_id, "+expr+", f.server_id, f.server_uuid, f.epoch, f.max_end, "+s.clusterState()+
 		" FROM leaf_alloc a LEFT JOIN leafd_fence f ON f.biz_tag = a.biz_tag WHERE a.biz_tag = ? FOR UPDATE", tag).
-		Scan(&r.step, &r.maxID, &r.self.id, &r.self.uuid, &ownerID, &ownerUUID, &epoch, &maxEnd)
+		Scan(&r.step, &r.maxID, &r.self.id, &r.self.uuid, &ownerID, &ownerUUID, &epoch, &maxEnd, &st)
 	if errors.Is(err, sql.ErrNoRows) {
 		return fenceRow{}, segment.ErrUnknownTag
+	}
+	if err == nil {
+		err = s.checkCluster(ctx, st)
 	}
 	if err != nil {
 		return fenceRow{}, err
@@ -300,7 +320,11 @@ func (s *MySQLStore) createFence(ctx context.Context, tx *sql.Tx, step int64) (i
 		return 0, 0, err
 	}
 	var self serverIdent
-	if err := tx.QueryRowContext(ctx, "SELECT "+expr).Scan(&self.id, &self.uuid); err != nil {
+	var st mysqlcluster.State
+	if err := tx.QueryRowContext(ctx, "SELECT "+expr+", "+s.clusterState()).Scan(&self.id, &self.uuid, &st); err != nil {
+		return 0, 0, err
+	}
+	if err := s.checkCluster(ctx, st); err != nil {
 		return 0, 0, err
 	}
 	var owner serverIdent

@@ -62,8 +62,10 @@ type MySQLStore struct {
 	requireSemiSync bool
 	ident           atomic.Pointer[string] // SQL of the server identity, once known
 	identID         atomic.Pointer[string] // its one-column form (mysqlcluster.Ident.ID)
-	gapRecorded     atomic.Bool            // this instance's gap is in the database fence row
-	deadlocks       atomic.Uint64          // rolled back transactions run again (retryDeadlock)
+	identFull       atomic.Pointer[mysqlcluster.Ident]
+	cluster         *mysqlcluster.History
+	gapRecorded     atomic.Bool   // this instance's gap is in the database fence row
+	deadlocks       atomic.Uint64 // rolled back transactions run again (retryDeadlock)
 
 	epochMu sync.Mutex
 	epochs  map[string]int64 // per tag: highest fence epoch seen committed
@@ -129,6 +131,7 @@ func OpenMySQL(ctx context.Context, cfg MySQLConfig, log *zap.Logger) (*MySQLSto
 		failoverAllocs:  cfg.FailoverAllocs,
 		maxStep:         cfg.MaxStep,
 		requireSemiSync: cfg.RequireSemiSync,
+		cluster:         cfg.Cluster,
 		now:             cfg.Now,
 		epochs:          map[string]int64{},
 		pending:         map[string]int64{},

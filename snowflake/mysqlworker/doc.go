@@ -58,6 +58,11 @@
 // next write. Within the confirmed lease the data dir alone records the bound during a database
 // outage (a taker's wait covers it), so a short failover does not stop issuing.
 //
+// The argument rests on no identity of the database, so it covers any loss of writes alike: a
+// Galera cluster bootstrapped again from a member that lacked commits (the same state UUID,
+// a lower seqno) is to this package what a promoted replica is, a lost row costing a
+// re-acquisition (fence 1) and every acquisition its wait (fence 4).
+//
 // # Local state
 //
 // The data dir's snowflake.json (locked, shared with every source) records the id, source
