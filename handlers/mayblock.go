@@ -218,10 +218,14 @@ func satAdd(a, b int64) int64 {
 // serves reports whether tag's segment holds n values now; while waitExec asks a
 // transaction's queue, n plus the values the commands queued before this one take of tag.
 func (h *Handler) serves(c *resp.Conn, tag string, n int64) bool {
-	if h.forwards(tag) {
-		return false // an ordered tag led elsewhere: forwarded, a wait (ordered.go)
+	d := summing(c)
+	if t := h.forwardedTag(tag); t != nil {
+		// An ordered tag led elsewhere: forwarded (ordered.go). On the event loop the call
+		// suspends the connection instead of waiting (forward); it waits in EXEC, and for the
+		// first lease call of a tag just learned of (orderedCmd's WaitFirst).
+		return d == nil && c != nil && c.CanSuspend() && t.Stepped()
 	}
-	if d := summing(c); d != nil {
+	if d != nil {
 		n = d.add(tag, n)
 	}
 	return h.seg.Serves(tag, n)

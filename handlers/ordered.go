@@ -37,18 +37,20 @@ func (h *Handler) orderedTag(args [][]byte) *ordered.Tag {
 	return h.ord.Lookup(str(args[1]))
 }
 
-// forwards reports whether tag is an ordered tag this instance does not serve now: its ID
-// commands are forwarded, a wait (Handler.serves, which every ID command's mayWait asks).
-func (h *Handler) forwards(tag string) bool {
+// forwardedTag returns tag when it is an ordered tag this instance does not serve now: its ID
+// commands are forwarded (Handler.serves, which every ID command's mayWait asks); else nil.
+func (h *Handler) forwardedTag(tag string) *ordered.Tag {
 	if h.ord == nil {
-		return false
+		return nil
 	}
 	t := h.ord.Lookup(tag)
 	if t == nil {
-		return false
+		return nil
 	}
-	_, ok := t.Held()
-	return !ok
+	if _, ok := t.Held(); ok {
+		return nil
+	}
+	return t
 }
 
 // orderedCmd runs an ID command of ordered tag t: here while this instance serves it, else

@@ -26,17 +26,55 @@ const (
 )
 
 // forward sends args (and the pipelined commands that can join it) to the leader r names and
-// writes every reply, in order; an unreachable leader answers each of them UNAVAILABLE.
+// writes every reply, in order; an unreachable leader answers each of them UNAVAILABLE. On an
+// event loop the call does not wait: the connection is suspended (resp.Conn.Suspend) and the
+// replies are written when the leader's answer is in (fwdWait.Resumed), on the loop again.
 func (h *Handler) forward(c *resp.Conn, t *ordered.Tag, r ordered.Route, args [][]byte) {
 	st := state(c, true)
 	call := h.fwd.NewCall()
-	defer h.fwd.Release(call)
 	call.Add(args)
 	tags := append(st.fwdTags[:0], t)
 	if !st.exec { // EXEC's queue is one reply: nothing joins it
 		tags = h.joinPipeline(c, st, call, tags, r.Leader, joinCount(args))
 	}
+	st.fwdTags = tags
+	if !st.exec && c.CanSuspend() {
+		w := st.fwdWait
+		if w == nil {
+			w = &fwdWait{h: h, st: st, resume: c.Resume}
+			st.fwdWait = w
+		}
+		w.call, w.route = call, r
+		call.Notify = w.resume
+		c.Suspend(w)
+		h.fwd.Start(r.Leader, call)
+		return
+	}
 	h.fwd.Run(r.Leader, call)
+	h.forwarded(c, st, call, r)
+}
+
+// fwdWait is a connection's forwarded call in flight while the connection is suspended (one
+// per connection, reused).
+type fwdWait struct {
+	h      *Handler
+	st     *connState
+	resume func() // the connection's Resume, bound once
+	call   *ordered.Call
+	route  ordered.Route
+}
+
+// Resumed writes the replies of the call (resp.Resumer).
+func (w *fwdWait) Resumed(c *resp.Conn) {
+	call := w.call
+	w.call = nil
+	w.h.forwarded(c, w.st, call, w.route)
+}
+
+// forwarded writes the replies of a finished call (or UNAVAILABLE for each of its requests)
+// and releases it.
+func (h *Handler) forwarded(c *resp.Conn, st *connState, call *ordered.Call, r ordered.Route) {
+	tags := st.fwdTags
 	if call.Err != nil {
 		for _, jt := range tags {
 			c.WriteError(h.errorReply(h.forwardFailed(jt, r, call.Err)))
@@ -48,6 +86,7 @@ func (h *Handler) forward(c *resp.Conn, t *ordered.Tag, r ordered.Route, args []
 		}
 		h.ord.Forwarded.Add(int64(len(tags)))
 	}
+	h.fwd.Release(call)
 	clear(tags)
 	st.fwdTags = tags[:0]
 }

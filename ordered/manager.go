@@ -547,6 +547,20 @@ func (t *Tag) markStepped() {
 	}
 }
 
+// Stepped reports whether WaitFirst returns at once: the tag's first lease call here is made
+// (or none is: Local, Manual).
+func (t *Tag) Stepped() bool {
+	if t.lease == nil || t.m.cfg.Manual {
+		return true
+	}
+	select {
+	case <-t.stepped:
+		return true
+	default:
+		return false
+	}
+}
+
 // WaitFirst waits, up to d, for the tag's first lease call here (a tag just learned of has
 // no route yet); it returns at once after that call.
 func (t *Tag) WaitFirst(d time.Duration) {

@@ -53,9 +53,18 @@ func (lp *loop) handle(c *Conn, ev uint32) (st status) {
 	return lp.process(c)
 }
 
-// resume carries on with a connection handed back: the commands left in its buffer.
+// resume carries on with a connection handed back: the suspended command's replies (its
+// Resumer), then the commands left in its buffer.
 func (lp *loop) resume(c *Conn) (st status) {
 	defer lp.recoverCommand(c, &st)
+	if r := c.resumer; r != nil {
+		c.resumer = nil
+		c.susp.Store(suspNone)
+		r.Resumed(c)
+		if st := lp.afterCommand(c, c.replyStart); st != stOK {
+			return st
+		}
+	}
 	if c.stalled() {
 		if !c.writeOut() {
 			return stClose
@@ -127,7 +136,9 @@ func (lp *loop) process(c *Conn) status {
 		c.cmds++
 		before := len(c.out)
 		c.replyStart = before
+		c.onLoop = true
 		if lp.blocker != nil && lp.blocker.MayBlock(c, args) {
+			c.onLoop = false
 			// The replies of the commands before it go out now, not after the wait.
 			if len(c.out) > c.outOff && !c.writeOut() {
 				return stClose
@@ -142,12 +153,19 @@ func (lp *loop) process(c *Conn) status {
 		tok := lp.beginCmd(c)
 		c.cmdTok = tok
 		srv.handler.ServeRESP(c, args)
+		c.onLoop = false
 		deposed := lp.endCmd(tok)
 		if !deposed {
 			// A deposed goroutine keeps the word: a panic after this point (afterCommand)
 			// must still hand the connection back, not close it from a goroutine that is
 			// no longer the loop.
 			c.cmdTok = 0
+		}
+		if c.resumer != nil {
+			if st, done := lp.suspended(c, deposed); done {
+				return st
+			}
+			before = c.replyStart
 		}
 		st := lp.afterCommand(c, before)
 		if deposed {
@@ -162,6 +180,37 @@ func (lp *loop) process(c *Conn) status {
 		}
 	}
 	return lp.endBatch(c)
+}
+
+// suspended follows a command that Suspended its connection (suspend.go), just returned on
+// the goroutine that ran it (deposed: no longer the loop). done reports that process returns
+// st; otherwise the command was resumed already and its replies are written: process goes on.
+func (lp *loop) suspended(c *Conn, deposed bool) (st status, done bool) {
+	if !deposed && len(c.out) > c.outOff {
+		// The replies of the commands before it go out now, not after the wait.
+		if !c.writeOut() {
+			c.closeNow = true // closed when handed back (housekeep)
+		}
+		c.replyStart = len(c.out)
+	}
+	if c.susp.CompareAndSwap(suspPending, suspParked) {
+		// Resume hands c back; until then it is not this goroutine's to touch.
+		if deposed {
+			return stDeposed, true // busy already: the goroutine that took the loop set it
+		}
+		c.busy = true
+		return stBusy, true
+	}
+	// suspEarly: resumed before it returned.
+	if deposed {
+		lp.handBack(c) // resume, on the goroutine that took the loop over, runs the Resumer
+		return stDeposed, true
+	}
+	r := c.resumer
+	c.resumer = nil
+	c.susp.Store(suspNone)
+	r.Resumed(c)
+	return stOK, false
 }
 
 // beginCmd publishes, for the watchdog, that c's next command starts on the loop goroutine

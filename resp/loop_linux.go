@@ -245,7 +245,11 @@ func (lp *loop) wake() {
 		return
 	}
 	var one = [8]byte{1}
-	_, _ = unix.Write(lp.wakefd, one[:])
+	// A raw write (the eventfd is non-blocking and never full): as an ordinary system call
+	// it would wake the runtime's sysmon thread out of its idle sleep, a context switch on a
+	// busy core at each wake (a suspended connection's Resume wakes the loop once per answer
+	// from a leader).
+	_, _ = rawWrite(lp.wakefd, one[:])
 }
 
 // ackWake consumes the wake-ups the eventfd holds, in this order: drain the eventfd, then
@@ -258,7 +262,7 @@ func (lp *loop) wake() {
 // (TestLoopWakeBetweenDrainAndClear).
 func (lp *loop) ackWake() {
 	var b [8]byte
-	_, _ = unix.Read(lp.wakefd, b[:])
+	_, _ = rawRead(lp.wakefd, b[:])
 	if lp.hooks != nil && lp.hooks.ackWake != nil {
 		lp.hooks.ackWake(lp)
 	}
