@@ -1,6 +1,7 @@
 package handlers
 
 import (
+	"bytes"
 	"fmt"
 
 	"github.com/leafd/leafd/ordered"
@@ -93,22 +94,37 @@ func (h *Handler) forwarded(c *resp.Conn, st *connState, call *ordered.Call, r o
 
 // joinPipeline adds to call the commands after the running one that go to leader too, and
 // takes them from the connection; tags gets each one's tag. ids is what the call asks so far.
+// A command named as the one before it, of the same tag (the common pipeline), reuses that
+// one's command and tag look-ups: nothing runs between them that could change either.
 func (h *Handler) joinPipeline(c *resp.Conn, st *connState, call *ordered.Call, tags []*ordered.Tag, leader string, ids int64) []*ordered.Tag {
+	if !h.mayJoin(c, st) {
+		return tags
+	}
+	var lastName, lastTag []byte
+	var lastCmd *command
 	for len(tags) < maxJoined {
 		args, n, ok := c.PeekNext()
-		if !ok {
+		if !ok || len(args) < 2 {
 			break
 		}
-		cmd, t, cnt := h.joinable(c, st, args)
-		if t == nil {
+		cmd, t := lastCmd, tags[len(tags)-1]
+		if lastCmd == nil || !bytes.Equal(args[0], lastName) || !bytes.Equal(args[1], lastTag) {
+			cmd, t = h.joinable(args)
+			if t == nil {
+				break
+			}
+			// Another leader, or none, or served here (""); a tag already in the call was
+			// routed to leader just before.
+			if t != tags[len(tags)-1] && t.Route().Leader != leader {
+				break
+			}
+			lastName, lastTag, lastCmd = args[0], args[1], cmd
+		}
+		cnt := joinArgs(cmd, args)
+		if cnt < 1 {
 			break
 		}
 		if ids += cnt; ids > maxJoinedIDs {
-			break
-		}
-		// Another leader, or none, or served here (""); a tag already in the call was routed
-		// to leader just before.
-		if t != tags[len(tags)-1] && t.Route().Leader != leader {
 			break
 		}
 		call.Add(args)
@@ -119,28 +135,37 @@ func (h *Handler) joinPipeline(c *resp.Conn, st *connState, call *ordered.Call, 
 	return tags
 }
 
-// joinable returns the command, the ordered tag and the IDs asked of a command that may join
-// a forwarded call: an ID command of an ordered tag (joinPipeline checks its route), which
-// ServeRESP would run as it stands (arity, authentication, no transaction, no CLIENT
-// CACHING refusal) and whose count is well formed; a nil tag otherwise.
-func (h *Handler) joinable(c *resp.Conn, st *connState, args [][]byte) (*command, *ordered.Tag, int64) {
+// mayJoin reports whether commands may join a forwarded call on c: ServeRESP would run an ID
+// command as it stands (authenticated, no transaction, no CLIENT CACHING refusal).
+func (h *Handler) mayJoin(c *resp.Conn, st *connState) bool {
+	return c.Authed() && !h.cfg.NoSegment && !st.multi && !st.redirect && !(st.track.caching && st.track.optin)
+}
+
+// joinable returns the command and the ordered tag of a command that may join a forwarded
+// call: an ID command of an ordered tag (joinPipeline checks its route and joinArgs its
+// arguments); a nil tag otherwise.
+func (h *Handler) joinable(args [][]byte) (*command, *ordered.Tag) {
 	cmd := h.lookup(args[0])
-	if cmd == nil || !forwardable(cmd) || !c.Authed() || h.cfg.NoSegment || st.multi || st.redirect ||
-		(st.track.caching && st.track.optin) {
-		return nil, nil, 0
-	}
-	if (cmd.arity > 0 && len(args) != cmd.arity) || (cmd.arity < 0 && len(args) < -cmd.arity) {
-		return nil, nil, 0
-	}
-	n := joinCount(args)
-	if n < 1 || (cmd.name == "incr" && len(args) != 2) {
-		return nil, nil, 0
+	if cmd == nil || !forwardable(cmd) {
+		return nil, nil
 	}
 	t := h.orderedTag(args)
 	if t == nil {
-		return nil, nil, 0
+		return nil, nil
 	}
-	return cmd, t, n
+	return cmd, t
+}
+
+// joinArgs is the IDs an ID command cmd asks for with args, 0 when ServeRESP would refuse
+// its arity or its count is malformed.
+func joinArgs(cmd *command, args [][]byte) int64 {
+	if (cmd.arity > 0 && len(args) != cmd.arity) || (cmd.arity < 0 && len(args) < -cmd.arity) {
+		return 0
+	}
+	if cmd.name == "incr" && len(args) != 2 {
+		return 0
+	}
+	return joinCount(args)
 }
 
 // joinCount is the IDs an ID command asks for: 1, or its count argument (0 when malformed or
