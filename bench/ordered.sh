@@ -12,7 +12,9 @@
 #   ordered-follower INCR ordered sent to B (B forwards each connection's pipeline to A in
 #                   one call, many connections' calls in one write)
 # and prints the medians, and the medians of the per-round ratios ordered-leader/plain-leader
-# and ordered-follower/ordered-leader (the same client load sent to the leader directly).
+# and ordered-follower/ordered-leader (the same client load sent to the leader directly), and
+# the follower's CPU time per forwarded request (its utime + stime in /proc across each
+# ordered-follower measurement: what bounds the ratio, and less sensitive to other load).
 # CLIENT=redis-benchmark (default; N1 requests at -P 1, N16 at -P 16 per measurement; it
 # stops at the first error reply, and the round is then marked failed) or CLIENT=leafd-bench
 # (DUR per measurement; counts errors and goes on).
@@ -63,13 +65,22 @@ for _ in $(seq 100); do
 	sleep 0.1
 done
 start b "$PB" "$CLIENT_CPU"
+BPID=${pids[1]}
 for _ in $(seq 100); do
 	redis-cli -p "$PB" INCR ordered | grep -q '^[0-9]' && break
 	sleep 0.1
 done
 redis-cli -p "$PB" IDS.INFO ordered >"$OUT/info-follower.txt"
 redis-cli -p "$PA" IDS.INFO ordered >"$OUT/info-leader.txt"
+ticks() { awk '{print $14 + $15}' "/proc/$BPID/stat"; }
 bench() { # name port tag P round
+	local out="$OUT/$1-P$4-$5"
+	local t0
+	t0=$(ticks)
+	_bench "$@"
+	echo "$(( $(ticks) - t0 ))" >"$out.ticks"
+}
+_bench() { # name port tag P round
 	local out="$OUT/$1-P$4-$5"
 	if [ "$CLIENT" = leafd-bench ]; then
 		taskset -c "$CLIENT_CPU" "$work/leafd-bench" -addr "127.0.0.1:$2" -cmd incr -tag "$3" -c 50 -P "$4" -d "$DUR" \
@@ -79,14 +90,15 @@ bench() { # name port tag P round
 	local n=$N1
 	[ "$4" = 1 ] || n=$N16
 	taskset -c "$CLIENT_CPU" redis-benchmark -p "$2" -c 50 -n "$n" -P "$4" --csv INCR "$3" >"$out.csv" 2>"$out.err"
-	python3 - "$out" <<'PY'
+	python3 - "$out" "$n" <<'PY'
 import csv, json, sys
 out = sys.argv[1]
 rows = [r for r in csv.reader(open(out + ".csv")) if r and r[0] != "test"]
 err = open(out + ".err").read().strip() + open(out + ".csv").read().split("\n")[-1]
 res = {"ids_per_sec": 0.0, "latency": {"p99_ms": 0.0}, "errors": 1, "first_error": err}
 if rows and "Error" not in err:
-    res = {"ids_per_sec": float(rows[0][1]), "latency": {"p99_ms": float(rows[0][6])}, "errors": 0}
+    res = {"ids_per_sec": float(rows[0][1]), "latency": {"p99_ms": float(rows[0][6])}, "errors": 0,
+           "requests": int(sys.argv[2])}
 json.dump(res, open(out + ".json", "w"))
 PY
 }
@@ -127,4 +139,16 @@ for p in (1, 16):
         p99 = [x["latency"]["p99_ms"] / y["latency"]["p99_ms"] for x, y in good]
         print(f"-P {p}: {a} / {b}: throughput {statistics.median(rat):.2f}x (rounds {', '.join(f'{x:.2f}' for x in rat)}), "
               f"p99 {statistics.median(p99):.2f}x; {len(pairs) - len(good)} of {len(pairs)} rounds failed (an error reply)")
+import os
+hz = os.sysconf("SC_CLK_TCK")
+for p in (1, 16):
+    cpu = []
+    for r in range(1, runs + 1):
+        x = load("ordered-follower", p, r)
+        n = x["ids_per_sec"] and x.get("requests") or 0
+        ticks = int(open(f"{out}/ordered-follower-P{p}-{r}.ticks").read())
+        if n:
+            cpu.append(ticks / hz * 1e6 / n)
+    if cpu:
+        print(f"-P {p}: follower CPU per forwarded request: {statistics.median(cpu):.2f} us (rounds {', '.join(f'{x:.2f}' for x in cpu)})")
 PY

@@ -223,11 +223,19 @@ func satAdd(a, b int64) int64 {
 // queue, n plus the values the commands queued before this one take of it. An ordered tag led
 // elsewhere (forwarded) and a shaped tag whose row is not made yet wait.
 func (h *Handler) serves(c *resp.Conn, tag string, n int64) bool {
+	d := summing(c)
 	row, wait := h.ids.WaitRow(tag)
 	if wait {
+		// An ordered tag led elsewhere is forwarded (ordered.go): on the event loop the call
+		// suspends the connection instead of waiting (forward); it waits in EXEC, and for the
+		// first lease call of a tag just learned of (the router's WaitFirst). A shaped tag
+		// whose row is not made yet waits.
+		if t := h.ids.Ordered(tag); t != nil {
+			return d == nil && c != nil && c.CanSuspend() && t.Stepped()
+		}
 		return false
 	}
-	if d := summing(c); d != nil {
+	if d != nil {
 		n = d.add(row, n)
 	}
 	return h.seg.Serves(row, n)

@@ -30,6 +30,7 @@ type connState struct {
 	// redirect: IDS.REDIRECT ON; fwdTags: the tags of a forwarded call (orderedfwd.go)
 	redirect bool
 	fwdTags  []*ordered.Tag
+	fwdWait  *fwdWait // the connection's forwarded call while it is suspended
 	queue    []queued
 	qbytes   int
 	track    tracking

@@ -524,7 +524,8 @@ func TestOrderedFollowerUnreachable(t *testing.T) {
 	b.round(t)
 	mustIncr(t, a.client(t), "seq")
 	// b holds its old term's segment, but the tag's ID commands are forwarded: a wait, off
-	// the loop (Handler.serves; mutant: the forwards check removed: caught).
+	// the loop, unless run on it where the forwarded call suspends the connection instead
+	// (Handler.serves; mutant: the forwards check removed: caught).
 	if b.h.serves(nil, "seq", 1) {
 		t.Error("the follower's ID commands of the ordered tag stay on the loop (forwarded on it)")
 	}
@@ -540,6 +541,22 @@ func TestOrderedFollowerUnreachable(t *testing.T) {
 	}
 	if n := b.mgr.ForwardErrors.Load(); n < 3 {
 		t.Fatalf("forward errors %d, want 3", n)
+	}
+	// A pipeline forwarded in one call: each request answered UNAVAILABLE, in its place, and
+	// the connection goes on.
+	cmds, _ := pipeClient(t, b.addr).Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.Incr(ctx, "seq")
+		p.IncrBy(ctx, "seq", 3)
+		p.Ping(ctx)
+		return nil
+	})
+	for i, c := range cmds[:2] {
+		if err := c.Err(); err == nil || !strings.HasPrefix(err.Error(), "UNAVAILABLE ") {
+			t.Fatalf("pipelined request %d: %v, want UNAVAILABLE", i, err)
+		}
+	}
+	if err := cmds[2].Err(); err != nil {
+		t.Fatalf("PING after the failed forwarded call: %v", err)
 	}
 }
 

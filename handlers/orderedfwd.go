@@ -1,6 +1,7 @@
 package handlers
 
 import (
+	"bytes"
 	"fmt"
 
 	"github.com/leafd/leafd/ordered"
@@ -26,17 +27,55 @@ const (
 )
 
 // forward sends args (and the pipelined commands that can join it) to the leader r names and
-// writes every reply, in order; an unreachable leader answers each of them UNAVAILABLE.
+// writes every reply, in order; an unreachable leader answers each of them UNAVAILABLE. On an
+// event loop the call does not wait: the connection is suspended (resp.Conn.Suspend) and the
+// replies are written when the leader's answer is in (fwdWait.Resumed), on the loop again.
 func (h *Handler) forward(c *resp.Conn, t *ordered.Tag, r ordered.Route, args [][]byte) {
 	st := state(c, true)
 	call := h.fwd.NewCall()
-	defer h.fwd.Release(call)
 	call.Add(args)
 	tags := append(st.fwdTags[:0], t)
 	if !st.exec { // EXEC's queue is one reply: nothing joins it
 		tags = h.joinPipeline(c, st, call, tags, r.Leader, joinCount(args))
 	}
+	st.fwdTags = tags
+	if !st.exec && c.CanSuspend() {
+		w := st.fwdWait
+		if w == nil {
+			w = &fwdWait{h: h, st: st, resume: c.Resume}
+			st.fwdWait = w
+		}
+		w.call, w.route = call, r
+		call.Notify = w.resume
+		c.Suspend(w)
+		h.fwd.Start(r.Leader, call)
+		return
+	}
 	h.fwd.Run(r.Leader, call)
+	h.forwarded(c, st, call, r)
+}
+
+// fwdWait is a connection's forwarded call in flight while the connection is suspended (one
+// per connection, reused).
+type fwdWait struct {
+	h      *Handler
+	st     *connState
+	resume func() // the connection's Resume, bound once
+	call   *ordered.Call
+	route  ordered.Route
+}
+
+// Resumed writes the replies of the call (resp.Resumer).
+func (w *fwdWait) Resumed(c *resp.Conn) {
+	call := w.call
+	w.call = nil
+	w.h.forwarded(c, w.st, call, w.route)
+}
+
+// forwarded writes the replies of a finished call (or UNAVAILABLE for each of its requests)
+// and releases it.
+func (h *Handler) forwarded(c *resp.Conn, st *connState, call *ordered.Call, r ordered.Route) {
+	tags := st.fwdTags
 	if call.Err != nil {
 		for _, jt := range tags {
 			c.WriteError(h.errorReply(h.ids.ForwardFailed(jt, r, call.Err)))
@@ -48,28 +87,44 @@ func (h *Handler) forward(c *resp.Conn, t *ordered.Tag, r ordered.Route, args []
 		}
 		h.ids.Forwarded(int64(len(tags)))
 	}
+	h.fwd.Release(call)
 	clear(tags)
 	st.fwdTags = tags[:0]
 }
 
 // joinPipeline adds to call the commands after the running one that go to leader too, and
 // takes them from the connection; tags gets each one's tag. ids is what the call asks so far.
+// A command named as the one before it, of the same tag (the common pipeline), reuses that
+// one's command and tag look-ups: nothing runs between them that could change either.
 func (h *Handler) joinPipeline(c *resp.Conn, st *connState, call *ordered.Call, tags []*ordered.Tag, leader string, ids int64) []*ordered.Tag {
+	if !h.mayJoin(c, st) {
+		return tags
+	}
+	var lastName, lastTag []byte
+	var lastCmd *command
 	for len(tags) < maxJoined {
 		args, n, ok := c.PeekNext()
-		if !ok {
+		if !ok || len(args) < 2 {
 			break
 		}
-		cmd, t, cnt := h.joinable(c, st, args)
-		if t == nil {
+		cmd, t := lastCmd, tags[len(tags)-1]
+		if lastCmd == nil || !bytes.Equal(args[0], lastName) || !bytes.Equal(args[1], lastTag) {
+			cmd, t = h.joinable(args)
+			if t == nil {
+				break
+			}
+			// Another leader, or none, or served here (""); a tag already in the call was
+			// routed to leader just before.
+			if t != tags[len(tags)-1] && t.Route().Leader != leader {
+				break
+			}
+			lastName, lastTag, lastCmd = args[0], args[1], cmd
+		}
+		cnt := joinArgs(cmd, args)
+		if cnt < 1 {
 			break
 		}
 		if ids += cnt; ids > maxJoinedIDs {
-			break
-		}
-		// Another leader, or none, or served here (""); a tag already in the call was routed
-		// to leader just before.
-		if t != tags[len(tags)-1] && t.Route().Leader != leader {
 			break
 		}
 		call.Add(args)
@@ -80,28 +135,37 @@ func (h *Handler) joinPipeline(c *resp.Conn, st *connState, call *ordered.Call, 
 	return tags
 }
 
-// joinable returns the command, the ordered tag and the IDs asked of a command that may join
-// a forwarded call: an ID command of an ordered tag (joinPipeline checks its route), which
-// ServeRESP would run as it stands (arity, authentication, no transaction, no CLIENT
-// CACHING refusal) and whose count is well formed; a nil tag otherwise.
-func (h *Handler) joinable(c *resp.Conn, st *connState, args [][]byte) (*command, *ordered.Tag, int64) {
+// mayJoin reports whether commands may join a forwarded call on c: ServeRESP would run an ID
+// command as it stands (authenticated, no transaction, no CLIENT CACHING refusal).
+func (h *Handler) mayJoin(c *resp.Conn, st *connState) bool {
+	return c.Authed() && !h.cfg.NoSegment && !st.multi && !st.redirect && !(st.track.caching && st.track.optin)
+}
+
+// joinable returns the command and the ordered tag of a command that may join a forwarded
+// call: an ID command of an ordered tag (joinPipeline checks its route and joinArgs its
+// arguments); a nil tag otherwise.
+func (h *Handler) joinable(args [][]byte) (*command, *ordered.Tag) {
 	cmd := h.lookup(args[0])
-	if cmd == nil || !cmd.routed || !c.Authed() || h.cfg.NoSegment || st.multi || st.redirect ||
-		(st.track.caching && st.track.optin) {
-		return nil, nil, 0
-	}
-	if (cmd.arity > 0 && len(args) != cmd.arity) || (cmd.arity < 0 && len(args) < -cmd.arity) {
-		return nil, nil, 0
-	}
-	n := joinCount(args)
-	if n < 1 || (cmd.name == "incr" && len(args) != 2) {
-		return nil, nil, 0
+	if cmd == nil || !cmd.routed {
+		return nil, nil
 	}
 	t := h.ids.Ordered(str(args[1]))
 	if t == nil {
-		return nil, nil, 0
+		return nil, nil
 	}
-	return cmd, t, n
+	return cmd, t
+}
+
+// joinArgs is the IDs an ID command cmd asks for with args, 0 when ServeRESP would refuse
+// its arity or its count is malformed.
+func joinArgs(cmd *command, args [][]byte) int64 {
+	if (cmd.arity > 0 && len(args) != cmd.arity) || (cmd.arity < 0 && len(args) < -cmd.arity) {
+		return 0
+	}
+	if cmd.name == "incr" && len(args) != 2 {
+		return 0
+	}
+	return joinCount(args)
 }
 
 // joinCount is the IDs an ID command asks for: 1, or its count argument (0 when malformed or

@@ -108,12 +108,15 @@ type Call struct {
 	// is nil).
 	Replies []Reply
 	Err     error
+	// Notify, when set, is called instead of waking Run's caller: once, when every reply is
+	// in or Err is set, on a goroutine of the Forwarder's (or within Start). Start needs it.
+	Notify func()
 }
 
 // NewCall returns an empty call (from a pool): Add its requests, Run it, Release it.
 func (f *Forwarder) NewCall() *Call {
 	c := f.calls.Get().(*Call)
-	c.buf, c.n, c.got, c.Err = c.buf[:0], 0, 0, nil
+	c.buf, c.n, c.got, c.Err, c.Notify = c.buf[:0], 0, 0, nil, nil
 	return c
 }
 
@@ -132,20 +135,43 @@ func (f *Forwarder) Run(addr string, c *Call) {
 	if c.n == 0 {
 		return
 	}
+	if f.send(addr, c) {
+		<-c.done
+	}
+}
+
+// Start is Run without the wait: c.Notify (set) is called once the replies or Err are in;
+// when c fails at once, within Start.
+func (f *Forwarder) Start(addr string, c *Call) {
+	if c.n == 0 || !f.send(addr, c) {
+		c.Notify()
+	}
+}
+
+// send queues c for addr; false when it failed at once (c.Err set).
+func (f *Forwarder) send(addr string, c *Call) bool {
 	if cap(c.Replies) < c.n {
 		c.Replies = append(c.Replies[:cap(c.Replies)], make([]Reply, c.n-cap(c.Replies))...)
 	}
 	c.Replies = c.Replies[:c.n]
 	p, err := f.peer(addr)
+	if err == nil {
+		err = p.pick().send(c) // queued: c is the Forwarder's until it finishes
+	}
 	if err != nil {
 		c.Err = err
+		return false
+	}
+	return true
+}
+
+// finish wakes c's waiter (Run) or calls its Notify (Start).
+func (c *Call) finish() {
+	if c.Notify != nil {
+		c.Notify()
 		return
 	}
-	if err := p.pick().send(c); err != nil {
-		c.Err = err
-		return
-	}
-	<-c.done
+	c.done <- struct{}{}
 }
 
 // Do sends args to the leader at addr and waits for the reply (Replies[0], or Err); pass the
@@ -257,8 +283,9 @@ func (l *link) nudge() {
 	}
 }
 
-// send queues c; the caller then waits on c.done. A connection is dialed on demand, by the
-// first sender that finds none.
+// send queues c; the caller then waits for c.finish. A connection is dialed on demand, on a
+// goroutine started by the first sender that finds none (a sender on an event loop must not
+// wait for the dial).
 func (pc *pconn) send(c *Call) error {
 	pc.mu.Lock()
 	if pc.closed {
@@ -279,11 +306,12 @@ func (pc *pconn) send(c *Call) error {
 	dial := l == nil && !pc.dialing
 	if dial {
 		pc.dialing = true
+		pc.f.wg.Add(1) // under mu, not closed: before Close's fail, so before its Wait
 	}
 	pc.mu.Unlock()
 	switch {
 	case dial:
-		pc.connect()
+		go pc.connect()
 	case l != nil:
 		l.nudge()
 	}
@@ -293,6 +321,7 @@ func (pc *pconn) send(c *Call) error {
 // connect dials, authenticates and names the connection, then starts its writer and reader;
 // on failure every queued request fails.
 func (pc *pconn) connect() {
+	defer pc.f.wg.Done()
 	cfg := pc.f.cfg
 	nc, err := pc.handshake(cfg)
 	pc.mu.Lock()
@@ -311,7 +340,7 @@ func (pc *pconn) connect() {
 		cfg.Log.Warn("ordered: cannot reach the leader", zap.String("leader", pc.addr), zap.Error(err))
 		for _, c := range q {
 			c.Err = fmt.Errorf("%w: %s: %v", ErrUnreachable, pc.addr, err)
-			c.done <- struct{}{}
+			c.finish()
 		}
 		return
 	}
@@ -458,7 +487,7 @@ func (pc *pconn) reader(l *link) {
 		}
 		pc.mu.Unlock()
 		if last {
-			c.done <- struct{}{}
+			c.finish()
 		}
 	}
 }
@@ -486,6 +515,6 @@ func (pc *pconn) fail(l *link, err error, closed bool) {
 	}
 	for _, c := range reqs {
 		c.Err = fmt.Errorf("%w: %s: %v", ErrUnreachable, pc.addr, err)
-		c.done <- struct{}{}
+		c.finish()
 	}
 }

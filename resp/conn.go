@@ -56,6 +56,7 @@ type Conn struct {
 	closeNow   bool      // set by that goroutine: close when handed back
 	drainClose bool      // close once the pending replies are sent
 	cmdTok     uint64    // the loop's command word while a command of c runs on the loop
+	suspension           // a command waiting for another server (suspend.go)
 }
 
 // ID is the connection's unique id (CLIENT ID).

@@ -21,3 +21,4 @@ func (s *Server) wakeLoops()                 {}
 func (s *Server) adopt(*Conn, net.Conn) bool { return false }
 func (s *Server) loopOffloads() int64        { return 0 }
 func (s *Server) loopTakeovers() int64       { return 0 }
+func (lp *loop) handBack(*Conn)              {}
