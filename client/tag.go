@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 )
 
 // span is a part of a range of IDs leased by one INCRBY: [lo, lo+size). Each take adds one
@@ -88,16 +89,21 @@ type Tag struct {
 // Next returns the next ID of tag from the local buffer, fetching a range first when none is
 // ready. The error is an *Error and never comes with an ID.
 //
-// It is small enough to inline into its caller: the steady state is one load of the hot
-// range, a compare of the tag, one atomic add and one compare; everything else is in
-// nextSlow.
+// The steady state is one load of the hot range, a compare of the tag, one atomic add and
+// one compare; everything else is in nextSlow.
 func (c *Client) Next(ctx context.Context, tag string) (int64, error) {
-	if s := c.hot.Load(); s != nil && s.name == tag {
+	if s := c.hot.Load(); s != nil && sameString(s.name, tag) {
 		if n := s.taken.Add(1); n <= s.size {
 			return s.lo + n - 1, nil
 		}
 	}
 	return c.nextSlow(ctx, tag)
+}
+
+// sameString is a == b, without the call of the runtime's compare when both are the same
+// string (a caller passing the same literal or variable every time).
+func sameString(a, b string) bool {
+	return len(a) == len(b) && (unsafe.StringData(a) == unsafe.StringData(b) || a == b)
 }
 
 // nextSlow is Next past the steady state: the hot range is used up or is another tag's.
@@ -287,19 +293,14 @@ func (t *Tag) startLocked() *call {
 	return f
 }
 
-// run is one background fetch: it leases a range and publishes it as the current range (when
-// the current one is used up) or as the next.
+// run is one background fetch: it leases a range and publishes it as the next one.
 func (t *Tag) run(f *call) {
 	s, err := t.fetchSpan(t.c.ctx)
 	t.mu.Lock()
 	f.err = err
 	t.fetch = nil
 	if err == nil && s != nil && !t.c.closed.Load() {
-		if cur := t.cur.Load(); cur == nil || cur.taken.Load() >= cur.size && cur.tail == nil {
-			t.currentLocked(s)
-		} else {
-			t.next = s
-		}
+		t.next = s // advance makes it current once the current one is used up
 	}
 	t.mu.Unlock()
 	close(f.done)
