@@ -34,7 +34,8 @@ type span struct {
 	_        [cacheLine - 8]byte
 }
 
-// cacheLine is the size of a cache line (amd64, arm64) that span keeps taken alone on.
+// cacheLine is the size of a cache line (amd64, arm64) that span keeps taken alone on. A span
+// is two lines, 128 bytes: the allocator's class of that size starts each one on a line.
 const cacheLine = 64
 
 // newSpans splits the range [lo, lo+size) into its head (the takes before the first tenth
