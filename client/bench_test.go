@@ -18,6 +18,7 @@ import (
 //
 // BenchmarkClientNext / BenchmarkAtomicBaseline is the ratio (one goroutine), and the
 // Parallel pair on every core. BenchmarkClientNextLatency reports the p99.9 of one Next.
+// BenchmarkTagNext (-bench 'Atomic|Next') is BenchmarkClientNext through a Tag.
 
 var sink atomic.Int64
 
@@ -81,6 +82,24 @@ func BenchmarkClientNext(b *testing.B) {
 	cpuPerOp(b, func() {
 		for b.Loop() {
 			id, err := c.Next(ctx, "bench")
+			if err != nil {
+				b.Fatal(err)
+			}
+			last = id
+		}
+	})
+	sink.Store(last)
+}
+
+// BenchmarkTagNext is BenchmarkClientNext through the tag's handle (Client.Tag).
+func BenchmarkTagNext(b *testing.B) {
+	tg := benchClient(b).Tag("bench")
+	ctx := context.Background()
+	var last int64
+	b.ReportAllocs()
+	cpuPerOp(b, func() {
+		for b.Loop() {
+			id, err := tg.Next(ctx)
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -75,8 +75,8 @@ type Client struct {
 	conns []*redis.Client
 	at    atomic.Int64 // index of the address requests go to first
 
-	hot  atomic.Pointer[span]               // the range of the latest slow Next: Next's one load
-	tags atomic.Pointer[map[string]*tagBuf] // copy on write, under mu
+	hot  atomic.Pointer[span]            // the range of the latest slow Next: Next's one load
+	tags atomic.Pointer[map[string]*Tag] // copy on write, under mu
 	mu   sync.Mutex
 
 	sf *snowBuf
@@ -107,7 +107,7 @@ func New(opt Options) (*Client, error) {
 			PoolSize: opt.PoolSize, MaxRetries: -1, DisableIdentity: true,
 		}))
 	}
-	m := map[string]*tagBuf{}
+	m := map[string]*Tag{}
 	c.tags.Store(&m)
 	c.sf = &snowBuf{c: c, batch: min(100, opt.SnowflakeBatch)}
 	return c, nil

@@ -3,8 +3,9 @@
 //
 // For each tag it holds a current range and a next one, each a contiguous block of IDs the
 // server leased to this client with INCRBY (the caller of INCRBY owns [r-n+1, r]). Next takes
-// from the current range with one atomic add; the taker of the range's first tenth starts
-// the fetch of the next range, so that in steady state no Next waits on the network. The
+// from the current range with one atomic add and one compare with the range's end; once the
+// range's first tenth is taken, the next range is fetched in the background, so that in
+// steady state no Next waits on the network. The
 // size of a range follows the rate, as Leaf's dynamic step does on the server: it doubles
 // while a range lasts less than Options.BatchTarget and halves while it lasts more than
 // twice that, within [Options.MinBatch, Options.MaxBatch] and what the server accepts.
@@ -28,6 +29,9 @@
 // before it is handed out, so its timestamp is older than the moment the caller gets it, by
 // at most Options.SnowflakeMaxAge: a batch is handed out only until that long after its
 // request was sent, then dropped. Time order across processes is therefore within that age.
+//
+// Client.Tag returns a tag's buffer as a *Tag, whose Next and NextN are those of the Client
+// without the lookup of the tag by name (for callers that alternate between tags).
 //
 // A Client is safe for concurrent use. Errors are *Error values with the server's code
 // (UNAVAILABLE, NOTAG, ...); an error never comes with an ID.

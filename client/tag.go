@@ -11,20 +11,43 @@ import (
 	"unsafe"
 )
 
-// span is a range of IDs leased by one INCRBY: [lo, lo+size). Each take adds one to taken;
-// the taker whose count is in [1, size] owns lo+count-1, so no value is handed out twice
-// however many goroutines take at once. A span is never reused: a new range is a new span,
-// published by pointer, so a taker's count and bound always come from the same range.
+// span is a part of a range of IDs leased by one INCRBY: [lo, lo+size). Each take adds one
+// to taken; the taker whose count is in [1, size] owns lo+count-1, so no value is handed out
+// twice however many goroutines take at once. A span is never reused: a new part is a new
+// span, published by pointer, so a taker's count and bound always come from the same span.
+//
+// A range is split in two spans at its first tenth: the head, then the tail. The switch from
+// the head to the tail, which the lock orders, starts the fetch of the next range, so a take
+// is only the add and the compare with size (no take count is special). A range too small to
+// have a head is one span, the tail.
+//
+// The fields a take reads (name, lo, size) never change; taken, which every take writes, is
+// alone on its cache line, so takers on other cores read those fields from their own caches
+// and the line that moves between cores is only the counter's.
 type span struct {
-	name     string  // the tag's name, so that Next checks the hot range with one load
-	tag      *tagBuf // the tag's buffer
+	name     string // the tag's name, so that Next checks the hot range with one load
+	tag      *Tag   // the tag's buffer
 	lo, size int64
-	warn     int64 // the take count whose taker starts the next fetch
+	tail     *span // the rest of the range after this head; nil in a tail
+	_        [cacheLine - 48]byte
 	taken    atomic.Int64
+	_        [cacheLine - 8]byte
 }
 
-func (t *tagBuf) newSpan(lo, size int64) *span {
-	return &span{name: t.name, tag: t, lo: lo, size: size, warn: max(1, size/10)}
+// cacheLine is the size of a cache line (amd64, arm64) that span keeps taken alone on. A span
+// is two lines, 128 bytes: the allocator's class of that size starts each one on a line.
+const cacheLine = 64
+
+// newSpans splits the range [lo, lo+size) into its head (the takes before the first tenth
+// of the range) and its tail, and returns the first of them.
+func (t *Tag) newSpans(lo, size int64) *span {
+	tail := &span{name: t.name, tag: t, lo: lo, size: size}
+	head := max(1, size/10) - 1
+	if head == 0 {
+		return tail
+	}
+	tail.lo, tail.size = lo+head, size-head
+	return &span{name: t.name, tag: t, lo: lo, size: head, tail: tail}
 }
 
 type kind int8
@@ -45,8 +68,10 @@ type call struct {
 // errOrdered tells the take loop that the tag is ORDERED: every ID is a request.
 var errOrdered = errors.New("ordered")
 
-// tagBuf is one tag's current range (read without a lock) and the next one.
-type tagBuf struct {
+// Tag is the buffer of one tag of a Client: its current range (read without a lock) and the
+// next one. Client.Tag returns it; its Next is Client.Next without the check of the tag's
+// name. A Tag is safe for concurrent use and lasts as long as its Client.
+type Tag struct {
 	c    *Client
 	name string
 	cur  atomic.Pointer[span]
@@ -65,17 +90,15 @@ type tagBuf struct {
 // Next returns the next ID of tag from the local buffer, fetching a range first when none is
 // ready. The error is an *Error and never comes with an ID.
 //
-// It is small enough to inline: the steady state is one load of the hot range, a compare of
-// the tag and one atomic add; everything else is in nextSlow.
+// The steady state is one load of the hot range, a compare of the tag, one atomic add and
+// one compare; everything else is in nextSlow.
 func (c *Client) Next(ctx context.Context, tag string) (int64, error) {
-	s := c.hot.Load()
-	var n int64
-	if s != nil && sameString(s.name, tag) {
-		if n = s.taken.Add(1); n != s.warn && n <= s.size {
+	if s := c.hot.Load(); s != nil && sameString(s.name, tag) {
+		if n := s.taken.Add(1); n <= s.size {
 			return s.lo + n - 1, nil
 		}
 	}
-	return c.nextSlow(ctx, tag, s, n)
+	return c.nextSlow(ctx, tag)
 }
 
 // sameString is a == b, without the call of the runtime's compare when both are the same
@@ -84,28 +107,33 @@ func sameString(a, b string) bool {
 	return len(a) == len(b) && (unsafe.StringData(a) == unsafe.StringData(b) || a == b)
 }
 
-// nextSlow is Next past the steady state: n > 0 is a take of count n from the hot range s
-// that was its warn point (start the next fetch) or past its end; n == 0, a tag whose range
-// is not the hot one.
-func (c *Client) nextSlow(ctx context.Context, tag string, s *span, n int64) (int64, error) {
-	if n > 0 {
-		if n <= s.size {
-			s.tag.prefetch()
-			return s.lo + n - 1, nil
-		}
-		return s.tag.slow(ctx)
-	}
-	t := c.lookup(tag)
+// nextSlow is Next past the steady state: the hot range is used up or is another tag's.
+func (c *Client) nextSlow(ctx context.Context, tag string) (int64, error) {
+	return c.lookup(tag).take(ctx)
+}
+
+// Tag returns the buffer of tag, for callers that take many IDs of one tag: its Next skips
+// the check of the name that Client.Next makes.
+func (c *Client) Tag(tag string) *Tag {
+	return c.lookup(tag)
+}
+
+// Name is the tag's name.
+func (t *Tag) Name() string { return t.name }
+
+// Next returns the next ID of the tag, as Client.Next does.
+func (t *Tag) Next(ctx context.Context) (int64, error) {
 	if s := t.cur.Load(); s != nil {
 		if n := s.taken.Add(1); n <= s.size {
-			if n == s.warn {
-				t.prefetch()
-			}
-			c.hot.Store(s)
 			return s.lo + n - 1, nil
 		}
 	}
-	return t.slow(ctx)
+	return t.take(ctx)
+}
+
+// NextN returns n distinct IDs of the tag in increasing order, as Client.NextN does.
+func (t *Tag) NextN(ctx context.Context, n int) ([]int64, error) {
+	return t.nextN(ctx, n)
 }
 
 // MaxNextN is the largest count NextN takes in one call.
@@ -113,10 +141,13 @@ const MaxNextN = 1 << 20
 
 // NextN returns n distinct IDs of tag in increasing order.
 func (c *Client) NextN(ctx context.Context, tag string, n int) ([]int64, error) {
+	return c.lookup(tag).nextN(ctx, n)
+}
+
+func (t *Tag) nextN(ctx context.Context, n int) ([]int64, error) {
 	if n < 1 || n > MaxNextN {
 		return nil, &Error{Code: "LIMIT", Msg: fmt.Sprintf("LIMIT NextN count %d: must be between 1 and %d", n, MaxNextN)}
 	}
-	t := c.lookup(tag)
 	out := make([]int64, 0, n)
 	for len(out) < n {
 		if s := t.cur.Load(); s != nil {
@@ -126,9 +157,6 @@ func (c *Client) NextN(ctx context.Context, tag string, n int) ([]int64, error) 
 				hi := min(end, s.size)
 				for k := begin + 1; k <= hi; k++ {
 					out = append(out, s.lo+k-1)
-				}
-				if begin < s.warn && s.warn <= hi {
-					t.prefetch()
 				}
 				continue
 			}
@@ -147,7 +175,7 @@ func (c *Client) NextN(ctx context.Context, tag string, n int) ([]int64, error) 
 }
 
 // orderedN completes out with INCRBY of the ordered tag: one contiguous range.
-func (t *tagBuf) orderedN(ctx context.Context, out []int64, n int) ([]int64, error) {
+func (t *Tag) orderedN(ctx context.Context, out []int64, n int) ([]int64, error) {
 	want := int64(n - len(out))
 	r, err := t.c.doInt(ctx, "INCRBY", t.name, want)
 	if err != nil {
@@ -160,14 +188,14 @@ func (t *tagBuf) orderedN(ctx context.Context, out []int64, n int) ([]int64, err
 }
 
 // lookup returns the tag's buffer, creating it on first use.
-func (c *Client) lookup(tag string) *tagBuf {
+func (c *Client) lookup(tag string) *Tag {
 	t := (*c.tags.Load())[tag]
 	if t == nil {
 		c.mu.Lock()
 		old := *c.tags.Load()
 		if t = old[tag]; t == nil {
-			t = &tagBuf{c: c, name: tag, batch: c.opt.MinBatch}
-			m := make(map[string]*tagBuf, len(old)+1)
+			t = &Tag{c: c, name: tag, batch: c.opt.MinBatch}
+			m := make(map[string]*Tag, len(old)+1)
 			for k, v := range old {
 				m[k] = v
 			}
@@ -179,31 +207,29 @@ func (c *Client) lookup(tag string) *tagBuf {
 	return t
 }
 
-// slow is Next when the current range is used up: switch to the next range, or wait for a
-// fetch; ordered tags ask the server every time.
-func (t *tagBuf) slow(ctx context.Context) (int64, error) {
+// take is Next past its fast path: a take from the current range, and when it is used up
+// the switch to the next range or the wait for a fetch; ordered tags ask the server every
+// time. The range taken from becomes the client's hot range.
+func (t *Tag) take(ctx context.Context) (int64, error) {
 	for {
+		if s := t.cur.Load(); s != nil {
+			if n := s.taken.Add(1); n <= s.size {
+				t.c.hot.Store(s)
+				return s.lo + n - 1, nil
+			}
+		}
 		if err := t.advance(ctx); err != nil {
 			if err == errOrdered {
 				return t.c.doInt(ctx, "INCR", t.name)
 			}
 			return 0, err
 		}
-		if s := t.cur.Load(); s != nil {
-			if n := s.taken.Add(1); n <= s.size {
-				if n == s.warn {
-					t.prefetch()
-				}
-				t.c.hot.Store(s)
-				return s.lo + n - 1, nil
-			}
-		}
 	}
 }
 
 // advance makes a range with IDs left current: it returns nil once one may be, the fetch's
 // error when the fetch it waited for failed, errOrdered for an ordered tag.
-func (t *tagBuf) advance(ctx context.Context) error {
+func (t *Tag) advance(ctx context.Context) error {
 	t.mu.Lock()
 	if t.c.closed.Load() {
 		t.mu.Unlock()
@@ -217,13 +243,19 @@ func (t *tagBuf) advance(ctx context.Context) error {
 		t.mu.Unlock()
 		return errOrdered
 	}
-	if s := t.cur.Load(); s != nil && s.taken.Load() < s.size {
+	cur := t.cur.Load()
+	if cur != nil && cur.taken.Load() < cur.size {
 		t.mu.Unlock()
 		return nil
 	}
-	if t.next != nil {
-		t.cur.Store(t.next)
+	if cur != nil && cur.tail != nil {
+		t.currentLocked(cur.tail)
+		t.mu.Unlock()
+		return nil
+	}
+	if s := t.next; s != nil {
 		t.next = nil
+		t.currentLocked(s)
 		t.mu.Unlock()
 		return nil
 	}
@@ -239,17 +271,18 @@ func (t *tagBuf) advance(ctx context.Context) error {
 	return f.err
 }
 
-// prefetch starts the fetch of the next range unless one is held or on its way.
-func (t *tagBuf) prefetch() {
-	t.mu.Lock()
-	if t.next == nil && t.kind != kindShaped && t.kind != kindOrdered {
+// currentLocked makes s the current range. A tail becoming current starts the fetch of the
+// next range unless it is held or on its way: the rest of the range and the next one are
+// then taken without waiting. t.mu is held.
+func (t *Tag) currentLocked(s *span) {
+	t.cur.Store(s)
+	if s.tail == nil && t.next == nil {
 		t.startLocked()
 	}
-	t.mu.Unlock()
 }
 
 // startLocked returns the fetch in flight, or starts one; nil after Close. t.mu is held.
-func (t *tagBuf) startLocked() *call {
+func (t *Tag) startLocked() *call {
 	if t.fetch != nil {
 		return t.fetch
 	}
@@ -261,27 +294,22 @@ func (t *tagBuf) startLocked() *call {
 	return f
 }
 
-// run is one background fetch: it leases a range and publishes it as the current range (when
-// the current one is used up) or as the next.
-func (t *tagBuf) run(f *call) {
+// run is one background fetch: it leases a range and publishes it as the next one.
+func (t *Tag) run(f *call) {
 	s, err := t.fetchSpan(t.c.ctx)
 	t.mu.Lock()
-	if err == nil && s != nil && !t.c.closed.Load() {
-		if cur := t.cur.Load(); cur == nil || cur.taken.Load() >= cur.size {
-			t.cur.Store(s)
-		} else {
-			t.next = s
-		}
-	}
 	f.err = err
 	t.fetch = nil
+	if err == nil && s != nil && !t.c.closed.Load() {
+		t.next = s // advance makes it current once the current one is used up
+	}
 	t.mu.Unlock()
 	close(f.done)
 }
 
 // fetchSpan learns the tag's kind on first use and leases the next range with INCRBY; nil
 // without error for an ordered tag.
-func (t *tagBuf) fetchSpan(ctx context.Context) (*span, error) {
+func (t *Tag) fetchSpan(ctx context.Context) (*span, error) {
 	t.mu.Lock()
 	k := t.kind
 	t.mu.Unlock()
@@ -301,7 +329,7 @@ func (t *tagBuf) fetchSpan(ctx context.Context) (*span, error) {
 	for {
 		r, err := t.c.doInt(ctx, "INCRBY", t.name, n)
 		if err == nil {
-			return t.newSpan(r-n+1, n), nil
+			return t.newSpans(r-n+1, n), nil
 		}
 		var e *Error
 		if !errors.As(err, &e) || e.Code != "LIMIT" || n <= 1 {
@@ -324,7 +352,7 @@ func (t *tagBuf) fetchSpan(ctx context.Context) (*span, error) {
 // learn reads IDS.INFO once: a shaped tag is refused, an ordered one is not buffered, and
 // max_incrby bounds the first range. An unknown tag is plain (INCRBY creates it where the
 // server creates tags on first use, or answers NOTAG).
-func (t *tagBuf) learn(ctx context.Context) (kind, error) {
+func (t *Tag) learn(ctx context.Context) (kind, error) {
 	m, err := t.c.info(ctx, t.name)
 	k := kindPlain
 	switch {
@@ -352,7 +380,7 @@ func (t *tagBuf) learn(ctx context.Context) (kind, error) {
 // less than BatchTarget double it, more than twice that halve it; it stays within the
 // options and what the server last said it serves contiguously (tried above that every
 // eighth fetch, as the server's own step grows with the load).
-func (t *tagBuf) size() int64 {
+func (t *Tag) size() int64 {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	now := t.c.now()
