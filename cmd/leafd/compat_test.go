@@ -229,6 +229,7 @@ func needCompatTool(t *testing.T, ok bool, what string) {
 }
 
 func TestCompatPython(t *testing.T) {
+	t.Parallel()
 	err := exec.Command("/usr/bin/python3", "-c", "import redis").Run()
 	needCompatTool(t, err == nil, "Debian's python3-redis for /usr/bin/python3")
 	r := newCompatRun(t)
@@ -237,6 +238,7 @@ func TestCompatPython(t *testing.T) {
 }
 
 func TestCompatRuby(t *testing.T) {
+	t.Parallel()
 	err := exec.Command("ruby", "-e", "require 'redis'").Run()
 	needCompatTool(t, err == nil, "ruby and Debian's ruby-redis")
 	r := newCompatRun(t)

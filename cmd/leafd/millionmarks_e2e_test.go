@@ -25,6 +25,7 @@ import (
 // 10,000 marks (the tools' COUNT) is about 240 KB, the whole list some 24 MB: 100 pages under
 // the default 1 MiB output limit.
 func TestAdminToolsMillionMarks(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("a million marks")
 	}

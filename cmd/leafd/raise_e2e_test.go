@@ -37,6 +37,7 @@ func raiseCmd(t *testing.T, args ...string) (string, int) {
 // handed out. A third instance restarted before the repair, holding no tag, is covered by
 // its durable marks (IDS.MARKS). A second run never lowers max_id.
 func TestMySQLRaiseMaxID(t *testing.T) {
+	t.Parallel()
 	const step = 100
 	dsn, db, ls, before := servedTwo(t, step, 2, 5_000)
 	e2e.CheckCodes(t, "before", e2e.Sum(before))

@@ -134,6 +134,7 @@ func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
 }
 
 func TestZKOutageScenarios(t *testing.T) {
+	t.Parallel()
 	z := testenv.StartZooKeeper(t)
 	seq0 := "--snowflake-seq-zero"
 
