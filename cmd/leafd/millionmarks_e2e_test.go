@@ -33,7 +33,12 @@ func TestAdminToolsMillionMarks(t *testing.T) {
 	dsn, db := e2e.SharedDB(t)
 	e2e.SQLExec(t, db, leafTableDDL)
 	start := time.Now()
-	e2e.SQLExec(t, db, fmt.Sprintf("INSERT INTO leaf_alloc (biz_tag, max_id, step) SELECT CONCAT('t', LPAD(seq, 7, '0')), %d + seq, 1000 FROM seq_1_to_%d", n, n))
+	// A million rows take longer than SQLExec's 10 s on a loaded machine.
+	insCtx, insCancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer insCancel()
+	if _, err := db.ExecContext(insCtx, fmt.Sprintf("INSERT INTO leaf_alloc (biz_tag, max_id, step) SELECT CONCAT('t', LPAD(seq, 7, '0')), %d + seq, 1000 FROM seq_1_to_%d", n, n)); err != nil {
+		t.Fatalf("inserting %d rows: %v", n, err)
+	}
 	dir := t.TempDir()
 	mf, err := segment.OpenMarkFile(filepath.Join(dir, "marks.db"))
 	if err != nil {

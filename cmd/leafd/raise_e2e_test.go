@@ -124,8 +124,10 @@ func TestMySQLRaiseMaxID(t *testing.T) {
 	if out, status := raiseCmd(t, "--mysql-dsn", dsn, "--instances", ls[0].Addr+","+ls[1].Addr, "--margin", "10"); status != 0 {
 		t.Errorf("second run: exit %d, want 0\n%s", status, out)
 	}
-	if got := e2e.SQLInt(t, db, "SELECT max_id FROM leaf_alloc WHERE biz_tag = 'orders'"); got != high {
-		t.Errorf("second run: max_id %d, want %d unchanged (raise-max-id never lowers)", got, high)
+	// Every mark is far below high: any write of raise-max-id would lower max_id. It may
+	// grow meanwhile: an instance's preload still running takes its range above high.
+	if got := e2e.SQLInt(t, db, "SELECT max_id FROM leaf_alloc WHERE biz_tag = 'orders'"); got < high {
+		t.Errorf("second run: max_id %d, want at least %d (raise-max-id never lowers)", got, high)
 	}
 	if out, status := raiseCmd(t); status != 2 || !strings.Contains(out, "usage") {
 		t.Errorf("no arguments: got exit %d, want 2 and the usage\n%s", status, out)
