@@ -247,6 +247,7 @@ func TestCompatRuby(t *testing.T) {
 }
 
 func TestCompatHiredis(t *testing.T) {
+	t.Parallel()
 	_, err := os.Stat("/usr/include/hiredis/hiredis.h")
 	_, gccErr := exec.LookPath("gcc")
 	needCompatTool(t, err == nil && gccErr == nil, "gcc and libhiredis-dev")
@@ -264,6 +265,7 @@ func TestCompatHiredis(t *testing.T) {
 var nodeDir = filepath.Join("testdata", "clients", "node")
 
 func TestCompatNode(t *testing.T) {
+	t.Parallel()
 	_, err := os.Stat(filepath.Join(nodeDir, "node_modules", "ioredis"))
 	needCompatTool(t, err == nil, "node and "+nodeDir+"/node_modules (npm ci)")
 	tests := []struct {
