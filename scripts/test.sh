@@ -188,4 +188,8 @@ go run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
 log "go test -race"
 args=("$@")
 [ ${#args[@]} -gt 0 ] || args=(./...)
-go test -race -count=1 -timeout 40m "${args[@]}"
+# -parallel 4: cmd/leafd's end-to-end tests that run in parallel (t.Parallel) spend most of
+# their time waiting on leases, restarts and private servers, not on the two cores; the
+# tests that measure latency, CPU or memory stay sequential (they run before the parallel
+# ones start).
+go test -race -count=1 -parallel 4 -timeout 40m "${args[@]}"

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/leafd/leafd/internal/clock"
+	"github.com/leafd/leafd/internal/testkit"
 )
 
 // scriptSource is a WorkerSource whose Acquire and Extend outcomes the test scripts: Acquire
@@ -80,18 +81,6 @@ func (s *scriptSource) state() (until time.Time, extends int) {
 	return s.until, s.extends
 }
 
-// waitFor polls cond (real time) for at most d.
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	end := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(end) {
-			t.Fatalf("%s: not within %v", what, d)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
 // TestAwaitLeaseWaitsForRetryAfterFailure: an extension failed once (a transient error: a
 // dropped ZooKeeper connection) and its retry is in flight when a request reaches the bound.
 // The request waits for that retry (within MaxWait) and gets an ID below the new persisted
@@ -111,7 +100,7 @@ func TestAwaitLeaseWaitsForRetryAfterFailure(t *testing.T) {
 	cfg.Clock = sleepHook{c, func(time.Duration) {
 		if armed.CompareAndSwap(true, false) {
 			close(release)
-			waitFor(t, 5*time.Second, "retry published", func() bool {
+			testkit.Eventually(t, 5*time.Second, "retry published", func() bool {
 				return g.Info().ReservedUntil.UnixMilli() > ms2024+300
 			})
 		}
@@ -123,7 +112,7 @@ func TestAwaitLeaseWaitsForRetryAfterFailure(t *testing.T) {
 	src.set(func(s *scriptSource) { s.extendErr = errors.New("zk: connection closed") })
 	c.Set(ms2024 + 250)
 	mustNext(t, g) // below the lease; kicks the extension
-	waitFor(t, 5*time.Second, "extension failure", func() bool { return g.Info().ExtendFailures > 0 })
+	testkit.Eventually(t, 5*time.Second, "extension failure", func() bool { return g.Info().ExtendFailures > 0 })
 
 	// The source recovers, but slowly: the next attempt is in flight until released.
 	entered := make(chan struct{}, 1)
@@ -166,7 +155,7 @@ func TestAwaitLeaseFailsWithoutExtension(t *testing.T) {
 	src.set(func(s *scriptSource) { s.extendErr = errors.New("disk on fire") })
 	c.Set(ms2024 + 250)
 	mustNext(t, g)
-	waitFor(t, 5*time.Second, "extension failure", func() bool { return g.Info().ExtendFailures > 0 })
+	testkit.Eventually(t, 5*time.Second, "extension failure", func() bool { return g.Info().ExtendFailures > 0 })
 	c.Set(ms2024 + 300)
 	_, err := g.Next()
 	if !errors.Is(err, ErrNoWorker) {
@@ -190,13 +179,13 @@ func TestExtendsAtTwoThirdsOfWindow(t *testing.T) {
 	mustNext(t, g)
 	// Two checks of the background goroutine after the clock moved, instead of a fixed sleep.
 	n0 := g.evals.Load()
-	waitFor(t, 5*time.Second, "two lease checks", func() bool { return g.evals.Load() >= n0+2 })
+	testkit.Eventually(t, 5*time.Second, "two lease checks", func() bool { return g.evals.Load() >= n0+2 })
 	if _, n := src.state(); n != 1 {
 		t.Fatalf("%d extensions with 210 of 300 ms left, want only the first", n)
 	}
 	c.Set(ms2024 + 110) // 190 ms left
 	mustNext(t, g)
-	waitFor(t, 2*time.Second, "extension with 190 of 300 ms left", func() bool {
+	testkit.Eventually(t, 2*time.Second, "extension with 190 of 300 ms left", func() bool {
 		until, n := src.state()
 		return n == 2 && until.UnixMilli() == ms2024+110+300
 	})
@@ -280,17 +269,17 @@ func TestReacquireAfterLoss(t *testing.T) {
 		s.w = Worker{ID: 9}                                  // then another id, with no bound
 	})
 	c.Set(ms2024 + 250) // two thirds of the window left: the extension runs, and fails
-	waitFor(t, 5*time.Second, "the loss", func() bool { return !g.Info().HasWorker })
+	testkit.Eventually(t, 5*time.Second, "the loss", func() bool { return !g.Info().HasWorker })
 	if _, err := g.Next(); !errors.Is(err, ErrNoWorker) {
 		t.Fatalf("after the loss, below the old lease: got %v, want ErrNoWorker at once", err)
 	}
-	waitFor(t, 5*time.Second, "acquiring again", func() bool {
+	testkit.Eventually(t, 5*time.Second, "acquiring again", func() bool {
 		_, err := g.Next()
 		return err != nil && strings.Contains(Waiting(err), "held by another live process")
 	})
 	src.set(func(s *scriptSource) { s.extendErr, s.acquireErrs = nil, nil })
 	c.Set(ms2024 + 20) // the clock steps back before the new id is acquired
-	waitFor(t, 5*time.Second, "the new worker id", func() bool { return g.Info().HasWorker })
+	testkit.Eventually(t, 5*time.Second, "the new worker id", func() bool { return g.Info().HasWorker })
 	if w := g.Info().WorkerID; w != 9 {
 		t.Fatalf("worker id %d after acquiring again, want 9", w)
 	}

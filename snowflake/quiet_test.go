@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/leafd/leafd/internal/clock"
+	"github.com/leafd/leafd/internal/testkit"
 )
 
 // outageSource extends until down is set; then every Extend fails with a text that differs
@@ -51,11 +52,11 @@ func TestOutageLogsQuietly(t *testing.T) {
 	for step := 0; step < 600; step++ {
 		tries := src.tries.Load()
 		c.Add(100 * time.Millisecond)
-		waitFor(t, 5*time.Second, "a failed extension", func() bool { return src.tries.Load() > tries })
+		testkit.Eventually(t, 5*time.Second, "a failed extension", func() bool { return src.tries.Load() > tries })
 	}
 	src.down.Store(false)
 	c.Add(100 * time.Millisecond)
-	waitFor(t, 5*time.Second, "the recovery", func() bool {
+	testkit.Eventually(t, 5*time.Second, "the recovery", func() bool {
 		return logs.FilterMessage("snowflake: lease extension recovered").Len() > 0
 	})
 	lines := logs.All()[before:]

@@ -41,6 +41,7 @@ func toolCmd(t *testing.T, env []string, args ...string) (string, int) {
 // raise-max-id with LEAFD_MYSQL_DSN_FILE and LEAFD_REQUIREPASS_FILE against an instance that
 // requires the password, health with LEAFD_HTTP_ADDR and the password from LEAFD_CONFIG's file option.
 func TestAdminToolsReadServerOptions(t *testing.T) {
+	t.Parallel()
 	dsn, db := e2e.SharedDB(t)
 	e2e.SQLExec(t, db, leafTableDDL)
 	e2e.SQLExec(t, db, "INSERT INTO leaf_alloc(biz_tag, max_id, step) VALUES ('order', 5000001, 2000)")
@@ -93,6 +94,7 @@ func TestAdminToolsReadServerOptions(t *testing.T) {
 // and names the missing GRANT: SLAVE MONITOR (MariaDB) for the replication status, even for
 // a dry run; CREATE for leafd_fence when it writes.
 func TestAdoptGrants(t *testing.T) {
+	t.Parallel()
 	dsn, db := e2e.SharedDB(t)
 	e2e.SQLExec(t, db, leafTableDDL)
 	e2e.SQLExec(t, db, "INSERT INTO leaf_alloc(biz_tag, max_id, step) VALUES ('order', 5000001, 2000)")

@@ -43,6 +43,7 @@ const leafTableDDL = "CREATE TABLE `leaf_alloc` (`biz_tag` varchar(128) NOT NULL
 // inserted by hand are refused with NOTADOPTED (no 20-million jump); `leafd adopt --dry-run`
 // writes nothing; `leafd adopt` makes the next ID of each its max_id, as Leaf would.
 func TestMySQLAdoptLeafTable(t *testing.T) {
+	t.Parallel()
 	dsn, db := e2e.SharedDB(t)
 	e2e.SQLExec(t, db, leafTableDDL)
 	e2e.SQLExec(t, db, "INSERT INTO leaf_alloc(biz_tag, max_id, step, description) VALUES ('order', 5000001, 2000, 'Leaf')")
@@ -111,6 +112,7 @@ func TestMySQLAdoptLeafTable(t *testing.T) {
 // replica before the failover is refused. After raise-max-id and adopt both serve, and no
 // ID is served twice.
 func TestMySQLAdoptFailover(t *testing.T) {
+	t.Parallel()
 	r, px, dsn := e2e.Replicated(t)
 	r.Primary.Exec("CREATE TABLE leafd."+leafTableDDL[len("CREATE TABLE "):],
 		"INSERT INTO leafd.leaf_alloc(biz_tag, max_id, step) VALUES ('order', 1, 1000)",
@@ -231,6 +233,7 @@ func TestMySQLAdoptFailover(t *testing.T) {
 // TestMySQLFirstUseFourInstances: 30 new tags, 8 simultaneous first INCRs each, on 4
 // instances with --auto-create on: all 240 get IDs (no deadlock turns into UNAVAILABLE).
 func TestMySQLFirstUseFourInstances(t *testing.T) {
+	t.Parallel()
 	dsn, _ := e2e.SharedDB(t)
 	var ls []*e2e.Leafd
 	for range 4 {

@@ -229,6 +229,7 @@ func needCompatTool(t *testing.T, ok bool, what string) {
 }
 
 func TestCompatPython(t *testing.T) {
+	t.Parallel()
 	err := exec.Command("/usr/bin/python3", "-c", "import redis").Run()
 	needCompatTool(t, err == nil, "Debian's python3-redis for /usr/bin/python3")
 	r := newCompatRun(t)
@@ -237,6 +238,7 @@ func TestCompatPython(t *testing.T) {
 }
 
 func TestCompatRuby(t *testing.T) {
+	t.Parallel()
 	err := exec.Command("ruby", "-e", "require 'redis'").Run()
 	needCompatTool(t, err == nil, "ruby and Debian's ruby-redis")
 	r := newCompatRun(t)
@@ -245,6 +247,7 @@ func TestCompatRuby(t *testing.T) {
 }
 
 func TestCompatHiredis(t *testing.T) {
+	t.Parallel()
 	_, err := os.Stat("/usr/include/hiredis/hiredis.h")
 	_, gccErr := exec.LookPath("gcc")
 	needCompatTool(t, err == nil && gccErr == nil, "gcc and libhiredis-dev")
@@ -262,6 +265,7 @@ func TestCompatHiredis(t *testing.T) {
 var nodeDir = filepath.Join("testdata", "clients", "node")
 
 func TestCompatNode(t *testing.T) {
+	t.Parallel()
 	_, err := os.Stat(filepath.Join(nodeDir, "node_modules", "ioredis"))
 	needCompatTool(t, err == nil, "node and "+nodeDir+"/node_modules (npm ci)")
 	tests := []struct {

@@ -164,6 +164,7 @@ func TestReadmeDefaults(t *testing.T) {
 // contract outside it (the contract and the measured hazards are docs/CONTRACT.md and
 // docs/HAZARDS.md).
 func TestNoOutsideReferences(t *testing.T) {
+	t.Parallel()
 	outside := regexp.MustCompile(`NOTES\.md|SPEC\.md|STYLE\.md|\.\./shared|/work/shared`)
 	err := filepath.WalkDir("../..", func(path string, d fs.DirEntry, err error) error {
 		if err != nil {

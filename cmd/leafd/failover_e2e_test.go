@@ -47,6 +47,7 @@ type failoverRound struct {
 // and a margin for the loads already under way when a tag's clients are held); 0 turns the fence off, and the test then finds
 // duplicates (the check that the fence is what makes it pass).
 func TestMySQLFailover(t *testing.T) {
+	t.Parallel()
 	allocs := "16"
 	if v := os.Getenv("LEAFD_TEST_FAILOVER_ALLOCS"); v != "" {
 		allocs = v

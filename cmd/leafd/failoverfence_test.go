@@ -20,6 +20,7 @@ import (
 // TestFenceLostCreate: tags created and used on the old primary and lost at the failover, then
 // re-created on the new primary (explicitly and by auto-create), give no duplicate.
 func TestFenceLostCreate(t *testing.T) {
+	t.Parallel()
 	r, px, dsn := e2e.Replicated(t)
 	args := []string{"--max-step", "10", "--default-step", "10", "--mysql-failover-allocs", "16", "--load-timeout", "2s", "--auto-create", "on"}
 	x := e2e.StartMySQL(t, dsn, args...)
@@ -96,6 +97,7 @@ func TestFenceLostCreate(t *testing.T) {
 // one with --max-step 10 takes the tag over, with the largest gap any instance recorded in the
 // database fence row (16 × 100000), not its own 16 × 10.
 func TestFenceMixedMaxStep(t *testing.T) {
+	t.Parallel()
 	r, px, dsn := e2e.Replicated(t)
 	x := e2e.StartMySQL(t, dsn, "--max-step", "100000", "--mysql-failover-allocs", "16", "--load-timeout", "2s")
 	y := e2e.StartMySQL(t, dsn, "--max-step", "10", "--mysql-failover-allocs", "16", "--load-timeout", "2s")

@@ -41,6 +41,7 @@ func certFailures(t *testing.T, g *testenv.Galera) int64 {
 }
 
 func TestGalera(t *testing.T) {
+	t.Parallel()
 	begin := time.Now()
 	g := testenv.StartGalera(t, 2)
 	t.Logf("cluster of 2 synced in %v", time.Since(begin).Round(time.Millisecond))

@@ -14,7 +14,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -234,27 +233,11 @@ func TestHostileAdminAuth(t *testing.T) {
 	}
 }
 
-// noRaceBin is leafd built without -race, for memory figures (the race detector multiplies
+// buildNoRace is leafd built without -race, for memory figures (the race detector multiplies
 // the heap).
-var (
-	noRaceOnce sync.Once
-	noRaceBin  string
-	noRaceErr  error
-)
-
 func buildNoRace(t *testing.T) string {
 	t.Helper()
-	noRaceOnce.Do(func() {
-		noRaceBin = filepath.Join(filepath.Dir(e2e.Binary()), "leafd-norace")
-		out, err := exec.Command("go", "build", "-o", noRaceBin, ".").CombinedOutput()
-		if err != nil {
-			noRaceErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if noRaceErr != nil {
-		t.Fatal(noRaceErr)
-	}
-	return noRaceBin
+	return e2e.PlainBinary(t)
 }
 
 // procKB reads a "Vm...:  N kB" line of /proc/<pid>/status.

@@ -49,6 +49,7 @@ func TestModesSegmentOnlyZKDown(t *testing.T) {
 // probe (/readyz?mode=segment) is ready while the plain /readyz and ?mode=snowflake are not
 // (no worker id): a segment Service stays up.
 func TestModesPerModeProbeZKDown(t *testing.T) {
+	t.Parallel()
 	l := e2e.Start(t, "--zk-addrs", deadZK(t), "--auto-create", "on")
 	if v, err := l.Incr("order"); err != nil || v != 1 {
 		t.Fatalf("INCR: got %d, %v, want 1", v, err)

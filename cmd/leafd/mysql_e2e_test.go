@@ -28,6 +28,7 @@ import (
 // twice, strictly increasing per connection, and exactly one allocation transaction per
 // segment.
 func TestMySQLManyInstances(t *testing.T) {
+	t.Parallel()
 	dsn, db := e2e.SharedDB(t)
 	const step, want = 100, 200_000
 	var ls []*e2e.Leafd
@@ -79,6 +80,7 @@ func TestMySQLManyInstances(t *testing.T) {
 // (b) The same load while one instance after the other is killed with SIGKILL every 2,500
 // IDs and restarted: only successful replies count, and none repeats an ID.
 func TestMySQLKillRestart(t *testing.T) {
+	t.Parallel()
 	dsn, db := e2e.SharedDB(t)
 	const step = 100
 	var ls []*e2e.Leafd
@@ -227,6 +229,7 @@ func TestMySQLProxyFaults(t *testing.T) {
 // UNAVAILABLE within the wait timeout; recovery within 5 s of the database returning. An
 // instance started while the database is down stays up, refuses, and serves once it is back.
 func TestMySQLDatabaseOutage(t *testing.T) {
+	t.Parallel()
 	m := testenv.StartMariaDB(t)
 	e2e.SQLExec(t, e2e.OpenSQL(t, m.DSN("")), "CREATE DATABASE leafd")
 	dsn := m.DSN("leafd")
@@ -340,6 +343,7 @@ func servedTwo(t *testing.T, step int64, conns int, want int64) (dsn string, db 
 // REGRESSION (not numbers) once it needs a new range, keeps refusing, still refuses after a
 // restart (the marks are durable), and serves again once max_id is above its mark.
 func TestMySQLRegression(t *testing.T) {
+	t.Parallel()
 	const step = 100
 	_, db, ls, before := servedTwo(t, step, 3, 20_000)
 	e2e.CheckCodes(t, "before the failover", e2e.Sum(before))
@@ -492,6 +496,7 @@ func TestMySQLHandInsertedTag(t *testing.T) {
 // serialized by its row lock, and an fsync per commit would make them take a minute. Commit
 // atomicity and isolation, what disjointness depends on, do not change.
 func TestMySQLDisjointRanges(t *testing.T) {
+	t.Parallel()
 	m := testenv.StartMariaDB(t)
 	admin := e2e.OpenSQL(t, m.DSN(""))
 	e2e.SQLExec(t, admin, "SET GLOBAL innodb_flush_log_at_trx_commit = 2")

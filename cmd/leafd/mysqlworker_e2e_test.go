@@ -69,6 +69,7 @@ func workerSource(t *testing.T, l *e2e.Leafd) string {
 // TestMySQLWorkerIDs: two, then three instances on one MariaDB with only --mysql-dsn, under
 // snowflake load: distinct worker ids from leafd_worker (not all worker 0), 0 duplicates.
 func TestMySQLWorkerIDs(t *testing.T) {
+	t.Parallel()
 	dsn, db := e2e.SharedDB(t)
 	ls := e2e.StartMany(t, []string{"--mysql-dsn", dsn}, []string{"--mysql-dsn", dsn})
 	load := newMWLoad()
@@ -146,6 +147,7 @@ func checkLeaseReported(t *testing.T, l *e2e.Leafd, leaseMs int64) {
 // restarted on a wiped data dir (a new instance to the table): it waits until the dead one's
 // lease has run out, takes the id over, waits the taker's wait and serves; 0 duplicates.
 func TestMySQLWorkerKillWipe(t *testing.T) {
+	t.Parallel()
 	dsn, _ := e2e.SharedDB(t)
 	args := append(append([]string{"--mysql-dsn", dsn}, fastLease...), twoIDs...)
 	ls := e2e.StartMany(t, args, args)
@@ -187,6 +189,7 @@ func TestMySQLWorkerKillWipe(t *testing.T) {
 // id over and serves after the taker's wait. Woken, the old holder issues nothing more (its
 // fenced renewal finds the id held by the third: NOWORKER), and no ID is issued twice.
 func TestMySQLWorkerPausedHolder(t *testing.T) {
+	t.Parallel()
 	dsn, _ := e2e.SharedDB(t)
 	args := append(append([]string{"--mysql-dsn", dsn}, fastLease...), twoIDs...)
 	ls := e2e.StartMany(t, args, args)
@@ -253,6 +256,7 @@ func proxiedDSN(t *testing.T, dsn string, px *e2e.Proxy) string {
 // instances self-fence: NOWORKER), then passes again: both serve again with their ids after
 // re-acquiring, and no ID is issued twice.
 func TestMySQLWorkerProxy(t *testing.T) {
+	t.Parallel()
 	dsn, _ := e2e.SharedDB(t)
 	cfg, _ := mysql.ParseDSN(dsn)
 	px := e2e.StartProxy(t, cfg.Addr)
@@ -304,6 +308,7 @@ func TestMySQLWorkerProxy(t *testing.T) {
 // take one of those ids instead (its holder then loses it: NOWORKER). Either way the fifth's
 // taker's wait must put its IDs above the previous holder's. 0 duplicates.
 func TestMySQLWorkerFailover(t *testing.T) {
+	t.Parallel()
 	r, px, dsn := e2e.Replicated(t)
 	args := append(append([]string{"--mysql-dsn", dsn}, fastLease...), "--snowflake-bits", "41/2/20")
 	ls := e2e.StartMany(t, args, args, args)
@@ -351,6 +356,7 @@ func TestMySQLWorkerFailover(t *testing.T) {
 // source statefulset, IDS.DECODE the id), the bound stays in the data dir across a restart, and
 // an ordinal beyond the layout refuses the start naming the flags.
 func TestStatefulSetSourceBinary(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	l := e2e.Start(t, "--worker-source", "statefulset", "--pod-ordinal", "3", "--worker-offset", "100", "--data-dir", dir)
 	if w := e2e.WorkerOf(t, l); w != 103 {

@@ -77,6 +77,7 @@ func flagDefault[T any](name string) T {
 // and a bad flag value with one short paragraph on stderr and exit status 2, before it
 // touches the data dir.
 func TestBinaryRefusesMisconfiguration(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	for _, tc := range []struct {
 		name string

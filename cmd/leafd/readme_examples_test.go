@@ -334,6 +334,7 @@ func TestReadmeTour(t *testing.T) {
 // fresh database of the test server: the setup SQL as an administrator (with the database
 // and user names made unique), then the instances and commands as the README's user.
 func TestReadmeMySQL(t *testing.T) {
+	t.Parallel()
 	e2e.NeedTool(t, "redis-cli")
 	admin := testenv.MySQLDSN(t)
 	cfg, err := mysql.ParseDSN(admin)

@@ -152,6 +152,7 @@ func TestReadyAndWarmRestartBinary(t *testing.T) {
 // --data-dir refuses to run while leafd holds the files, changes nothing with --dry-run, and
 // then raises max_id to the marks, after which the tag serves again above every ID issued.
 func TestRestoredBoltBackupBinary(t *testing.T) {
+	t.Parallel()
 	// --max-step 10: the segments stay at the stored step, so the restored leafd.db is
 	// several steps behind the marks (the graceful stops' remainders save the rest of each
 	// life, and a grown step would make the first refused lease jump past the marks).

@@ -77,6 +77,7 @@ func checkShare(t *testing.T, who string, ids []int64, k, n, floor int64) {
 // and IDS.SNOWFLAKE load on all four: no ID twice, each region's share only; the mismatched
 // starts are refused.
 func TestRegionsTwoDatabases(t *testing.T) {
+	t.Parallel()
 	dsn0, _ := e2e.SharedDB(t)
 	dsn1, _ := e2e.SharedDB(t)
 	ls := e2e.StartMany(t, regionArgs(dsn0, "0/2", fastLease...), regionArgs(dsn0, "0/2", fastLease...),
@@ -174,6 +175,7 @@ func TestRegionsTwoDatabases(t *testing.T) {
 // old instances: the first leaves a remainder below the second's IDs, which region 0, on the
 // first's data dir, must not serve (its counters stand for other IDs now).
 func TestRegionAdoptSingle(t *testing.T) {
+	t.Parallel()
 	dsnA, _ := e2e.SharedDB(t)
 	dsnB, _ := e2e.SharedDB(t)
 	old1 := e2e.StartMySQL(t, dsnA, "--auto-create", "on")
@@ -208,6 +210,7 @@ func TestRegionAdoptSingle(t *testing.T) {
 // joins): every new ID lies above every ID of the old layout, each region its share, and an
 // instance still started with the old layout is refused.
 func TestRegionGrow(t *testing.T) {
+	t.Parallel()
 	dsnA, _ := e2e.SharedDB(t)
 	dsnB, _ := e2e.SharedDB(t)
 	dsnC, _ := e2e.SharedDB(t)
@@ -260,6 +263,7 @@ func TestRegionGrow(t *testing.T) {
 // worker id lies in its range; the data dir's store refuses another layout, and a static
 // worker id outside the region's range is refused.
 func TestRegionEmbedded(t *testing.T) {
+	t.Parallel()
 	l := e2e.Start(t, "--region", "1/2")
 	checkShare(t, "region 1/2", regionIncr(t, l, "e", 50), 1, 2, 0)
 	if w := e2e.WorkerOf(t, l); w != 512 {
@@ -304,6 +308,7 @@ func TestRegionEmbedded(t *testing.T) {
 // (two regions on one ZooKeeper tree included: each node's sequence number once, plus the
 // region's base).
 func TestRegionWorkerSources(t *testing.T) {
+	t.Parallel()
 	zkAddr := testenv.ZKAddr(t)
 	name := e2e.ZKTestName(t)
 	ids := e2e.NewIDSet()

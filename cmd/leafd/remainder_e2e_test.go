@@ -35,8 +35,10 @@ func remainderStores(t *testing.T) map[string]func(t *testing.T) []string {
 // exactly once (0 lost, 0 duplicates). Each restart waits for 200 more IDs (an event), not a
 // fixed time.
 func TestGracefulRestartsLoseNoID(t *testing.T) {
+	t.Parallel()
 	for name, args := range remainderStores(t) {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			l := e2e.Start(t, args(t)...)
 			if _, err := l.Do("IDS.CREATE", "g", "STEP", 100); err != nil {
 				t.Fatal(err)
@@ -131,6 +133,7 @@ func incrN(t *testing.T, l *e2e.Leafd, tag string, n int, ids map[int64]string, 
 // first life's 1..5 without a gap), then a kill -9, then a start: nothing of the remainder is
 // served again (it was consumed in the store and removed before the first ID of it).
 func TestKillAfterResumeReissuesNothing(t *testing.T) {
+	t.Parallel()
 	for name, args := range remainderStores(t) {
 		t.Run(name, func(t *testing.T) {
 			ids := map[int64]string{}
@@ -163,6 +166,7 @@ func TestKillAfterResumeReissuesNothing(t *testing.T) {
 // the undetectable whole-data-dir restore, docs/SEGMENT.md) are refused: the store recorded
 // the file's token as consumed. The start says so and reissues nothing.
 func TestRestoredRemainderReissuesNothing(t *testing.T) {
+	t.Parallel()
 	for name, args := range remainderStores(t) {
 		t.Run(name, func(t *testing.T) {
 			ids := map[int64]string{}

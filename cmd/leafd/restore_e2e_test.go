@@ -17,6 +17,7 @@ import (
 // refused at start, with a message naming the override, instead of reissuing IDs (leafd.db and
 // marks.db carry one pairing id, boltstore.PairMarks).
 func TestRestoreWithoutMarksRefused(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	l := e2e.Start(t, "--data-dir", dir, "--worker-id", "1")
 	if _, err := l.Incr("t"); err != nil {

@@ -144,6 +144,7 @@ func serveEveryMode(t *testing.T, l *e2e.Leafd, prefix string) {
 // server's documented grants, restarts gracefully (the remainder is consumed), and leafd
 // adopt and leafd raise-max-id run as users with exactly theirs.
 func TestSchemaFile(t *testing.T) {
+	t.Parallel()
 	e2e.NeedTool(t, "redis-cli")
 	admin := testenv.MySQLDSN(t)
 	cfg, err := mysql.ParseDSN(admin)

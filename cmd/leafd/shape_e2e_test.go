@@ -16,6 +16,7 @@ import (
 // restarted: every string unique, every counter per period strictly increasing per
 // connection, IDs of both days issued.
 func TestShapedDailyAcrossMidnightBinary(t *testing.T) {
+	t.Parallel()
 	dsn, db := e2e.SharedDB(t)
 	loc, err := time.LoadLocation("Asia/Shanghai")
 	if err != nil {

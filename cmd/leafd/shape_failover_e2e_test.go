@@ -16,8 +16,12 @@ import (
 )
 
 func TestShapedFailoverBinary(t *testing.T) {
+	t.Parallel()
 	for _, how := range []string{"caught-up", "server-id", "lagging"} {
-		t.Run(how, func(t *testing.T) { testShapedFailover(t, how) })
+		t.Run(how, func(t *testing.T) {
+			t.Parallel()
+			testShapedFailover(t, how)
+		})
 	}
 }
 

@@ -47,8 +47,10 @@ func heldRows(t *testing.T, l *e2e.Leafd, tag string) []string {
 // day the remainder was saved in is retired, and 1 row is held at the end (not one per
 // restart). A restart within the day serves the resumed row: no ID of it lost.
 func TestShapedRestartsAcrossPeriods(t *testing.T) {
+	t.Parallel()
 	for name, args := range remainderStores(t) {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			l := e2e.Start(t, append(args(t), "--period-clock-offset", "0s")...)
 			if _, err := l.Do("IDS.CREATE", "r", "FORMAT", "R{yyyyMMdd}{seq:6}", "RESET", "day", "STEP", "100"); err != nil {
 				t.Fatal(err)
@@ -99,8 +101,10 @@ func TestShapedRestartsAcrossPeriods(t *testing.T) {
 // the instance with the key and after a restart without it; the tag itself still serves
 // with the key.
 func TestOpaqueCounterRowAfterRestart(t *testing.T) {
+	t.Parallel()
 	for name, args := range remainderStores(t) {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			key := filepath.Join(t.TempDir(), "id.key")
 			if err := os.WriteFile(key, []byte(strings.Repeat("ab", 16)), 0o600); err != nil {
 				t.Fatal(err)

@@ -26,6 +26,7 @@ func msOf(id int64) int64 { return snowflake.DefaultLayout().Decode(id).Timestam
 // names the holder), 0 duplicates. (Before the exclusive claim both got worker 0: 397,957
 // duplicates in 6s.)
 func TestSnowflakeSameAdvertiseAddr(t *testing.T) {
+	t.Parallel()
 	zkAddr := testenv.ZKAddr(t)
 	name := e2e.ZKTestName(t)
 	adv := e2e.FreeAddr(t)
@@ -62,6 +63,7 @@ func TestSnowflakeSameAdvertiseAddr(t *testing.T) {
 // and starts above the holder's bound. Woken up, the old holder issues at most up to its lease,
 // all below the standby's first ID, then answers NOWORKER (its next write fails: the fence).
 func TestSnowflakePausedHolderSameAddr(t *testing.T) {
+	t.Parallel()
 	zkAddr := testenv.ZKAddr(t)
 	name := e2e.ZKTestName(t)
 	adv := e2e.FreeAddr(t)
@@ -118,6 +120,7 @@ func TestSnowflakePausedHolderSameAddr(t *testing.T) {
 // with the file source again: every run starts above the previous one's bound, 0 duplicates.
 // (Before the shared bound: 200 of 200 IDs reissued.)
 func TestSnowflakeSourceSwitch(t *testing.T) {
+	t.Parallel()
 	zkAddr := testenv.ZKAddr(t)
 	dir := t.TempDir()
 	ids := e2e.NewIDSet()
@@ -166,6 +169,7 @@ func TestSnowflakeSourceSwitch(t *testing.T) {
 // restarted process listens and serves segment IDs at once, answers NOWORKER for snowflake
 // (readiness says so) until its clock has passed the bound, then serves above every earlier ID.
 func TestSnowflakeRestartBoundAhead(t *testing.T) {
+	t.Parallel()
 	l := e2e.Start(t, "--lease-window", "3s")
 	c := l.Client(2)
 	ctx := context.Background()
@@ -228,6 +232,7 @@ func TestSnowflakeRestartBoundAhead(t *testing.T) {
 // the last millisecond used, so a restart of the same instance serves snowflake IDs without
 // waiting out the lease window, with reuse off or on (ZooKeeper without reuse too).
 func TestSnowflakeGracefulRestartFast(t *testing.T) {
+	t.Parallel()
 	zkAddr := testenv.ZKAddr(t)
 	for _, mode := range []struct {
 		name string

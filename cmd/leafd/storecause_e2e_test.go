@@ -195,6 +195,7 @@ func waitSnowflake(t *testing.T, l *e2e.Leafd) {
 }
 
 func TestStoreCauseWrongPassword(t *testing.T) {
+	t.Parallel()
 	dsn := testenv.FreshDatabase(t, testenv.MySQLDSN(t))
 	userDSN, _ := mysqlUser(t, dsn, "wrong")
 	l := e2e.StartMySQL(t, userDSN, lean...)
@@ -205,6 +206,7 @@ func TestStoreCauseWrongPassword(t *testing.T) {
 }
 
 func TestStoreCauseMissingDatabase(t *testing.T) {
+	t.Parallel()
 	cfg, err := mysql.ParseDSN(testenv.MySQLDSN(t))
 	if err != nil {
 		t.Fatal(err)
@@ -217,6 +219,7 @@ func TestStoreCauseMissingDatabase(t *testing.T) {
 // TestStoreCauseRevokedPrivilege: the privileges of a running instance's user are revoked
 // and its connections ended (as a DBA does): new connections are refused the database.
 func TestStoreCauseRevokedPrivilege(t *testing.T) {
+	t.Parallel()
 	dsn := testenv.FreshDatabase(t, testenv.MySQLDSN(t))
 	userDSN, user := mysqlUser(t, dsn, "good")
 	l := e2e.StartMySQL(t, userDSN, lean...)
@@ -250,6 +253,7 @@ func TestStoreCauseRevokedPrivilege(t *testing.T) {
 // starts again the instance serves by itself and no NOWORKER says another process took the
 // worker id (nobody did).
 func TestStoreCauseStoppedDatabase(t *testing.T) {
+	t.Parallel()
 	m := testenv.StartMariaDB(t)
 	m.Exec("CREATE DATABASE leafd")
 	l := e2e.StartMySQL(t, m.DSN("leafd"), lean...)
@@ -280,6 +284,7 @@ func TestStoreCauseStoppedDatabase(t *testing.T) {
 // TestStoreCauseFullDisk: the embedded store's data dir on a 1 MB tmpfs that is filled up
 // (a real ENOSPC from the kernel; the test needs root to mount it).
 func TestStoreCauseFullDisk(t *testing.T) {
+	t.Parallel()
 	mnt := t.TempDir()
 	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", mnt).CombinedOutput(); err != nil {
 		t.Skipf("cannot mount a tmpfs (needs root): %v %s", err, out)

@@ -38,6 +38,7 @@ func refusedStart(t *testing.T, want string, env []string, args ...string) {
 // through a new proxy) is accepted; --switch-store serves the new store and records it. An
 // embedded data dir started on MySQL is refused too; a fresh data dir takes any store.
 func TestStoreSwitchRefused(t *testing.T) {
+	t.Parallel()
 	dsnA, dbA := e2e.SharedDB(t)
 	dsnB, _ := e2e.SharedDB(t)
 	dir := t.TempDir()

@@ -57,6 +57,7 @@ func TestHelpListsSubcommands(t *testing.T) {
 // `leafd version`, `leafd --version`, INFO server (leafd_version) and /status.json report the
 // stamped version.
 func TestVersionStamped(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds a binary")
 	}
@@ -137,6 +138,7 @@ func TestBuildInfoVersion(t *testing.T) {
 // of HEAD (Go reads VCS information only where .git is a directory, not in a git worktree),
 // with -buildvcs=true whatever GOFLAGS the machine sets.
 func TestVersionUnstamped(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("clones the repository and builds a binary")
 	}

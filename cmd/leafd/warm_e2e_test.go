@@ -16,6 +16,7 @@ import (
 // tags it served before once MySQL returns (the first tag list that succeeds starts the warm
 // start), not only when the tag list at start succeeds.
 func TestMySQLWarmAfterOutageStart(t *testing.T) {
+	t.Parallel()
 	base := testenv.FreshDatabase(t, testenv.MySQLDSN(t))
 	cfg, err := mysql.ParseDSN(base)
 	if err != nil {

@@ -25,7 +25,10 @@ import (
 
 // TestZKTwoInstancesAndRestart: two hosts get distinct worker ids; a restart of one (same
 // advertise address, same data dir) keeps its id and issues above its earlier IDs.
-func TestZKTwoInstancesAndRestart(t *testing.T) { zkTwoInstancesAndRestart(t, testenv.ZKAddr(t)) }
+func TestZKTwoInstancesAndRestart(t *testing.T) {
+	t.Parallel()
+	zkTwoInstancesAndRestart(t, testenv.ZKAddr(t))
+}
 
 // zkTwoInstancesAndRestart runs TestZKTwoInstancesAndRestart on the ZooKeeper of zkAddr (one server or an ensemble).
 func zkTwoInstancesAndRestart(t *testing.T, zkAddr string) {
@@ -134,6 +137,7 @@ func TestZKDecodeAndInfo(t *testing.T) {
 // TestZKExhaustion: with one worker bit there are two worker ids; a third instance refuses to
 // start, saying why and what to do.
 func TestZKExhaustion(t *testing.T) {
+	t.Parallel()
 	zkAddr := testenv.ZKAddr(t)
 	name := e2e.ZKTestName(t)
 	bits := []string{"--snowflake-bits", "51/1/11"}
@@ -168,6 +172,7 @@ func TestZKExhaustion(t *testing.T) {
 // without tolerance (here with worker reuse) serves up to the bound it persisted in ZooKeeper,
 // then answers NOWORKER until ZooKeeper is back.
 func TestZKOutage(t *testing.T) {
+	t.Parallel()
 	z := testenv.StartZooKeeper(t)
 	name := e2e.ZKTestName(t)
 	lw := []string{"--lease-window", "600ms"}
@@ -280,6 +285,7 @@ func TestZKOutage(t *testing.T) {
 // takes over the worker id of a kill -9'd one once its session has expired, and issues only
 // above the dead one's IDs.
 func TestZKReuseTakeover(t *testing.T) {
+	t.Parallel()
 	zkAddr := testenv.ZKAddr(t)
 	name := e2e.ZKTestName(t)
 	reuse := []string{"--worker-reuse", "--lease-window", "1s"}
@@ -326,6 +332,7 @@ func TestZKReuseTakeover(t *testing.T) {
 // over its worker id. After SIGCONT the old holder may still issue up to the bound it had
 // persisted in ZooKeeper, never at or above the successor's first ID, then answers NOWORKER.
 func TestZKReusePausedHolder(t *testing.T) {
+	t.Parallel()
 	zkAddr := testenv.ZKAddr(t)
 	name := e2e.ZKTestName(t)
 	// A long window for the holder, so it wakes up still holding a lease.
@@ -392,7 +399,10 @@ func TestZKReusePausedHolder(t *testing.T) {
 
 // TestZKKillRestartsUnderLoad: two instances, each kill -9'd and restarted several times while
 // clients draw IDs from both: no ID is ever issued twice. With and without worker reuse.
-func TestZKKillRestartsUnderLoad(t *testing.T) { zkKillRestartsUnderLoad(t, testenv.ZKAddr(t)) }
+func TestZKKillRestartsUnderLoad(t *testing.T) {
+	t.Parallel()
+	zkKillRestartsUnderLoad(t, testenv.ZKAddr(t))
+}
 
 // zkKillRestartsUnderLoad runs TestZKKillRestartsUnderLoad on the ZooKeeper of zkAddr (one server or an ensemble).
 func zkKillRestartsUnderLoad(t *testing.T, zkAddr string) {

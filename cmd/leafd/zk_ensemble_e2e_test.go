@@ -18,6 +18,7 @@ import (
 )
 
 func TestZKEnsemble(t *testing.T) {
+	t.Parallel()
 	ens := testenv.StartZKEnsemble(t, 3)
 	conn := ens.Connect()
 	t.Run("two instances and restart", func(t *testing.T) { zkTwoInstancesAndRestart(t, conn) })

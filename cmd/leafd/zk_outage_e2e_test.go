@@ -127,13 +127,8 @@ func withFlag(args []string, flag, v string) []string {
 	return append(out, flag, v)
 }
 
-// eventually polls cond every 10 ms for at most d.
-func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	e2e.Eventually(t, d, what, cond)
-}
-
 func TestZKOutageScenarios(t *testing.T) {
+	t.Parallel()
 	z := testenv.StartZooKeeper(t)
 	seq0 := "--snowflake-seq-zero"
 
@@ -151,7 +146,7 @@ func TestZKOutageScenarios(t *testing.T) {
 		e2e.WorkerOf(t, o)
 		ld := newLoads(t)
 		lo := ld.add("original", o.Client(2))
-		eventually(t, 10*time.Second, "original serving", func() bool { return lo.ok.Load() > 1000 })
+		e2e.Eventually(t, 10*time.Second, "original serving", func() bool { return lo.ok.Load() > 1000 })
 		dirC := t.TempDir()
 		copyDir(t, o.DataDir, dirC)
 		px.SetMode(e2e.ProxyReset, 0)
@@ -159,12 +154,12 @@ func TestZKOutageScenarios(t *testing.T) {
 		c := e2e.Start(t, argsC...)
 		lc := ld.add("copy", c.Client(2))
 		n := lo.ok.Load()
-		eventually(t, 20*time.Second, "the copy refusing while the original serves in the outage", func() bool {
+		e2e.Eventually(t, 20*time.Second, "the copy refusing while the original serves in the outage", func() bool {
 			return lc.noWorker.Load() >= 200 && lo.ok.Load() > n+5000
 		})
 		px.SetMode(e2e.ProxyPass, 0)
 		n = lo.ok.Load()
-		eventually(t, 20*time.Second, "the copy waiting for the holder once ZooKeeper answers", func() bool {
+		e2e.Eventually(t, 20*time.Second, "the copy waiting for the holder once ZooKeeper answers", func() bool {
 			return lc.sawHeld.Load() && lo.ok.Load() > n+5000
 		})
 		ld.stop()
@@ -194,12 +189,12 @@ func TestZKOutageScenarios(t *testing.T) {
 		s := e2e.Start(t, argsS...)
 		ld := newLoads(t)
 		lh, ls := ld.add("H", h.Client(2)), ld.add("standby", s.Client(2))
-		eventually(t, 10*time.Second, "H serving", func() bool { return lh.ok.Load() > 1000 })
+		e2e.Eventually(t, 10*time.Second, "H serving", func() bool { return lh.ok.Load() > 1000 })
 		px.SetMode(e2e.ProxyDelay, 800*time.Millisecond)
 		if err := h.Stop(20 * time.Second); err != nil {
 			t.Fatalf("H's stop: %v", err)
 		}
-		eventually(t, 40*time.Second, "standby serving", func() bool { return ls.ok.Load() > 1000 })
+		e2e.Eventually(t, 40*time.Second, "standby serving", func() bool { return ls.ok.Load() > 1000 })
 		// The standby started at H's last millisecond: the lowering write was applied.
 		hLast := snowflake.DefaultLayout().Decode(lh.maxID.Load()).TimestampMs
 		sb := e2e.SFInfoInt(t, s.Client(2), "snowflake_start_bound_ms")
@@ -211,7 +206,7 @@ func TestZKOutageScenarios(t *testing.T) {
 		h.Restart()
 		lh2 := ld.add("H restarted", h.Client(2))
 		n := ls.ok.Load()
-		eventually(t, 20*time.Second, "H refusing while the standby serves", func() bool {
+		e2e.Eventually(t, 20*time.Second, "H refusing while the standby serves", func() bool {
 			return lh2.noWorker.Load() >= 300 && ls.ok.Load() > n+5000
 		})
 		if lh2.ok.Load() != 0 {
@@ -220,7 +215,7 @@ func TestZKOutageScenarios(t *testing.T) {
 		// ZooKeeper back for H, the standby gone: H serves again.
 		px.SetMode(e2e.ProxyPass, 0)
 		s.Kill()
-		eventually(t, 30*time.Second, "H serving again", func() bool { return lh2.ok.Load() > 1000 })
+		e2e.Eventually(t, 30*time.Second, "H serving again", func() bool { return lh2.ok.Load() > 1000 })
 		ld.stop()
 		t.Logf("%d distinct IDs recorded", ld.ids.Len())
 		ld.ids.Check(t, 5000)
@@ -242,14 +237,14 @@ func TestZKOutageScenarios(t *testing.T) {
 		la, lb := &sfLoad{}, ld.add("B in c2", b.Client(2))
 		c1 := e2e.NewIDSet()
 		la.run(ld.ctx, &ld.wg, a.Client(2), "A in c1", c1)
-		eventually(t, 10*time.Second, "both serving", func() bool { return la.ok.Load() > 1000 && lb.ok.Load() > 1000 })
+		e2e.Eventually(t, 10*time.Second, "both serving", func() bool { return la.ok.Load() > 1000 && lb.ok.Load() > 1000 })
 		a.Kill()
 		down := e2e.StartProxy(t, z.Addr())
 		down.SetMode(e2e.ProxyReset, 0)
 		a2 := e2e.Start(t, withFlag(a.Args, "--zk-addrs", down.Addr()+"/c2")...)
 		la2 := ld.add("A in c2 (unreachable)", a2.Client(2))
 		n := lb.ok.Load()
-		eventually(t, 20*time.Second, "A refusing while B serves", func() bool {
+		e2e.Eventually(t, 20*time.Second, "A refusing while B serves", func() bool {
 			return la2.noWorker.Load() >= 300 && lb.ok.Load() > n+5000
 		})
 		ld.stop()
@@ -406,10 +401,10 @@ func TestZKOutageScenarios(t *testing.T) {
 		for round := range 3 {
 			next := 1 - holder
 			n := lds[holder].ok.Load()
-			eventually(t, 20*time.Second, "holder serving", func() bool { return lds[holder].ok.Load() > n+1000 })
+			e2e.Eventually(t, 20*time.Second, "holder serving", func() bool { return lds[holder].ok.Load() > n+1000 })
 			px[holder].SetMode(e2e.ProxyBlackhole, 0)
 			m := lds[next].ok.Load()
-			eventually(t, 30*time.Second, "the standby taking over", func() bool { return lds[next].ok.Load() > m+1000 })
+			e2e.Eventually(t, 30*time.Second, "the standby taking over", func() bool { return lds[next].ok.Load() > m+1000 })
 			px[holder].SetMode(e2e.ProxyPass, 0)
 			// The old holder reconnects, finds the id held and waits for it.
 			if !e2e.Poll(30*time.Second, func() bool {
@@ -422,7 +417,7 @@ func TestZKOutageScenarios(t *testing.T) {
 			holder = next
 		}
 		n := lds[holder].ok.Load()
-		eventually(t, 20*time.Second, "the last holder serving", func() bool { return lds[holder].ok.Load() > n+1000 })
+		e2e.Eventually(t, 20*time.Second, "the last holder serving", func() bool { return lds[holder].ok.Load() > n+1000 })
 		ld.stop()
 		for i, l := range lds {
 			if !l.sawHeld.Load() {

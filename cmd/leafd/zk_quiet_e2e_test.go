@@ -17,6 +17,7 @@ import (
 // lines for a 60 s outage of one kind: the first, 6 summaries, the recovery;
 // TestOutageLogsQuietly checks 60 s on an injected clock).
 func TestZKOutageLogsQuietly(t *testing.T) {
+	t.Parallel()
 	zkAddr := testenv.ZKAddr(t)
 	px := e2e.StartProxy(t, zkAddr)
 	l := e2e.Start(t, e2e.ZKArgs(t, px.Addr(), e2e.ZKTestName(t))...)

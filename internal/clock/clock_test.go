@@ -92,3 +92,47 @@ func TestFakeAfterFiresOnFakeTime(t *testing.T) {
 		t.Fatal("After did not fire when the fake time reached its deadline")
 	}
 }
+
+// Timers fire in deadline order as the fake time reaches each one, whatever the order they
+// were made in, after a Stop of the earliest and after the time went backwards.
+func TestFakeTimersFireAtEachDeadline(t *testing.T) {
+	c := NewFakeMs(0)
+	fired := func(tm Timer) bool {
+		select {
+		case <-tm.C():
+			return true
+		default:
+			return false
+		}
+	}
+	h3, h1, h2 := c.NewTimer(3*time.Hour), c.NewTimer(time.Hour), c.NewTimer(2*time.Hour)
+	early := c.NewTimer(30 * time.Minute)
+	if !early.Stop() {
+		t.Fatal("Stop of a pending timer returned false")
+	}
+	c.Add(time.Hour)
+	if !fired(h1) || fired(h2) || fired(h3) {
+		t.Fatal("at 1h: want only the 1h timer fired")
+	}
+	c.Add(-time.Hour)
+	c.Add(90 * time.Minute)
+	if fired(h2) || fired(h3) {
+		t.Fatal("at 1h30: want nothing more fired")
+	}
+	c.Add(30 * time.Minute)
+	if !fired(h2) || fired(h3) {
+		t.Fatal("at 2h: want the 2h timer fired, not the 3h one")
+	}
+	h25 := c.NewTimer(30 * time.Minute)
+	c.Add(30 * time.Minute)
+	if !fired(h25) || fired(h3) {
+		t.Fatal("at 2h30: want the timer made at 2h for 30m fired, not the 3h one")
+	}
+	c.Set((3 * time.Hour).Milliseconds())
+	if !fired(h3) {
+		t.Fatal("at 3h: want the 3h timer fired")
+	}
+	if fired(early) {
+		t.Fatal("the stopped timer fired")
+	}
+}

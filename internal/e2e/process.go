@@ -37,7 +37,13 @@ func started(m map[string]any) bool { return m["msg"] == ReadyMsg || m["msg"] ==
 // may take a while to open its stores).
 const StartTimeout = 60 * time.Second
 
-var binary string
+var (
+	binary, binDir, binPkg string
+
+	plainOnce sync.Once
+	plainBin  string
+	plainErr  error
+)
 
 // Build compiles the leafd command in pkgDir with -race into a temporary directory and makes
 // it the binary Start runs. Call it from TestMain; cleanup removes the directory.
@@ -47,19 +53,47 @@ func Build(pkgDir string) (cleanup func(), err error) {
 		return nil, err
 	}
 	bin := filepath.Join(dir, "leafd")
-	build := exec.Command("go", "build", "-race", "-o", bin, ".")
+	if err := goBuild(pkgDir, bin, "-race"); err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, err
+	}
+	binary, binDir, binPkg = bin, dir, pkgDir
+	return func() { _ = os.RemoveAll(dir) }, nil
+}
+
+func goBuild(pkgDir, out string, flags ...string) error {
+	build := exec.Command("go", append(append([]string{"build"}, flags...), "-o", out, ".")...)
 	build.Dir = pkgDir
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
-		_ = os.RemoveAll(dir)
-		return nil, fmt.Errorf("building leafd: %w", err)
+		return fmt.Errorf("building leafd %s: %w", strings.Join(flags, " "), err)
 	}
-	binary = bin
-	return func() { _ = os.RemoveAll(dir) }, nil
+	return nil
 }
 
 // Binary is the path of the binary Build made.
 func Binary() string { return binary }
+
+// PlainBinary is the leafd command of Build's package built without -race, made at the first
+// call and removed with Build's binary. It is for the tests whose subject is volume (a
+// million marks through the admin tools), which the race detector slows some tenfold; the
+// same code runs with -race in the other tests.
+func PlainBinary(t testing.TB) string {
+	t.Helper()
+	if binDir == "" {
+		t.Fatal("e2e: no leafd binary: call e2e.Build in TestMain")
+	}
+	plainOnce.Do(func() {
+		bin := filepath.Join(binDir, "leafd-plain")
+		if plainErr = goBuild(binPkg, bin); plainErr == nil {
+			plainBin = bin
+		}
+	})
+	if plainErr != nil {
+		t.Fatal(plainErr)
+	}
+	return plainBin
+}
 
 // RunFunc runs the server in-process: it parses args like the command line, writes its JSON
 // log lines to logOut, and serves until ctx ends. cmd/leafd's tests supply it around their

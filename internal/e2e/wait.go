@@ -6,34 +6,24 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/leafd/leafd/internal/testkit"
 )
 
-// PollEvery is how often Poll and Eventually look at their condition.
-const PollEvery = 10 * time.Millisecond
+// PollEvery is how often Poll and Eventually look at a condition that has not held for a
+// while (testkit.PollEvery).
+const PollEvery = testkit.PollEvery
 
-// Poll checks cond every PollEvery until it holds (true) or timeout passes (false). It is
-// the one place the harness polls: conditions that no log line or reply announces (a
-// metric, a ZooKeeper node, a database row).
-func Poll(timeout time.Duration, cond func() bool) bool {
-	end := time.Now().Add(timeout)
-	for {
-		if cond() {
-			return true
-		}
-		if time.Now().After(end) {
-			return false
-		}
-		time.Sleep(PollEvery)
-	}
-}
+// Poll is testkit.Poll: cond every PollEvery until it holds (true) or timeout passes (false),
+// for conditions that no log line or reply announces (a metric, a ZooKeeper node, a database
+// row).
+func Poll(timeout time.Duration, cond func() bool) bool { return testkit.Poll(timeout, cond) }
 
-// Eventually fails the test (fatally) when cond does not hold within timeout; what names
-// the condition in the message.
+// Eventually is testkit.Eventually: it fails the test (fatally) when cond does not hold
+// within timeout; what names the condition in the message.
 func Eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	if !Poll(timeout, cond) {
-		t.Fatalf("%s: not within %v", what, timeout)
-	}
+	testkit.Eventually(t, timeout, what, cond)
 }
 
 // Tail returns the last n lines of s.

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -123,9 +122,8 @@ func StartMariaDBEnv(t testing.TB, env []string, extra ...string) *MariaDB {
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(dir) })
 	datadir := filepath.Join(dir, "data")
-	// A private tmpdir: install-db runs of concurrent tests (and other users of /tmp) have
-	// removed each other's temporary tables in the shared /tmp ("Could not remove temporary
-	// table ... error: 2", then "Installation of system tables failed").
+	// A private tmpdir, as for the install (dataDirTemplate): servers of concurrent tests
+	// (and other users of /tmp) must not remove each other's temporary tables.
 	tmpdir := filepath.Join(dir, "tmp")
 	if err := os.Mkdir(tmpdir, 0o700); err != nil {
 		t.Fatalf("testenv: %v", err)
@@ -137,12 +135,10 @@ func StartMariaDBEnv(t testing.TB, env []string, extra ...string) *MariaDB {
 		user = []string{"--user=root"} // mariadbd refuses to run as root otherwise
 	}
 	args := append([]string{"--no-defaults", "--auth-root-authentication-method=normal",
-		"--datadir=" + datadir, "--skip-test-db"}, user...)
-	args = append(args, opts...)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	if out, err := exec.CommandContext(ctx, install, args...).CombinedOutput(); err != nil {
-		t.Fatalf("testenv: %s: %v\n%s", install, err, out)
+		"--skip-test-db"}, user...)
+	args = append(args, mariadbOpts...)
+	if err := installDataDir(install, server, datadir, args); err != nil {
+		t.Fatal(err)
 	}
 
 	m := &MariaDB{t: t, dir: dir}

@@ -19,6 +19,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -66,8 +67,9 @@ func freePort(t testing.TB) int {
 // machines. Below it only another server that picked the same port can collide.
 func ServerPort(t testing.TB) int {
 	t.Helper()
+	high := serverPortCeiling()
 	for range 200 {
-		port := serverPortLow + rand.IntN(serverPortHigh-serverPortLow)
+		port := serverPortLow + rand.IntN(high-serverPortLow)
 		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
 		if err == nil {
 			_ = l.Close()
@@ -81,6 +83,24 @@ func ServerPort(t testing.TB) int {
 // The range ServerPort picks from: above the well-known and common service ports, below
 // Linux's default ip_local_port_range.
 const serverPortLow, serverPortHigh = 20000, 32768
+
+// serverPortCeiling is serverPortHigh, or the start of this machine's ephemeral range
+// (net.ipv4.ip_local_port_range) when it starts lower, down to serverPortLow+1000.
+func serverPortCeiling() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return serverPortHigh
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return serverPortHigh
+	}
+	low, err := strconv.Atoi(f[0])
+	if err != nil {
+		return serverPortHigh
+	}
+	return min(serverPortHigh, max(low, serverPortLow+1000))
+}
 
 // lookBin finds the first of names on PATH or in dirs (sbin directories are often not on the
 // PATH of unprivileged users).

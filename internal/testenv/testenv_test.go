@@ -4,6 +4,9 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"net"
+	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -198,5 +201,29 @@ func TestZKEnsemble(t *testing.T) {
 	e.Members[l].Start()
 	if got := e.Leader(); got != nl {
 		t.Errorf("after the old leader rejoined: leader %d, want %d", got, nl)
+	}
+}
+
+// TestServerPortBelowEphemeral: every port ServerPort picks is below the machine's ephemeral
+// range (where no outgoing connection takes it as its source port) and free to bind.
+func TestServerPortBelowEphemeral(t *testing.T) {
+	eph := 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) > 0 {
+			if n, err := strconv.Atoi(f[0]); err == nil && n > serverPortLow+1000 {
+				eph = n
+			}
+		}
+	}
+	for range 100 {
+		p := ServerPort(t)
+		if p < serverPortLow || p >= eph || p >= serverPortHigh {
+			t.Fatalf("ServerPort: %d, want in [%d, %d)", p, serverPortLow, min(eph, serverPortHigh))
+		}
+		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
+		if err != nil {
+			t.Fatalf("ServerPort: %d is not free to bind: %v", p, err)
+		}
+		_ = l.Close()
 	}
 }
