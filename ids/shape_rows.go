@@ -82,7 +82,7 @@ func (r *Router) fixStep(spec shape.Spec) shape.Spec {
 
 // checkFailoverRoom refuses a shape whose counter width cannot hold what uniqueness needs
 // through a failover: a takeover moves a row by --mysql-failover-allocs × STEP (its failover
-// gap, segment/shaperow.go), and the row must still serve a segment above that.
+// gap, segment/mysqlstore/shaperow.go), and the row must still serve a segment above that.
 func (r *Router) checkFailoverRoom(s *shape.Shape) error {
 	rg, ok := r.cfg.Shapes.(interface{ RowGap(step int64) int64 })
 	step := s.Spec().Step
