@@ -92,15 +92,11 @@ func TestGalera(t *testing.T) {
 		})
 		defer func() { close(stop); wg.Wait() }()
 
-		if _, err := l.Do("IDS.CREATE", "fresh", "STEP", 20, "START", 1000); err != nil {
-			t.Fatal(err)
-		}
+		createThroughCuts(t, l, "fresh", "STEP", 20, "START", 1000)
 		if id, _, err := l.WaitIncr("fresh", 10*time.Second); err != nil || id != 1000 {
 			t.Fatalf("first ID of a fresh tag: %d, %v; want its START 1000", id, err)
 		}
-		if _, err := l.Do("IDS.CREATE", "ord", "FORMAT", "ORD{yyyyMMdd}{seq:6}", "RESET", "day", "TZ", "UTC", "STEP", "20"); err != nil {
-			t.Fatal(err)
-		}
+		createThroughCuts(t, l, "ord", "FORMAT", "ORD{yyyyMMdd}{seq:6}", "RESET", "day", "TZ", "UTC", "STEP", "20")
 		c := e2e.ConnClient(l.Addr)
 		defer c.Close()
 		ctx := context.Background()
@@ -258,4 +254,26 @@ func tail(s string, n int) string {
 		return s[len(s)-n:]
 	}
 	return s
+}
+
+// createThroughCuts runs IDS.CREATE tag opts... through a link the test cuts: a cut
+// connection answers UNAVAILABLE and the client retries, as a client would; TAGEXISTS after
+// such a retry means the cut attempt had committed.
+func createThroughCuts(t *testing.T, l *e2e.Leafd, tag string, opts ...any) {
+	t.Helper()
+	args := append([]any{"IDS.CREATE", tag}, opts...)
+	retried := false
+	for end := time.Now().Add(10 * time.Second); ; {
+		_, err := l.Do(args...)
+		code, _ := e2e.ReplyCode(err)
+		switch {
+		case err == nil, retried && code == "TAGEXISTS":
+			return
+		case code == "UNAVAILABLE" && time.Now().Before(end):
+			retried = true
+			time.Sleep(20 * time.Millisecond) // pacing: retry as a client would
+		default:
+			t.Fatalf("IDS.CREATE %s: %v", tag, err)
+		}
+	}
 }
