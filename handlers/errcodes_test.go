@@ -15,6 +15,7 @@ import (
 	"github.com/leafd/leafd/internal/errcode"
 	"github.com/leafd/leafd/internal/storeerr"
 	"github.com/leafd/leafd/segment"
+	"github.com/leafd/leafd/segment/segtest"
 	"github.com/leafd/leafd/snowflake"
 	"go.uber.org/zap"
 )
@@ -201,7 +202,7 @@ func (grantStore) Allocate(context.Context, string, int64) (segment.Alloc, error
 	return segment.Alloc{MaxID: 11, Step: 10}, nil
 }
 
-type highMarks struct{}
+type highMarks struct{ segtest.MarksBase }
 
 func (highMarks) Mark(string) (int64, error) { return 1000, nil }
 func (highMarks) Raise(string, int64) error  { return nil }

@@ -182,10 +182,22 @@ func (s *fakeStore) inLeased(tag string, id int64) bool {
 
 // fakeMarks is an in-memory Marks.
 type fakeMarks struct {
+	baseMarks
 	mu       sync.Mutex
 	m        map[string]int64
 	raiseErr error
 }
+
+// baseMarks gives a test's Marks the methods it does not care about, as Marks that cannot
+// do them: ErrNotSupported, so the generator raises through Raise, starts from the stored
+// step, does not list and warms nothing.
+type baseMarks struct{}
+
+func (baseMarks) RaiseHint(string, int64, Hint) error    { return ErrNotSupported }
+func (baseMarks) Hint(string) (Hint, error)              { return Hint{}, ErrNotSupported }
+func (baseMarks) AllMarks() ([]Mark, error)              { return nil, ErrNotSupported }
+func (baseMarks) MarksAfter(string, int) ([]Mark, error) { return nil, ErrNotSupported }
+func (baseMarks) RecentTags(int) ([]string, error)       { return nil, ErrNotSupported }
 
 func newFakeMarks() *fakeMarks { return &fakeMarks{m: map[string]int64{}} }
 

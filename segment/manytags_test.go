@@ -25,7 +25,7 @@ func (s *counterStore) Allocate(ctx context.Context, tag string, step int64) (Al
 func (s *counterStore) Tags(context.Context) ([]string, error) { return nil, nil }
 func (s *counterStore) Create(context.Context, Tag) error      { return nil }
 
-type nopMarks struct{}
+type nopMarks struct{ baseMarks }
 
 func (nopMarks) Mark(string) (int64, error) { return 0, nil }
 func (nopMarks) Raise(string, int64) error  { return nil }

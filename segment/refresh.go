@@ -89,11 +89,10 @@ func (g *Generator) refresher(ctx context.Context) {
 // warmList returns the tags to warm: those this instance raised a mark for most recently that
 // the store still lists, at most Config.WarmTags and what Config.MaxTags leaves.
 func (g *Generator) warmList(listed map[string]struct{}) []string {
-	ml, ok := g.marks.(RecentLister)
-	if !ok {
+	recent, err := g.marks.RecentTags(g.cfg.WarmTags)
+	if errors.Is(err, ErrNotSupported) {
 		return nil
 	}
-	recent, err := ml.RecentTags(g.cfg.WarmTags)
 	if err != nil {
 		g.log.Warn("segment: warm start: cannot list marks", zap.Error(err))
 		return nil

@@ -405,3 +405,14 @@ func (modeOffStore) Tags(context.Context) ([]string, error)    { return nil, nil
 func (modeOffStore) Create(context.Context, segment.Tag) error { return errModeOff }
 func (modeOffStore) Mark(string) (int64, error)                { return 0, nil }
 func (modeOffStore) Raise(string, int64) error                 { return errModeOff }
+
+// RaiseHint, Hint and the listings: nothing to remember or list (segment.ErrNotSupported).
+func (modeOffStore) RaiseHint(string, int64, segment.Hint) error { return segment.ErrNotSupported }
+func (modeOffStore) Hint(string) (segment.Hint, error) {
+	return segment.Hint{}, segment.ErrNotSupported
+}
+func (modeOffStore) AllMarks() ([]segment.Mark, error) { return nil, segment.ErrNotSupported }
+func (modeOffStore) MarksAfter(string, int) ([]segment.Mark, error) {
+	return nil, segment.ErrNotSupported
+}
+func (modeOffStore) RecentTags(int) ([]string, error) { return nil, segment.ErrNotSupported }

@@ -23,16 +23,8 @@ var (
 	_ segment.Marks = (*BoltStore)(nil)
 	_ segment.Marks = (*MarkFile)(nil)
 
-	_ segment.MarkLister = (*BoltStore)(nil)
-	_ segment.MarkLister = (*MarkFile)(nil)
-
-	_ segment.HintMarks = (*MarkFile)(nil)
-	_ segment.HintMarks = (*BoltStore)(nil)
-
-	_ segment.MaxIDReader  = (*BoltStore)(nil)
-	_ segment.RecentLister = (*BoltStore)(nil)
-	_ segment.RecentLister = (*MarkFile)(nil)
-	_ segment.Lessor       = (*BoltStore)(nil)
+	_ segment.MaxIDReader = (*BoltStore)(nil)
+	_ segment.Lessor      = (*BoltStore)(nil)
 )
 
 // Bucket names inside the bbolt file. leaf_alloc mirrors Leaf's table; marks holds the
