@@ -212,7 +212,7 @@ func mustJSON(t *testing.T, v any) string {
 }
 
 // downStore is a store whose every call fails, as a MySQL that went away.
-type downStore struct{}
+type downStore struct{ segtest.StoreBase }
 
 var errDown = errors.New("store down")
 

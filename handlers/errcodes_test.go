@@ -78,8 +78,8 @@ func TestErrorCodeTable(t *testing.T) {
 		path  string
 	}{
 		{downStore{}, noMarks{}, nil, "/api/segment/get/down"},
-		{errStore{&storeerr.Error{Class: storeerr.Auth, Err: errors.New("access denied")}}, noMarks{}, nil, "/api/segment/get/x"},
-		{errStore{fmt.Errorf("no fence row: %w", segment.ErrNotAdopted)}, noMarks{}, nil, "/api/segment/get/x"},
+		{errStore{err: &storeerr.Error{Class: storeerr.Auth, Err: errors.New("access denied")}}, noMarks{}, nil, "/api/segment/get/x"},
+		{errStore{err: fmt.Errorf("no fence row: %w", segment.ErrNotAdopted)}, noMarks{}, nil, "/api/segment/get/x"},
 		{grantStore{}, highMarks{}, nil, "/api/segment/get/x"},
 		{downStore{}, noMarks{}, nil, "/api/snowflake/get/x"},
 		{downStore{}, noMarks{}, failSnow{fmt.Errorf("%w by 50ms", snowflake.ErrClockBack)}, "/api/snowflake/get/x"},
@@ -187,7 +187,10 @@ func keys(m map[string]produced) []string {
 }
 
 // errStore fails every call with err.
-type errStore struct{ err error }
+type errStore struct {
+	segtest.StoreBase
+	err error
+}
 
 func (s errStore) Allocate(context.Context, string, int64) (segment.Alloc, error) {
 	return segment.Alloc{}, s.err

@@ -59,7 +59,7 @@ func errorBody(t *testing.T, body string) (code, msg string) {
 }
 
 // downStore is a store whose every call fails, as a MySQL that went away.
-type downStore struct{}
+type downStore struct{ segtest.StoreBase }
 
 var errDown = errors.New("store down")
 

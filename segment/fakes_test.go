@@ -15,6 +15,7 @@ import (
 
 // fakeStore is an in-memory Store with controllable failure, latency and blocking.
 type fakeStore struct {
+	baseStore
 	mu       sync.Mutex
 	rows     map[string]*fakeRow
 	fail     error         // returned by Allocate when set
@@ -187,6 +188,13 @@ type fakeMarks struct {
 	m        map[string]int64
 	raiseErr error
 }
+
+// baseStore gives a test's Store the methods it does not care about, as a Store that cannot
+// do them: ErrNotSupported, so the generator goes without (see Store).
+type baseStore struct{}
+
+func (baseStore) MaxID(context.Context, string) (int64, error) { return 0, ErrNotSupported }
+func (baseStore) CheckTag(context.Context, string) error       { return ErrNotSupported }
 
 // baseMarks gives a test's Marks the methods it does not care about, as Marks that cannot
 // do them: ErrNotSupported, so the generator raises through Raise, starts from the stored

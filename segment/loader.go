@@ -163,8 +163,7 @@ func (g *Generator) fetch(ctx context.Context, b *buffer) (*seg, error) {
 	// stays until max_id is back at or above the mark, whatever other error happens
 	// meanwhile (an error here returns with gd.regressed still set).
 	if gd.regressed {
-		if r, ok := g.store.(MaxIDReader); ok {
-			cur, err := r.MaxID(ctx, b.tag)
+		if cur, err := g.store.MaxID(ctx, b.tag); !errors.Is(err, ErrNotSupported) {
 			g.storeAnswered(err)
 			if err != nil {
 				return nil, fmt.Errorf("after a regression, read max_id: %w", err)

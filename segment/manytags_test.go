@@ -12,7 +12,10 @@ import (
 
 // counterStore leases [n*step, (n+1)*step) per call and keeps nothing per tag, so that heap
 // measurements count the generator only.
-type counterStore struct{ n atomic.Int64 }
+type counterStore struct {
+	baseStore
+	n atomic.Int64
+}
 
 const counterStep = 1 << 30
 

@@ -36,7 +36,12 @@ type Alloc struct {
 	Step  int64 // the tag's stored step (leaf_alloc.step)
 }
 
-// Store leases ranges. Implementations: *boltstore.BoltStore (embedded), *mysqlstore.MySQLStore.
+// Store leases ranges and reads them back. Implementations: *boltstore.BoltStore (embedded),
+// *mysqlstore.MySQLStore.
+//
+// Allocate, Tags and Create are what every Store must do. A Store that cannot do one of the
+// others (a test's fake, a minimal store) returns ErrNotSupported from it, and the generator
+// goes without, as said at each method.
 type Store interface {
 	// Allocate runs UPDATE max_id = max_id + step and its SELECT in one transaction, durably
 	// committed before it returns. step <= 0 means the stored step. ErrUnknownTag when no row.
@@ -45,6 +50,9 @@ type Store interface {
 	Tags(ctx context.Context) ([]string, error)
 	// Create inserts a row; ErrTagExists when the tag exists.
 	Create(ctx context.Context, t Tag) error
+	// MaxID and CheckTag read a tag without allocating (see MaxIDReader, TagChecker).
+	MaxIDReader
+	TagChecker
 }
 
 // Marks records, durably, the highest range end ever granted per tag (the regression guard),

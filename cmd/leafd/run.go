@@ -403,8 +403,12 @@ func (modeOffStore) Allocate(context.Context, string, int64) (segment.Alloc, err
 }
 func (modeOffStore) Tags(context.Context) ([]string, error)    { return nil, nil }
 func (modeOffStore) Create(context.Context, segment.Tag) error { return errModeOff }
-func (modeOffStore) Mark(string) (int64, error)                { return 0, nil }
-func (modeOffStore) Raise(string, int64) error                 { return errModeOff }
+func (modeOffStore) MaxID(context.Context, string) (int64, error) {
+	return 0, segment.ErrNotSupported
+}
+func (modeOffStore) CheckTag(context.Context, string) error { return segment.ErrNotSupported }
+func (modeOffStore) Mark(string) (int64, error)             { return 0, nil }
+func (modeOffStore) Raise(string, int64) error              { return errModeOff }
 
 // RaiseHint, Hint and the listings: nothing to remember or list (segment.ErrNotSupported).
 func (modeOffStore) RaiseHint(string, int64, segment.Hint) error { return segment.ErrNotSupported }

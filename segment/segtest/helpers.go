@@ -4,6 +4,7 @@
 package segtest
 
 import (
+	"context"
 	"sync"
 	"testing"
 	"time"
@@ -72,6 +73,17 @@ func WaitIdle(t *testing.T, g *segment.Generator, tag string) segment.Info {
 	})
 	return in
 }
+
+// StoreBase gives a test's Store the methods it does not care about: it cannot do them
+// (segment.ErrNotSupported), so the generator goes without, as it does with any Store that
+// cannot (segment.Store). Embed it and write Allocate, Tags and Create.
+type StoreBase struct{}
+
+// MaxID implements segment.Store: segment.ErrNotSupported.
+func (StoreBase) MaxID(context.Context, string) (int64, error) { return 0, segment.ErrNotSupported }
+
+// CheckTag implements segment.Store: segment.ErrNotSupported.
+func (StoreBase) CheckTag(context.Context, string) error { return segment.ErrNotSupported }
 
 // MarksBase gives a test's Marks the methods it does not care about: it keeps no hint and
 // lists nothing (segment.ErrNotSupported), so the generator goes without those features, as
