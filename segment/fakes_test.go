@@ -193,8 +193,11 @@ type fakeMarks struct {
 // do them: ErrNotSupported, so the generator goes without (see Store).
 type baseStore struct{}
 
-func (baseStore) MaxID(context.Context, string) (int64, error) { return 0, ErrNotSupported }
-func (baseStore) CheckTag(context.Context, string) error       { return ErrNotSupported }
+func (baseStore) MaxID(context.Context, string) (int64, error)      { return 0, ErrNotSupported }
+func (baseStore) CheckTag(context.Context, string) error            { return ErrNotSupported }
+func (baseStore) CreateShape(context.Context, string, []byte) error { return ErrNotSupported }
+func (baseStore) LoadShape(context.Context, string) ([]byte, error) { return nil, ErrNotSupported }
+func (baseStore) ShapeTags(context.Context) ([]string, error)       { return nil, ErrNotSupported }
 
 // baseMarks gives a test's Marks the methods it does not care about, as Marks that cannot
 // do them: ErrNotSupported, so the generator raises through Raise, starts from the stored

@@ -173,10 +173,12 @@ func (g *Generator) warm(ctx context.Context, tags []string) {
 // current one loads with its tag's first request (or was resumed from the remainder file).
 func (g *Generator) counterRow(ctx context.Context, tag string) bool {
 	i := strings.IndexByte(tag, '@')
-	sh, ok := g.store.(Shapes)
-	if i <= 0 || !ok {
+	if i <= 0 {
 		return false
 	}
-	_, err := sh.LoadShape(ctx, tag[:i])
+	_, err := g.store.LoadShape(ctx, tag[:i])
+	if errors.Is(err, ErrNotSupported) {
+		return false
+	}
 	return err == nil || !errors.Is(err, ErrUnknownTag) // unknown: not warmed either
 }

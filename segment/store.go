@@ -53,6 +53,8 @@ type Store interface {
 	// MaxID and CheckTag read a tag without allocating (see MaxIDReader, TagChecker).
 	MaxIDReader
 	TagChecker
+	// The ID shapes of shaped tags (see Shapes).
+	Shapes
 }
 
 // Marks records, durably, the highest range end ever granted per tag (the regression guard),

@@ -145,7 +145,10 @@ func run(ctx context.Context, cfg Config, log *zap.Logger, ready func(net.Addr))
 	if err != nil {
 		return err
 	}
-	shapes, _ := store.(segment.Shapes)
+	var shapes segment.Shapes // nil with the segment mode off: no shaped tags
+	if cfg.segmentOn() {
+		shapes = store
+	}
 	h := handlers.New(handlers.Config{
 		MaxBatch:      cfg.MaxBatch,
 		MaxStep:       cfg.MaxStep,
@@ -407,8 +410,15 @@ func (modeOffStore) MaxID(context.Context, string) (int64, error) {
 	return 0, segment.ErrNotSupported
 }
 func (modeOffStore) CheckTag(context.Context, string) error { return segment.ErrNotSupported }
-func (modeOffStore) Mark(string) (int64, error)             { return 0, nil }
-func (modeOffStore) Raise(string, int64) error              { return errModeOff }
+func (modeOffStore) CreateShape(context.Context, string, []byte) error {
+	return segment.ErrNotSupported
+}
+func (modeOffStore) LoadShape(context.Context, string) ([]byte, error) {
+	return nil, segment.ErrNotSupported
+}
+func (modeOffStore) ShapeTags(context.Context) ([]string, error) { return nil, segment.ErrNotSupported }
+func (modeOffStore) Mark(string) (int64, error)                  { return 0, nil }
+func (modeOffStore) Raise(string, int64) error                   { return errModeOff }
 
 // RaiseHint, Hint and the listings: nothing to remember or list (segment.ErrNotSupported).
 func (modeOffStore) RaiseHint(string, int64, segment.Hint) error { return segment.ErrNotSupported }

@@ -85,6 +85,19 @@ func (StoreBase) MaxID(context.Context, string) (int64, error) { return 0, segme
 // CheckTag implements segment.Store: segment.ErrNotSupported.
 func (StoreBase) CheckTag(context.Context, string) error { return segment.ErrNotSupported }
 
+// CreateShape implements segment.Store: segment.ErrNotSupported.
+func (StoreBase) CreateShape(context.Context, string, []byte) error {
+	return segment.ErrNotSupported
+}
+
+// LoadShape implements segment.Store: segment.ErrNotSupported.
+func (StoreBase) LoadShape(context.Context, string) ([]byte, error) {
+	return nil, segment.ErrNotSupported
+}
+
+// ShapeTags implements segment.Store: segment.ErrNotSupported.
+func (StoreBase) ShapeTags(context.Context) ([]string, error) { return nil, segment.ErrNotSupported }
+
 // MarksBase gives a test's Marks the methods it does not care about: it keeps no hint and
 // lists nothing (segment.ErrNotSupported), so the generator goes without those features, as
 // it does with any Marks that cannot do them. Embed it and write Mark and Raise.
