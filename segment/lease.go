@@ -10,6 +10,11 @@ import (
 // tag first when asked. *boltstore.BoltStore and *mysqlstore.MySQLStore implement it; for a Store
 // without it (a test's fake, a minimal store) the generator leases through Allocate and Create
 // (plainLessor), with the same outcome.
+//
+// Lessor stays apart from Store, found on the store by type assertion: besides the lease, it
+// says that the store commits concurrent first loads together, and New sizes its first-load
+// loaders on that (Config.FirstLoaders) before any lease, so an ErrNotSupported answer from
+// the first Lease would come too late.
 type Lessor interface {
 	Lease(ctx context.Context, r LeaseRequest) (Lease, error)
 }
