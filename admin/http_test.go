@@ -16,6 +16,7 @@ import (
 	"github.com/leafd/leafd/handlers"
 	"github.com/leafd/leafd/internal/errcode"
 	"github.com/leafd/leafd/segment"
+	"github.com/leafd/leafd/segment/segtest"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/zap"
 )
@@ -211,7 +212,7 @@ func mustJSON(t *testing.T, v any) string {
 }
 
 // downStore is a store whose every call fails, as a MySQL that went away.
-type downStore struct{}
+type downStore struct{ segtest.StoreBase }
 
 var errDown = errors.New("store down")
 
@@ -221,7 +222,7 @@ func (downStore) Allocate(context.Context, string, int64) (segment.Alloc, error)
 func (downStore) Tags(context.Context) ([]string, error)    { return nil, errDown }
 func (downStore) Create(context.Context, segment.Tag) error { return errDown }
 
-type noMarks struct{}
+type noMarks struct{ segtest.MarksBase }
 
 func (noMarks) Mark(string) (int64, error) { return 0, nil }
 func (noMarks) Raise(string, int64) error  { return nil }

@@ -15,6 +15,7 @@ import (
 	"github.com/leafd/leafd/internal/errcode"
 	"github.com/leafd/leafd/internal/storeerr"
 	"github.com/leafd/leafd/segment"
+	"github.com/leafd/leafd/segment/segtest"
 	"github.com/leafd/leafd/snowflake"
 	"go.uber.org/zap"
 )
@@ -77,8 +78,8 @@ func TestErrorCodeTable(t *testing.T) {
 		path  string
 	}{
 		{downStore{}, noMarks{}, nil, "/api/segment/get/down"},
-		{errStore{&storeerr.Error{Class: storeerr.Auth, Err: errors.New("access denied")}}, noMarks{}, nil, "/api/segment/get/x"},
-		{errStore{fmt.Errorf("no fence row: %w", segment.ErrNotAdopted)}, noMarks{}, nil, "/api/segment/get/x"},
+		{errStore{err: &storeerr.Error{Class: storeerr.Auth, Err: errors.New("access denied")}}, noMarks{}, nil, "/api/segment/get/x"},
+		{errStore{err: fmt.Errorf("no fence row: %w", segment.ErrNotAdopted)}, noMarks{}, nil, "/api/segment/get/x"},
 		{grantStore{}, highMarks{}, nil, "/api/segment/get/x"},
 		{downStore{}, noMarks{}, nil, "/api/snowflake/get/x"},
 		{downStore{}, noMarks{}, failSnow{fmt.Errorf("%w by 50ms", snowflake.ErrClockBack)}, "/api/snowflake/get/x"},
@@ -186,7 +187,10 @@ func keys(m map[string]produced) []string {
 }
 
 // errStore fails every call with err.
-type errStore struct{ err error }
+type errStore struct {
+	segtest.StoreBase
+	err error
+}
 
 func (s errStore) Allocate(context.Context, string, int64) (segment.Alloc, error) {
 	return segment.Alloc{}, s.err
@@ -201,7 +205,7 @@ func (grantStore) Allocate(context.Context, string, int64) (segment.Alloc, error
 	return segment.Alloc{MaxID: 11, Step: 10}, nil
 }
 
-type highMarks struct{}
+type highMarks struct{ segtest.MarksBase }
 
 func (highMarks) Mark(string) (int64, error) { return 1000, nil }
 func (highMarks) Raise(string, int64) error  { return nil }

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/leafd/leafd/segment"
+	"github.com/leafd/leafd/segment/segtest"
 )
 
 // AdminHandler builds the admin port of h for the tests of this package that look at the
@@ -58,7 +59,7 @@ func errorBody(t *testing.T, body string) (code, msg string) {
 }
 
 // downStore is a store whose every call fails, as a MySQL that went away.
-type downStore struct{}
+type downStore struct{ segtest.StoreBase }
 
 var errDown = errors.New("store down")
 
@@ -68,7 +69,7 @@ func (downStore) Allocate(context.Context, string, int64) (segment.Alloc, error)
 func (downStore) Tags(context.Context) ([]string, error)    { return nil, errDown }
 func (downStore) Create(context.Context, segment.Tag) error { return errDown }
 
-type noMarks struct{}
+type noMarks struct{ segtest.MarksBase }
 
 func (noMarks) Mark(string) (int64, error) { return 0, nil }
 func (noMarks) Raise(string, int64) error  { return nil }

@@ -18,6 +18,7 @@ import (
 	"github.com/leafd/leafd/resp"
 	"github.com/leafd/leafd/segment"
 	"github.com/leafd/leafd/segment/boltstore"
+	"github.com/leafd/leafd/segment/segtest"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 )
@@ -69,9 +70,11 @@ func (m *memLeases) Write(ctx context.Context, tag string, old ordered.Row, hold
 	return *r, true, nil
 }
 
-// gatedStore holds Allocate calls back while gate is set (a slow store).
+// gatedStore holds Allocate calls back while gate is set (a slow store): a plain Store of
+// Allocate, Tags and Create around Store (StoreBase: nothing else).
 type gatedStore struct {
-	segment.Store
+	segtest.StoreBase
+	Store   segment.Store
 	mu      sync.Mutex
 	gate    chan struct{} // nil: pass
 	skip    int           // calls that pass before the gate applies
@@ -91,6 +94,11 @@ func (s *gatedStore) Allocate(ctx context.Context, tag string, step int64) (segm
 		<-g
 	}
 	return s.Store.Allocate(ctx, tag, step)
+}
+
+func (s *gatedStore) Tags(ctx context.Context) ([]string, error) { return s.Store.Tags(ctx) }
+func (s *gatedStore) Create(ctx context.Context, t segment.Tag) error {
+	return s.Store.Create(ctx, t)
 }
 
 // ordInstance is one in-process leafd instance serving ordered tags.

@@ -17,13 +17,11 @@ func (g *Generator) CanLoad(ctx context.Context, tag string) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, g.cfg.LoadTimeout)
 	defer cancel()
-	var err error
-	switch st := g.store.(type) {
-	case TagChecker:
-		err = st.CheckTag(ctx, tag)
-	case MaxIDReader:
-		_, err = st.MaxID(ctx, tag)
-	default:
+	err := g.store.CheckTag(ctx, tag)
+	if errors.Is(err, ErrNotSupported) {
+		_, err = g.store.MaxID(ctx, tag)
+	}
+	if errors.Is(err, ErrNotSupported) {
 		var tags []string
 		if tags, err = g.store.Tags(ctx); err == nil && !slices.Contains(tags, tag) {
 			err = tagError(tag, ErrUnknownTag, "no such tag in the store")

@@ -15,6 +15,7 @@ import (
 
 // fakeStore is an in-memory Store with controllable failure, latency and blocking.
 type fakeStore struct {
+	baseStore
 	mu       sync.Mutex
 	rows     map[string]*fakeRow
 	fail     error         // returned by Allocate when set
@@ -182,10 +183,32 @@ func (s *fakeStore) inLeased(tag string, id int64) bool {
 
 // fakeMarks is an in-memory Marks.
 type fakeMarks struct {
+	baseMarks
 	mu       sync.Mutex
 	m        map[string]int64
 	raiseErr error
 }
+
+// baseStore gives a test's Store the methods it does not care about, as a Store that cannot
+// do them: ErrNotSupported, so the generator goes without (see Store).
+type baseStore struct{}
+
+func (baseStore) MaxID(context.Context, string) (int64, error)      { return 0, ErrNotSupported }
+func (baseStore) CheckTag(context.Context, string) error            { return ErrNotSupported }
+func (baseStore) CreateShape(context.Context, string, []byte) error { return ErrNotSupported }
+func (baseStore) LoadShape(context.Context, string) ([]byte, error) { return nil, ErrNotSupported }
+func (baseStore) ShapeTags(context.Context) ([]string, error)       { return nil, ErrNotSupported }
+
+// baseMarks gives a test's Marks the methods it does not care about, as Marks that cannot
+// do them: ErrNotSupported, so the generator raises through Raise, starts from the stored
+// step, does not list and warms nothing.
+type baseMarks struct{}
+
+func (baseMarks) RaiseHint(string, int64, Hint) error    { return ErrNotSupported }
+func (baseMarks) Hint(string) (Hint, error)              { return Hint{}, ErrNotSupported }
+func (baseMarks) AllMarks() ([]Mark, error)              { return nil, ErrNotSupported }
+func (baseMarks) MarksAfter(string, int) ([]Mark, error) { return nil, ErrNotSupported }
+func (baseMarks) RecentTags(int) ([]string, error)       { return nil, ErrNotSupported }
 
 func newFakeMarks() *fakeMarks { return &fakeMarks{m: map[string]int64{}} }
 

@@ -13,7 +13,7 @@ import (
 	"github.com/leafd/leafd/internal/clock"
 )
 
-// hintMarks is fakeMarks with hints (HintMarks).
+// hintMarks is fakeMarks with hints (RaiseHint and Hint).
 type hintMarks struct {
 	*fakeMarks
 	hmu   sync.Mutex

@@ -91,21 +91,21 @@ func (g *Generator) Info(tag string) (Info, error) {
 // end ever granted per tag, read from the marks file, for held tags and for tags not loaded
 // since the start (or whose load failed) alike. An error when the Marks cannot list.
 func (g *Generator) Marks() ([]Mark, error) {
-	ml, ok := g.marks.(MarkLister)
-	if !ok {
-		return nil, errors.New("segment: the marks store cannot list its marks")
-	}
-	return ml.AllMarks()
+	return listed(g.marks.AllMarks())
 }
 
 // MarksAfter lists up to n durable marks whose tag sorts after the given one, by tag name:
 // one page of Marks (IDS.MARKS cursor), read without the others.
 func (g *Generator) MarksAfter(after string, n int) ([]Mark, error) {
-	ml, ok := g.marks.(MarkLister)
-	if !ok {
+	return listed(g.marks.MarksAfter(after, n))
+}
+
+// listed is a listing of the marks, or, from Marks that cannot list, the error that says so.
+func listed(ms []Mark, err error) ([]Mark, error) {
+	if errors.Is(err, ErrNotSupported) {
 		return nil, errors.New("segment: the marks store cannot list its marks")
 	}
-	return ml.MarksAfter(after, n)
+	return ms, err
 }
 
 // Stats are counters since New.

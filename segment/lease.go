@@ -10,6 +10,11 @@ import (
 // tag first when asked. *boltstore.BoltStore and *mysqlstore.MySQLStore implement it; for a Store
 // without it (a test's fake, a minimal store) the generator leases through Allocate and Create
 // (plainLessor), with the same outcome.
+//
+// Lessor stays apart from Store, found on the store by type assertion: besides the lease, it
+// says that the store commits concurrent first loads together, and New sizes its first-load
+// loaders on that (Config.FirstLoaders) before any lease, so an ErrNotSupported answer from
+// the first Lease would come too late.
 type Lessor interface {
 	Lease(ctx context.Context, r LeaseRequest) (Lease, error)
 }
@@ -62,14 +67,18 @@ func (p plainLessor) Lease(ctx context.Context, r LeaseRequest) (Lease, error) {
 	return Lease{Alloc: a, Created: cerr == nil}, err
 }
 
-// MaxIDReader is implemented by stores that can read a tag's max_id (the start of the range
-// the next Allocate would lease) without allocating: both stores.
+// MaxIDReader reads a tag's max_id (the start of the range the next Allocate would lease)
+// without allocating: the state after a regression, a new tag's INCRBY count. ErrUnknownTag
+// when no row. Without it (ErrNotSupported) a regressed tag retries its lease at once and
+// any count is let through to the load.
 type MaxIDReader interface {
 	MaxID(ctx context.Context, tag string) (int64, error)
 }
 
-// TagChecker is a store that can tell, without allocating, whether a tag could be leased:
-// *mysqlstore.MySQLStore (its row, and with the fence on its fence row).
+// TagChecker tells, without allocating, whether a tag could be leased: its row
+// (ErrUnknownTag) and, for *mysqlstore.MySQLStore with the fence, its fence row
+// (ErrNotAdopted); *boltstore.BoltStore reads the row. Without it (ErrNotSupported) CanLoad
+// asks MaxID, and without that, Tags.
 type TagChecker interface {
 	CheckTag(ctx context.Context, tag string) error
 }

@@ -133,15 +133,14 @@ func (g *Generator) fetch(ctx context.Context, b *buffer) (*seg, error) {
 	// step: see Hint.
 	var hint Hint
 	if first {
-		if hm, ok := g.marks.(HintMarks); ok {
-			h, err := hm.Hint(b.tag)
-			if err != nil {
-				g.log.Warn("segment: cannot read the tag's remembered step; starting from the stored step", zap.String("tag", b.tag), zap.Error(err))
-			} else {
-				hint = h
-				rate = max(rate, h.Rate)
-				took = max(took, h.Load)
-			}
+		switch h, err := g.marks.Hint(b.tag); {
+		case errors.Is(err, ErrNotSupported):
+		case err != nil:
+			g.log.Warn("segment: cannot read the tag's remembered step; starting from the stored step", zap.String("tag", b.tag), zap.Error(err))
+		default:
+			hint = h
+			rate = max(rate, h.Rate)
+			took = max(took, h.Load)
 		}
 	}
 
@@ -164,8 +163,7 @@ func (g *Generator) fetch(ctx context.Context, b *buffer) (*seg, error) {
 	// stays until max_id is back at or above the mark, whatever other error happens
 	// meanwhile (an error here returns with gd.regressed still set).
 	if gd.regressed {
-		if r, ok := g.store.(MaxIDReader); ok {
-			cur, err := r.MaxID(ctx, b.tag)
+		if cur, err := g.store.MaxID(ctx, b.tag); !errors.Is(err, ErrNotSupported) {
 			g.storeAnswered(err)
 			if err != nil {
 				return nil, fmt.Errorf("after a regression, read max_id: %w", err)
@@ -257,9 +255,8 @@ func (g *Generator) fetch(ctx context.Context, b *buffer) (*seg, error) {
 	}
 	// Durable before publication: after a crash the restarted instance refuses this range.
 	loadTook := g.cfg.Clock.Now().Sub(started)
-	if hm, ok := g.marks.(HintMarks); ok {
-		err = hm.RaiseHint(b.tag, end, Hint{Step: size, Rate: rate, Load: loadTook})
-	} else {
+	err = g.marks.RaiseHint(b.tag, end, Hint{Step: size, Rate: rate, Load: loadTook})
+	if errors.Is(err, ErrNotSupported) {
 		err = g.marks.Raise(b.tag, end)
 	}
 	g.marksAnswered(err)

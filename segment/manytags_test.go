@@ -12,7 +12,10 @@ import (
 
 // counterStore leases [n*step, (n+1)*step) per call and keeps nothing per tag, so that heap
 // measurements count the generator only.
-type counterStore struct{ n atomic.Int64 }
+type counterStore struct {
+	baseStore
+	n atomic.Int64
+}
 
 const counterStep = 1 << 30
 
@@ -25,7 +28,7 @@ func (s *counterStore) Allocate(ctx context.Context, tag string, step int64) (Al
 func (s *counterStore) Tags(context.Context) ([]string, error) { return nil, nil }
 func (s *counterStore) Create(context.Context, Tag) error      { return nil }
 
-type nopMarks struct{}
+type nopMarks struct{ baseMarks }
 
 func (nopMarks) Mark(string) (int64, error) { return 0, nil }
 func (nopMarks) Raise(string, int64) error  { return nil }

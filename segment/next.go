@@ -162,13 +162,9 @@ func (g *Generator) checkNewTagCount(tag string, n int64) error {
 	if err := ValidateTag(tag); err != nil {
 		return err
 	}
-	r, ok := g.store.(MaxIDReader)
-	if !ok {
-		return nil
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), g.cfg.WaitTimeout)
 	defer cancel()
-	if _, err := r.MaxID(ctx, tag); errors.Is(err, ErrUnknownTag) {
+	if _, err := g.store.MaxID(ctx, tag); errors.Is(err, ErrUnknownTag) {
 		return tagError(tag, ErrLimit, fmt.Sprintf(
 			"count %d exceeds the first segment of a new tag (max %d); the tag was not created", n, g.cfg.DefaultStep))
 	}

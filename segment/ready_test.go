@@ -88,7 +88,7 @@ func TestWarmAfterOutageStart(t *testing.T) {
 	}
 }
 
-// recentMarks is a fakeMarks that lists the tags raised, most recent first (a RecentLister,
+// recentMarks is a fakeMarks that lists the tags raised, most recent first (RecentTags,
 // as the marks file is): the tags a warm start loads.
 type recentMarks struct {
 	*fakeMarks

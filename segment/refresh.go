@@ -89,11 +89,10 @@ func (g *Generator) refresher(ctx context.Context) {
 // warmList returns the tags to warm: those this instance raised a mark for most recently that
 // the store still lists, at most Config.WarmTags and what Config.MaxTags leaves.
 func (g *Generator) warmList(listed map[string]struct{}) []string {
-	ml, ok := g.marks.(RecentLister)
-	if !ok {
+	recent, err := g.marks.RecentTags(g.cfg.WarmTags)
+	if errors.Is(err, ErrNotSupported) {
 		return nil
 	}
-	recent, err := ml.RecentTags(g.cfg.WarmTags)
 	if err != nil {
 		g.log.Warn("segment: warm start: cannot list marks", zap.Error(err))
 		return nil
@@ -174,10 +173,12 @@ func (g *Generator) warm(ctx context.Context, tags []string) {
 // current one loads with its tag's first request (or was resumed from the remainder file).
 func (g *Generator) counterRow(ctx context.Context, tag string) bool {
 	i := strings.IndexByte(tag, '@')
-	sh, ok := g.store.(Shapes)
-	if i <= 0 || !ok {
+	if i <= 0 {
 		return false
 	}
-	_, err := sh.LoadShape(ctx, tag[:i])
+	_, err := g.store.LoadShape(ctx, tag[:i])
+	if errors.Is(err, ErrNotSupported) {
+		return false
+	}
 	return err == nil || !errors.Is(err, ErrUnknownTag) // unknown: not warmed either
 }

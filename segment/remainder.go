@@ -35,6 +35,11 @@ import (
 // RemainderStore is implemented by stores that can bind a remainder file to themselves and record
 // its consumption (*boltstore.BoltStore, *mysqlstore.MySQLStore). A store without it gets no
 // remainder file: its held ranges are a gap at each restart, as before.
+//
+// RemainderStore stays apart from Store, found on the store by type assertion: SaveRemainder
+// refuses a store without it before taking any rest and without a store call (StoreID is
+// asked only when there is something to save and the start did not read it already), so an
+// ErrNotSupported answer would come too late to say so.
 type RemainderStore interface {
 	// StoreID identifies the store (not the server): stable across restarts and, for MySQL,
 	// across a failover to a replica; different for another store.

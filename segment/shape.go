@@ -12,7 +12,8 @@ import (
 // no leaf_alloc row of its own name: its counters are the rows tag@period, and a plain row of the
 // shaped name is never created (Create refuses it with ErrShaped), so an instance that does not
 // know the shape yet cannot serve raw counters under that name. Implementations:
-// *mysqlstore.MySQLStore (table leafd_tag_shape), *boltstore.BoltStore (bucket tag_shape).
+// *mysqlstore.MySQLStore (table leafd_tag_shape), *boltstore.BoltStore (bucket tag_shape). A
+// Store without shapes returns ErrNotSupported: no tag of it is a shaped tag's counter row.
 type Shapes interface {
 	// CreateShape records spec for tag; ErrTagExists when tag has a shape or a leaf_alloc row.
 	CreateShape(ctx context.Context, tag string, spec []byte) error

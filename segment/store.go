@@ -36,7 +36,12 @@ type Alloc struct {
 	Step  int64 // the tag's stored step (leaf_alloc.step)
 }
 
-// Store leases ranges. Implementations: *boltstore.BoltStore (embedded), *mysqlstore.MySQLStore.
+// Store leases ranges and reads them back. Implementations: *boltstore.BoltStore (embedded),
+// *mysqlstore.MySQLStore.
+//
+// Allocate, Tags and Create are what every Store must do. A Store that cannot do one of the
+// others (a test's fake, a minimal store) returns ErrNotSupported from it, and the generator
+// goes without, as said at each method.
 type Store interface {
 	// Allocate runs UPDATE max_id = max_id + step and its SELECT in one transaction, durably
 	// committed before it returns. step <= 0 means the stored step. ErrUnknownTag when no row.
@@ -45,15 +50,44 @@ type Store interface {
 	Tags(ctx context.Context) ([]string, error)
 	// Create inserts a row; ErrTagExists when the tag exists.
 	Create(ctx context.Context, t Tag) error
+	// MaxID and CheckTag read a tag without allocating (see MaxIDReader, TagChecker).
+	MaxIDReader
+	TagChecker
+	// The ID shapes of shaped tags (see Shapes).
+	Shapes
 }
 
-// Marks records, durably, the highest range end ever granted per tag (the regression guard).
-// Implementations: *boltstore.BoltStore (same file as the embedded store) and *boltstore.MarkFile
-// (marks only, for MySQL). Raise must be durable when it returns; it never lowers a mark.
+// Marks records, durably, the highest range end ever granted per tag (the regression guard),
+// with the tag's Hint beside it, and lists what it holds. Implementations: *boltstore.BoltStore
+// (same file as the embedded store) and *boltstore.MarkFile (marks only, for MySQL). Raise and
+// RaiseHint must be durable when they return; they never lower a mark.
+//
+// Mark and Raise are the guard and every Marks has them. The others serve the remembered step,
+// IDS.MARKS and the warm start; a Marks that cannot keep hints or list (a test's fake, a marks
+// source that has nothing to remember) returns ErrNotSupported from them, and the generator
+// then goes without: it raises through Raise, starts from the stored step, answers IDS.MARKS
+// with an error and warms nothing.
 type Marks interface {
 	Mark(tag string) (int64, error) // 0 when none
 	Raise(tag string, end int64) error
+	// RaiseHint raises the mark exactly as Raise does and records h in the same durable commit.
+	RaiseHint(tag string, end int64, h Hint) error
+	// Hint returns the tag's Hint, the zero Hint when none is recorded.
+	Hint(tag string) (Hint, error)
+	// AllMarks lists every mark, read from the file: the tags this instance ever leased, held
+	// now or not.
+	AllMarks() ([]Mark, error)
+	// MarksAfter lists up to n marks whose tag sorts after the given one ("" : from the
+	// first), by tag name: one page of AllMarks, read without the others.
+	MarksAfter(after string, n int) ([]Mark, error)
+	// RecentTags lists up to n tags, most recently raised first: the tags this instance served
+	// before a restart.
+	RecentTags(n int) ([]string, error)
 }
+
+// ErrNotSupported: the Marks (or store) cannot do what was asked; the generator goes without
+// the feature (see Marks).
+var ErrNotSupported = errors.New("segment: not supported")
 
 // Hint is what a tag's latest load leaves for the tag's next life in this instance (after a
 // restart): the size of the segment it leased (the dynamic step), the demand observed when it
@@ -67,28 +101,10 @@ type Hint struct {
 	Load time.Duration // duration of the load (Marks read, lease [, create], mark raise excluded)
 }
 
-// HintMarks is implemented by Marks that keep a Hint per tag beside the mark (*boltstore.MarkFile,
-// *boltstore.BoltStore, in the same bbolt file): RaiseHint raises the mark exactly as Raise does
-// and records h in the same durable commit; Hint returns the zero Hint when none is recorded.
-type HintMarks interface {
-	Marks
-	RaiseHint(tag string, end int64, h Hint) error
-	Hint(tag string) (Hint, error)
-}
-
 // Mark is one durable mark: End is the highest range end ever granted for Tag.
 type Mark struct {
 	Tag string
 	End int64
-}
-
-// MarkLister is implemented by Marks that can list every mark they hold, read from the file
-// (*boltstore.MarkFile, *boltstore.BoltStore): the tags this instance ever leased, held now or not.
-type MarkLister interface {
-	AllMarks() ([]Mark, error)
-	// MarksAfter lists up to n marks whose tag sorts after the given one ("" : from the
-	// first), by tag name: one page of AllMarks, read without the others.
-	MarksAfter(after string, n int) ([]Mark, error)
 }
 
 // Errors returned by this package, wrapped with %w; match them with errors.Is.
@@ -116,10 +132,3 @@ var (
 	// by another instance); the error wraps Admit's.
 	ErrNotAdmitted = errors.New("segment: tag not served by this instance")
 )
-
-// RecentLister is implemented by Marks that can list the tags they hold, most recently raised
-// first (*boltstore.MarkFile, *boltstore.BoltStore): the tags this instance served before a
-// restart.
-type RecentLister interface {
-	RecentTags(n int) ([]string, error)
-}

@@ -37,7 +37,7 @@ func runRaiseBolt(ctx context.Context, dataDir string, margin int64, dryRun bool
 	}
 	defer mf.Close()
 	marks := map[string]int64{}
-	for _, src := range []segment.MarkLister{mf, st} { // marks.db, and any left in leafd.db by earlier versions
+	for _, src := range []segment.Marks{mf, st} { // marks.db, and any left in leafd.db by earlier versions
 		ms, err := src.AllMarks()
 		if err != nil {
 			return fail(fmt.Errorf("read marks: %w", err))

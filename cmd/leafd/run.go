@@ -145,7 +145,10 @@ func run(ctx context.Context, cfg Config, log *zap.Logger, ready func(net.Addr))
 	if err != nil {
 		return err
 	}
-	shapes, _ := store.(segment.Shapes)
+	var shapes segment.Shapes // nil with the segment mode off: no shaped tags
+	if cfg.segmentOn() {
+		shapes = store
+	}
 	h := handlers.New(handlers.Config{
 		MaxBatch:      cfg.MaxBatch,
 		MaxStep:       cfg.MaxStep,
@@ -403,5 +406,27 @@ func (modeOffStore) Allocate(context.Context, string, int64) (segment.Alloc, err
 }
 func (modeOffStore) Tags(context.Context) ([]string, error)    { return nil, nil }
 func (modeOffStore) Create(context.Context, segment.Tag) error { return errModeOff }
-func (modeOffStore) Mark(string) (int64, error)                { return 0, nil }
-func (modeOffStore) Raise(string, int64) error                 { return errModeOff }
+func (modeOffStore) MaxID(context.Context, string) (int64, error) {
+	return 0, segment.ErrNotSupported
+}
+func (modeOffStore) CheckTag(context.Context, string) error { return segment.ErrNotSupported }
+func (modeOffStore) CreateShape(context.Context, string, []byte) error {
+	return segment.ErrNotSupported
+}
+func (modeOffStore) LoadShape(context.Context, string) ([]byte, error) {
+	return nil, segment.ErrNotSupported
+}
+func (modeOffStore) ShapeTags(context.Context) ([]string, error) { return nil, segment.ErrNotSupported }
+func (modeOffStore) Mark(string) (int64, error)                  { return 0, nil }
+func (modeOffStore) Raise(string, int64) error                   { return errModeOff }
+
+// RaiseHint, Hint and the listings: nothing to remember or list (segment.ErrNotSupported).
+func (modeOffStore) RaiseHint(string, int64, segment.Hint) error { return segment.ErrNotSupported }
+func (modeOffStore) Hint(string) (segment.Hint, error) {
+	return segment.Hint{}, segment.ErrNotSupported
+}
+func (modeOffStore) AllMarks() ([]segment.Mark, error) { return nil, segment.ErrNotSupported }
+func (modeOffStore) MarksAfter(string, int) ([]segment.Mark, error) {
+	return nil, segment.ErrNotSupported
+}
+func (modeOffStore) RecentTags(int) ([]string, error) { return nil, segment.ErrNotSupported }

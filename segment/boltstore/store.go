@@ -23,16 +23,7 @@ var (
 	_ segment.Marks = (*BoltStore)(nil)
 	_ segment.Marks = (*MarkFile)(nil)
 
-	_ segment.MarkLister = (*BoltStore)(nil)
-	_ segment.MarkLister = (*MarkFile)(nil)
-
-	_ segment.HintMarks = (*MarkFile)(nil)
-	_ segment.HintMarks = (*BoltStore)(nil)
-
-	_ segment.MaxIDReader  = (*BoltStore)(nil)
-	_ segment.RecentLister = (*BoltStore)(nil)
-	_ segment.RecentLister = (*MarkFile)(nil)
-	_ segment.Lessor       = (*BoltStore)(nil)
+	_ segment.Lessor = (*BoltStore)(nil)
 )
 
 // Bucket names inside the bbolt file. leaf_alloc mirrors Leaf's table; marks holds the
@@ -217,6 +208,13 @@ func (s *BoltStore) MaxID(ctx context.Context, tag string) (int64, error) {
 		return 0, boltWrap("max_id", err)
 	}
 	return maxID, nil
+}
+
+// CheckTag reports, without allocating, whether an allocation of tag would find its row
+// (ErrUnknownTag): the embedded store has no fence, the row is all a lease needs.
+func (s *BoltStore) CheckTag(ctx context.Context, tag string) error {
+	_, err := s.MaxID(ctx, tag)
+	return err
 }
 
 // Tags lists the tag names, sorted.

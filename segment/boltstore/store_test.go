@@ -200,7 +200,7 @@ func TestBoltMarks(t *testing.T) {
 			if err := m.Raise("a", 7); err != nil {
 				t.Fatal(err)
 			}
-			all, err := m.(segment.MarkLister).AllMarks()
+			all, err := m.AllMarks()
 			if want := []segment.Mark{{Tag: "a", End: 7}, {Tag: "t", End: 5000}}; err != nil || !slices.Equal(all, want) {
 				t.Fatalf("AllMarks: got %v, %v; want %v", all, err, want)
 			}

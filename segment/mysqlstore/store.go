@@ -26,10 +26,8 @@ import (
 )
 
 var (
-	_ segment.Store       = (*MySQLStore)(nil)
-	_ segment.MaxIDReader = (*MySQLStore)(nil)
-	_ segment.Lessor      = (*MySQLStore)(nil)
-	_ segment.TagChecker  = (*MySQLStore)(nil)
+	_ segment.Store  = (*MySQLStore)(nil)
+	_ segment.Lessor = (*MySQLStore)(nil)
 )
 
 // MySQL server error numbers the store maps to sentinels.

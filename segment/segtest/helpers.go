@@ -4,6 +4,7 @@
 package segtest
 
 import (
+	"context"
 	"sync"
 	"testing"
 	"time"
@@ -73,8 +74,55 @@ func WaitIdle(t *testing.T, g *segment.Generator, tag string) segment.Info {
 	return in
 }
 
-// Marks is an in-memory segment.Marks.
+// StoreBase gives a test's Store the methods it does not care about: it cannot do them
+// (segment.ErrNotSupported), so the generator goes without, as it does with any Store that
+// cannot (segment.Store). Embed it and write Allocate, Tags and Create.
+type StoreBase struct{}
+
+// MaxID implements segment.Store: segment.ErrNotSupported.
+func (StoreBase) MaxID(context.Context, string) (int64, error) { return 0, segment.ErrNotSupported }
+
+// CheckTag implements segment.Store: segment.ErrNotSupported.
+func (StoreBase) CheckTag(context.Context, string) error { return segment.ErrNotSupported }
+
+// CreateShape implements segment.Store: segment.ErrNotSupported.
+func (StoreBase) CreateShape(context.Context, string, []byte) error {
+	return segment.ErrNotSupported
+}
+
+// LoadShape implements segment.Store: segment.ErrNotSupported.
+func (StoreBase) LoadShape(context.Context, string) ([]byte, error) {
+	return nil, segment.ErrNotSupported
+}
+
+// ShapeTags implements segment.Store: segment.ErrNotSupported.
+func (StoreBase) ShapeTags(context.Context) ([]string, error) { return nil, segment.ErrNotSupported }
+
+// MarksBase gives a test's Marks the methods it does not care about: it keeps no hint and
+// lists nothing (segment.ErrNotSupported), so the generator goes without those features, as
+// it does with any Marks that cannot do them. Embed it and write Mark and Raise.
+type MarksBase struct{}
+
+// RaiseHint implements segment.Marks: segment.ErrNotSupported (the generator raises through Raise).
+func (MarksBase) RaiseHint(string, int64, segment.Hint) error { return segment.ErrNotSupported }
+
+// Hint implements segment.Marks: segment.ErrNotSupported.
+func (MarksBase) Hint(string) (segment.Hint, error) { return segment.Hint{}, segment.ErrNotSupported }
+
+// AllMarks implements segment.Marks: segment.ErrNotSupported.
+func (MarksBase) AllMarks() ([]segment.Mark, error) { return nil, segment.ErrNotSupported }
+
+// MarksAfter implements segment.Marks: segment.ErrNotSupported.
+func (MarksBase) MarksAfter(string, int) ([]segment.Mark, error) {
+	return nil, segment.ErrNotSupported
+}
+
+// RecentTags implements segment.Marks: segment.ErrNotSupported.
+func (MarksBase) RecentTags(int) ([]string, error) { return nil, segment.ErrNotSupported }
+
+// Marks is an in-memory segment.Marks (with MarksBase: no hints, no listing).
 type Marks struct {
+	MarksBase
 	mu sync.Mutex
 	m  map[string]int64
 }
