@@ -123,6 +123,9 @@ func New(cfg Config, store Store, marks Marks, log *zap.Logger) (*Generator, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	g.cancel = cancel
+	if n, ok := store.(DatabaseNotifier); ok {
+		n.OnDatabaseChange(g.databaseChanged)
+	}
 
 	rctx, rcancel := context.WithTimeout(ctx, cfg.LoadTimeout)
 	listed, err := g.refresh(rctx)

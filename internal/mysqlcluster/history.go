@@ -38,10 +38,34 @@ type History struct {
 	log  *zap.Logger
 	now  func() time.Time
 
-	mu    sync.Mutex // guards the fields below and the file
-	seen  map[string]mark
-	dirty bool
-	wrote time.Time
+	mu        sync.Mutex // guards the fields below and the file
+	seen      map[string]mark
+	beginning map[string]int64 // per state UUID the generation this process is recording (begin)
+	onGen     []func()         // OnGeneration
+	dirty     bool
+	wrote     time.Time
+}
+
+// OnGeneration registers f, called once each time this process learns of a new generation
+// of a cluster (it begins one, or reads one recorded by another instance), before the
+// statement that learned it returns. f must not call back into h. Nil h: nothing.
+func (h *History) OnGeneration(f func()) {
+	if h == nil {
+		return
+	}
+	h.mu.Lock()
+	h.onGen = append(h.onGen, f)
+	h.mu.Unlock()
+}
+
+// notify calls the OnGeneration functions (h.mu not held).
+func (h *History) notify() {
+	h.mu.Lock()
+	fs := h.onGen
+	h.mu.Unlock()
+	for _, f := range fs {
+		f()
+	}
 }
 
 // OpenHistory loads the file at path (missing: nothing seen yet); path "" keeps the history
@@ -51,7 +75,7 @@ func OpenHistory(path string, log *zap.Logger) (*History, error) {
 	if log == nil {
 		log = zap.NewNop()
 	}
-	h := &History{path: path, log: log, now: time.Now, seen: map[string]mark{}}
+	h := &History{path: path, log: log, now: time.Now, seen: map[string]mark{}, beginning: map[string]int64{}}
 	if path == "" {
 		return h, nil
 	}
@@ -87,8 +111,11 @@ func (h *History) Check(ctx context.Context, src Source, st State) error {
 	m, ok := h.seen[st.UUID]
 	switch {
 	case !ok || st.Gen > m.Gen:
-		h.noteLocked(st.UUID, mark{st.Seqno, st.Gen}, ok)
+		learned := h.noteLocked(st.UUID, mark{st.Seqno, st.Gen}, ok)
 		h.mu.Unlock()
+		if learned {
+			h.notify()
+		}
 		return nil
 	case st.Gen == m.Gen && st.Seqno >= m.Seqno:
 		h.raiseLocked(st.UUID, st.Seqno)
@@ -109,9 +136,10 @@ func (h *History) Check(ctx context.Context, src Source, st State) error {
 	}
 	h.mu.Lock()
 	m = h.seen[st.UUID] // may have moved meanwhile
+	learned := false
 	switch {
 	case c.Gen > m.Gen:
-		h.noteLocked(st.UUID, mark{c.Seqno, c.Gen}, true)
+		learned = h.noteLocked(st.UUID, mark{c.Seqno, c.Gen}, true)
 	case c.Gen == m.Gen && c.Seqno >= m.Seqno:
 		h.raiseLocked(st.UUID, c.Seqno) // the member lagged
 	default:
@@ -121,6 +149,9 @@ func (h *History) Check(ctx context.Context, src Source, st State) error {
 	}
 	cur := h.seen[st.UUID].Gen
 	h.mu.Unlock()
+	if learned {
+		h.notify()
+	}
 	if st.Gen != cur {
 		return ErrGeneration
 	}
@@ -128,37 +159,64 @@ func (h *History) Check(ctx context.Context, src Source, st State) error {
 }
 
 // begin records the generation after m, found at the confirmed state c, and returns
-// ErrGeneration (the caller's identity is the old one).
+// ErrGeneration (the caller's identity is the old one). One statement of this process records
+// a generation; the others that found the same lower reading meanwhile return at once.
 func (h *History) begin(ctx context.Context, src Source, uuid string, m mark, c State) error {
 	next := max(m.Gen, c.Gen) + 1
+	h.mu.Lock()
+	if h.beginning[uuid] >= next || h.seen[uuid].Gen >= next {
+		h.mu.Unlock()
+		return ErrGeneration
+	}
+	h.beginning[uuid] = next
+	h.mu.Unlock()
 	why := fmt.Sprintf("wsrep_last_committed %d is below %d seen before", c.Seqno, m.Seqno)
 	if c.Gen < m.Gen {
 		why = fmt.Sprintf("generation %d is below %d seen before (seqno %d; seen %d)", c.Gen, m.Gen, c.Seqno, m.Seqno)
 	}
-	if err := src.Begin(ctx, uuid, next, c.Seqno); err != nil {
+	err := src.Begin(ctx, uuid, next, c.Seqno)
+	h.mu.Lock()
+	if h.beginning[uuid] == next {
+		delete(h.beginning, uuid)
+	}
+	if err != nil {
+		h.mu.Unlock()
 		return fmt.Errorf("mysqlcluster: the Galera cluster %s was restarted from a member that lacked commits (%s); recording generation %d: %w", uuid, why, next, err)
 	}
-	h.log.Warn("mysqlcluster: failover: the Galera cluster was restarted from a member that lacked commits; a new generation begins, which every store takes as another database (fence jump, lease settle)",
-		zap.String("state_uuid", uuid), zap.String("reason", why), zap.Int64("generation", next), zap.Int64("seqno", c.Seqno))
-	h.mu.Lock()
+	// A later generation noted meanwhile (recorded by another instance) was logged and
+	// notified by noteLocked; this one is announced here, once.
+	announce := h.seen[uuid].Gen <= next
 	if h.seen[uuid].Gen < next {
 		h.seen[uuid] = mark{c.Seqno, next}
 		h.dirty = true
 		h.flushLocked(true)
 	}
 	h.mu.Unlock()
+	if announce {
+		h.log.Warn(msgBegins, zap.String("state_uuid", uuid), zap.String("reason", why), zap.Int64("generation", next), zap.Int64("seqno", c.Seqno))
+		h.notify()
+	}
 	return ErrGeneration
 }
 
-// noteLocked records a generation seen for the first time (known: another one was known).
-func (h *History) noteLocked(uuid string, m mark, known bool) {
+// The log lines of a new generation: one per generation and process.
+const (
+	msgBegins   = "mysqlcluster: failover: the Galera cluster was restarted from a member that lacked commits; a new generation begins, which every store takes as another database (fence jump, lease settle)"
+	msgRecorded = "mysqlcluster: failover: the Galera cluster is in a generation recorded by another instance (restarted from a member that lacked commits); every store takes it as another database"
+)
+
+// noteLocked records a generation seen for the first time (known: another one was known) and
+// reports whether it is news to announce (h.notify): a new generation this process is not
+// recording itself (begin announces that one).
+func (h *History) noteLocked(uuid string, m mark, known bool) bool {
 	h.seen[uuid] = m
 	h.dirty = true
-	if known {
-		h.log.Warn("mysqlcluster: failover: the Galera cluster is in a generation recorded by another instance (restarted from a member that lacked commits); every store takes it as another database",
-			zap.String("state_uuid", uuid), zap.Int64("generation", m.Gen), zap.Int64("seqno", m.Seqno))
-	}
 	h.flushLocked(true)
+	if !known || h.beginning[uuid] >= m.Gen {
+		return false
+	}
+	h.log.Warn(msgRecorded, zap.String("state_uuid", uuid), zap.Int64("generation", m.Gen), zap.Int64("seqno", m.Seqno))
+	return true
 }
 
 func (h *History) raiseLocked(uuid string, seqno int64) {

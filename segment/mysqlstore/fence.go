@@ -90,6 +90,10 @@ func (s *MySQLStore) clusterState() string { return s.identFull.Load().State }
 // stores of the database (the ORDERED leases).
 func (s *MySQLStore) Cluster() *mysqlcluster.History { return s.cluster }
 
+// OnDatabaseChange implements segment.DatabaseNotifier: f runs when the process learns of a
+// new generation of the Galera cluster (mysqlcluster.History.OnGeneration).
+func (s *MySQLStore) OnDatabaseChange(f func()) { s.cluster.OnGeneration(f) }
+
 // leaderIdentity is the identity column an ORDERED tag's creating insert records in its
 // leafd_leader row (ordered.CreateRowSQL): the database's, once known, else the server's
 // (on a Galera cluster the lease then counts the row as moved and settles once).
