@@ -16,6 +16,7 @@ type fakeSource struct {
 	beginErr error
 	confirms int
 	begins   []mark // gen and seqno of each Begin
+	onBegin  func() // when set, called by Begin before it records the generation
 }
 
 func (f *fakeSource) Confirm(context.Context) (State, error) {
@@ -26,6 +27,9 @@ func (f *fakeSource) Confirm(context.Context) (State, error) {
 func (f *fakeSource) Begin(_ context.Context, uuid string, gen, seqno int64) error {
 	if f.beginErr != nil {
 		return f.beginErr
+	}
+	if f.onBegin != nil {
+		f.onBegin()
 	}
 	f.begins = append(f.begins, mark{Seqno: seqno, Gen: gen})
 	f.confirm.Gen = max(f.confirm.Gen, gen)
