@@ -151,7 +151,7 @@ func TestDetectGalera(t *testing.T) {
 		t.Fatal(err)
 	}
 	var rows int
-	if err := dbs[0].QueryRow("SELECT COUNT(*) FROM leafd_generation").Scan(&rows); err != nil || rows != 1 {
+	if err := dbs[0].QueryRow("SET STATEMENT wsrep_sync_wait = 1 FOR SELECT COUNT(*) FROM leafd_generation").Scan(&rows); err != nil || rows != 1 {
 		t.Fatalf("leafd_generation: %d rows (%v), want 1: a row only on a member of its cluster", rows, err)
 	}
 	for deadline := time.Now().Add(10 * time.Second); read(0) == gen0; time.Sleep(20 * time.Millisecond) {
