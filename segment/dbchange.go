@@ -13,8 +13,8 @@ type DatabaseNotifier interface {
 
 // databaseChanged drops every held buffer: their ranges were leased from the database that
 // was lost, whose commits another instance may have leased too. Nothing leased before the
-// change is issued after this returns (a dropped buffer publishes no load and requests look
-// their tag up again); the next request of each tag loads a range of the new database, above
+// change is issued after this returns (a dropped buffer publishes no load, its segment is
+// exhausted, and requests look their tag up again); the next request of each tag loads a range of the new database, above
 // the store's fence. A rare event: the hot path is not involved.
 func (g *Generator) databaseChanged() {
 	var held []*buffer
@@ -24,6 +24,12 @@ func (g *Generator) databaseChanged() {
 	})
 	for _, b := range held {
 		g.drop(b)
+		// A request that looked b up before the drop takes nothing from it afterwards: every
+		// later take of the segment is past its end (one that took a value before this line
+		// issued it before the change was known), and the request looks the tag up again.
+		if s := b.cur.Load(); s != nil {
+			s.cursor.Store(s.end)
+		}
 	}
 	g.log.Warn("segment: the store's database changed (a Galera cluster restarted from a member that lacked commits); every held segment is dropped, each tag loads from the new database",
 		zap.Int("tags", len(held)))

@@ -109,9 +109,13 @@ func TestDatabaseChangeDropsHeldSegments(t *testing.T) {
 			if v := mustNext(t, g, "a"); v != 1 {
 				t.Fatalf("first ID %d, want 1", v)
 			}
+			held := g.tags.load("a") // as a request that looked the tag up just before
 			tc.restart(st)
 			if v := mustNext(t, g, "b"); v < jump {
 				t.Fatalf("b under the new generation: %d, want at least %d", v, jump)
+			}
+			if v, ts := held.take(); ts != notTaken {
+				t.Fatalf("a request holding the dropped buffer took %d from a segment leased before", v)
 			}
 			if v := mustNext(t, g, "a"); v < jump {
 				t.Fatalf("a issued %d after the new generation was learned: a segment leased before, want at least %d", v, jump)
