@@ -27,22 +27,15 @@ import (
 	"github.com/leafd/leafd/snowflake"
 )
 
-// Segments is what the segment commands need from the segment core.
+// Segments is what the segment commands need from the segment core: what the router takes
+// (ids.Segments) and the marks, stats and health the commands report.
 type Segments interface {
-	Next(tag string) (int64, error)
-	NextN(tag string, n int64) (int64, error)
-	AppendIDs(dst []int64, tag string, n int) ([]int64, error)
-	// Serves reports whether n values of tag are in memory now (no wait for a load).
-	Serves(tag string, n int64) bool
-	Info(tag string) (segment.Info, error)
-	Tags() []string
+	ids.Segments
 	Marks() ([]segment.Mark, error)
 	// MarksAfter lists up to n marks whose tag sorts after the given one (a page of Marks).
 	MarksAfter(after string, n int) ([]segment.Mark, error)
-	Create(ctx context.Context, t segment.Tag) error
 	Stats() segment.Stats
 	Health() segment.Health
-	Retire(tag string) bool
 	// CanLoad reports whether a tag not held could be loaded now (one store read).
 	CanLoad(ctx context.Context, tag string) error
 }
