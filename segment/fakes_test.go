@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/leafd/leafd/internal/clock"
+	"github.com/leafd/leafd/internal/testkit"
 )
 
 // fakeStore is an in-memory Store with controllable failure, latency and blocking.
@@ -276,16 +277,10 @@ func mustNext(t *testing.T, g *Generator, tag string) int64 {
 	return v
 }
 
-// waitFor polls cond (real time) for up to 5s.
+// waitFor polls cond (real time, testkit's poll loop) for up to 5s.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); {
-		if cond() {
-			return
-		}
-		time.Sleep(time.Millisecond)
-	}
-	t.Fatalf("timed out waiting for %s", what)
+	testkit.Eventually(t, 5*time.Second, "waiting for "+what, cond)
 }
 
 // waitIdle waits until no load of tag runs.

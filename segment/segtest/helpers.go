@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/leafd/leafd/internal/clock"
+	"github.com/leafd/leafd/internal/testkit"
 	"github.com/leafd/leafd/segment"
 )
 
@@ -50,16 +51,10 @@ func MustNext(t *testing.T, g interface{ Next(string) (int64, error) }, tag stri
 	return v
 }
 
-// WaitFor polls cond (real time) for up to 5s.
+// WaitFor polls cond (real time, testkit's poll loop) for up to 5s.
 func WaitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); {
-		if cond() {
-			return
-		}
-		time.Sleep(time.Millisecond)
-	}
-	t.Fatalf("timed out waiting for %s", what)
+	testkit.Eventually(t, 5*time.Second, "waiting for "+what, cond)
 }
 
 // WaitIdle waits until no load of tag runs.
