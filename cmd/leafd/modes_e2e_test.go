@@ -84,6 +84,13 @@ func TestModesSnowflakeOnly(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(l.DataDir, "leafd.db")); !os.IsNotExist(err) {
 		t.Errorf("snowflake-only opened the segment store: %v", err)
 	}
+	// A graceful stop has no segment remainder to save and says nothing about one.
+	if err := l.Stop(30 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if log := l.Log(); strings.Contains(log, "remainder") {
+		t.Errorf("snowflake-only stop logged about a segment remainder:\n%s", e2e.Tail(log, 10))
+	}
 }
 
 // TestRelativeDataDir: a relative --data-dir is logged as its absolute path at start, and

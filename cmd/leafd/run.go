@@ -103,9 +103,12 @@ func run(ctx context.Context, cfg Config, log *zap.Logger, ready func(net.Addr))
 	scfg.MaxTags = cfg.MaxTags
 	scfg.WarmTags = cfg.WarmTags
 	scfg.NoWarmStart = cfg.WarmTags == 0
-	scfg.RemainderFile = filepath.Join(cfg.DataDir, "remainder.json")
-	if err := useDataDirRegion(cfg, scfg.RemainderFile, log); err != nil {
+	remainder := filepath.Join(cfg.DataDir, "remainder.json")
+	if err := useDataDirRegion(cfg, remainder, log); err != nil {
 		return err
+	}
+	if cfg.segmentOn() { // without segment mode nothing is held, and no store could bind the file
+		scfg.RemainderFile = remainder
 	}
 	ord, fwd, err := openOrdered(ctx, cfg, store, log)
 	if err != nil {
