@@ -229,6 +229,11 @@ func New(cfg Config, seg Segments, snow Snowflakes, log *zap.Logger) *Handler {
 // SetServer gives the handler the server whose stats INFO reports.
 func (h *Handler) SetServer(s *resp.Server) { h.srv = s }
 
+// Close ends the handler's background work (the router's preparation of shaped tags' next
+// periods) and waits for it. Call it after the last request, before the segment core and the
+// stores close.
+func (h *Handler) Close() error { return h.ids.Close() }
+
 // command is one entry of the command table.
 type command struct {
 	name  string // lower case

@@ -111,8 +111,17 @@ type Router struct {
 func New(cfg Config, seg Segments, log *zap.Logger) *Router {
 	cfg = cfg.withDefaults()
 	r := &Router{cfg: cfg, seg: seg, log: log, now: cfg.Now, ord: cfg.Ordered, fwd: cfg.Forward}
+	r.shapes.preCtx, r.shapes.preStop = context.WithCancel(context.Background())
 	r.adoptResumed()
 	return r
+}
+
+// Close ends the router's background work (the preparation of shaped tags' next periods)
+// and waits for it, so that nothing of the router uses the segment core or the stores after
+// it returns. Requests still work; they no longer prepare a period ahead. Idempotent.
+func (r *Router) Close() error {
+	r.shapes.closePrefetch()
+	return nil
 }
 
 // Refusal is an error whose text is the reply: a stable code, a space, the message.

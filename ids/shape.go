@@ -38,11 +38,16 @@ type shapeRegistry struct {
 	mu  sync.Mutex
 	neg map[string]time.Time // tags the store has no shape for, until
 	// The background creations of next periods' rows (prefetchNext): queued, run by at most
-	// prefetchWorkers goroutines that exist only while the queue is not empty.
+	// prefetchWorkers goroutines that exist only while the queue is not empty. Close cancels
+	// preCtx, which bounds every job, and waits for the workers (preWG).
 	prefetching atomic.Int64 // queued or running
 	preMu       sync.Mutex
 	preQueue    []prefetchJob
 	preWorkers  int
+	preClosed   bool
+	preCtx      context.Context
+	preStop     context.CancelFunc
+	preWG       sync.WaitGroup
 	count       atomic.Int64
 }
 
@@ -217,22 +222,36 @@ func (r *Router) prefetchNext(e *shapeEntry, p *shape.Period) {
 	q := &r.shapes
 	q.preMu.Lock()
 	defer q.preMu.Unlock()
-	if len(q.preQueue) >= maxPrefetching {
-		e.ahead.CompareAndSwap(p, old) // a later request tries again
+	if q.preClosed || len(q.preQueue) >= maxPrefetching {
+		e.ahead.CompareAndSwap(p, old) // a later request tries again (or the boundary creates it)
 		return
 	}
 	q.prefetching.Add(1)
 	q.preQueue = append(q.preQueue, prefetchJob{e, e.s.NextPeriod(p)})
 	if q.preWorkers < prefetchWorkers {
 		q.preWorkers++
+		q.preWG.Add(1)
 		go r.prefetchWorker()
 	}
+}
+
+// closePrefetch drops the queued preparations, cancels those running and waits for their
+// workers: after it no goroutine of the router touches the store. Idempotent.
+func (q *shapeRegistry) closePrefetch() {
+	q.preMu.Lock()
+	q.preClosed = true
+	q.prefetching.Add(-int64(len(q.preQueue)))
+	q.preQueue = nil
+	q.preMu.Unlock()
+	q.preStop()
+	q.preWG.Wait()
 }
 
 // prefetchWorker runs queued jobs and ends when the queue is empty; each job ends within
 // CreateTimeout.
 func (r *Router) prefetchWorker() {
 	q := &r.shapes
+	defer q.preWG.Done()
 	for {
 		q.preMu.Lock()
 		if len(q.preQueue) == 0 {
@@ -244,7 +263,7 @@ func (r *Router) prefetchWorker() {
 		j := q.preQueue[0]
 		q.preQueue = q.preQueue[1:]
 		q.preMu.Unlock()
-		ctx, cancel := context.WithTimeout(context.Background(), r.cfg.CreateTimeout)
+		ctx, cancel := context.WithTimeout(q.preCtx, r.cfg.CreateTimeout)
 		err := r.ensureRow(ctx, j.e, j.next)
 		if pf, ok := r.seg.(prefetcher); ok && err == nil {
 			err = pf.Prefetch(ctx, j.next.Row)

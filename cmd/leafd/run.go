@@ -275,6 +275,7 @@ func run(ctx context.Context, cfg Config, log *zap.Logger, ready func(net.Addr))
 	if err == nil && !errors.Is(serveRes, resp.ErrServerClosed) {
 		err = serveRes
 	}
+	_ = h.Close() // no background store call of the handler outlives the last request
 	// After the last reply: the unissued rest of every held tag goes to the remainder file,
 	// which the next start of this data dir serves first (docs/SEGMENT.md, "Graceful restart").
 	rctx, rcancel := context.WithTimeout(context.Background(), cfg.LoadTimeout)
