@@ -7,7 +7,7 @@ package bench
 //
 // (bench/all.sh's "refill" section runs it). It starts a private MariaDB (internal/testenv),
 // and for each run and each added delay (REFILL_DELAYS, default "0 50ms 200ms", alternating
-// within each run) a delay-line proxy in front of it that holds every reply for the delay
+// within each run) a proxy in front of it that holds every reply for the delay (e2e.Proxy.SetLag)
 // (so every round trip takes that much longer), and a leafd on it (REFILL_LEAFD, else built
 // here) with --max-step REFILL_MAX_STEP (default 100000: on the quiet 2-core test machine 50
 // connections make 50–90k INCR/s, so segments switch every 1–2 s, and a segment of the
@@ -47,6 +47,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/leafd/leafd/internal/e2e"
 	"github.com/leafd/leafd/internal/testenv"
 )
 
@@ -108,7 +109,8 @@ func TestRefillTail(t *testing.T) {
 			if _, err := admin.Exec("CREATE DATABASE " + db); err != nil {
 				t.Fatal(err)
 			}
-			px := startDelayProxy(t, m.Addr(), delay)
+			px := e2e.StartProxy(t, m.Addr())
+			px.SetLag(delay)
 			cfg, _ := mysql.ParseDSN(m.DSN(db))
 			cfg.Addr = px.Addr()
 			l := &refillLeafd{t: t, bin: bin, dir: t.TempDir(), dsn: cfg.FormatDSN(), maxStep: maxStep, flags: flags}
@@ -149,7 +151,7 @@ func TestRefillTail(t *testing.T) {
 			l.start()
 			measure("restart", Config{Tag: "steady", Requests: requests})
 			l.stop()
-			px.close()
+			px.Close()
 		}
 	}
 }
