@@ -9,14 +9,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/leafd/leafd/internal/testenv"
 )
 
 // ReadyMsg is the message of the structured log line leafd writes once its RESP port accepts
@@ -123,16 +120,6 @@ type Leafd struct {
 	picked bool // the harness chose the RESP port before the first run (needsAddr)
 }
 
-// FreeAddr returns a loopback address with a port that was free a moment ago, below the
-// ephemeral range (testenv.ServerPort). It is for an address that must be known before the
-// server starts and cannot be read back from it: leafd names itself by its listen address
-// before it binds (the ZooKeeper identity, the ORDERED tags' advertised address) and refuses
-// or misnames itself on port 0. Anything else listens on 127.0.0.1:0 and reports its port.
-func FreeAddr(t testing.TB) string {
-	t.Helper()
-	return "127.0.0.1:" + strconv.Itoa(testenv.ServerPort(t))
-}
-
 // Start starts the binary with its own data dir (unless args name one) and returns once the
 // ready line is logged; it is killed at cleanup. Unless args name them, the RESP and admin
 // ports are 127.0.0.1:0: the kernel chooses them at the bind, so no other process can take
@@ -224,9 +211,6 @@ func (l *Leafd) firstReady() {
 	}
 }
 
-// isPortZero reports whether addr asks the kernel for a port (host:0).
-func isPortZero(addr string) bool { return strings.HasSuffix(addr, ":0") }
-
 // setFlag sets the value FlagValue reads ("--name v" or "--name=v"), in place.
 func setFlag(args []string, name, value string) {
 	for i, a := range args {
@@ -239,18 +223,6 @@ func setFlag(args []string, name, value string) {
 			return
 		}
 	}
-}
-
-// needsAddr reports whether leafd, run with args, names itself by its listen address before
-// it binds, so that the address must be a fixed port known before the start: with ZooKeeper
-// (its identity there defaults to the host's address and the listen port; on port 0 the
-// start is refused) or a MySQL store (the address other instances forward its ORDERED tags
-// to, and its name in leafd_worker), unless --advertise-addr names it.
-func needsAddr(args []string) bool {
-	if HasFlag(args, "--advertise-addr") {
-		return false
-	}
-	return HasFlag(args, "--zk-addrs") || HasFlag(args, "--mysql-dsn") || HasFlag(args, "--mysql-dsn-file")
 }
 
 func (l *Leafd) prepare(t testing.TB, args []string) {

@@ -1,8 +1,10 @@
 package e2e
 
 import (
+	"errors"
 	"io"
 	"net"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -106,5 +108,21 @@ func TestProxyTargetLater(t *testing.T) {
 	b := make([]byte, 1)
 	if _, err := io.ReadFull(c, b); err != nil || b[0] != 'x' {
 		t.Fatalf("after SetTarget: read %q, %v; want the echo", b, err)
+	}
+}
+
+// TestRefusedAddr: a connection to RefusedAddr is refused, and the port cannot be bound by
+// another server while the test holds it.
+func TestRefusedAddr(t *testing.T) {
+	addr := RefusedAddr(t)
+	if c, err := net.DialTimeout("tcp", addr, 5*time.Second); err == nil {
+		c.Close()
+		t.Fatalf("dial %s: connected, want refused", addr)
+	} else if !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Fatalf("dial %s: %v, want connection refused", addr, err)
+	}
+	if ln, err := net.Listen("tcp", addr); err == nil {
+		ln.Close()
+		t.Fatalf("listen %s: bound, want the port held", addr)
 	}
 }
