@@ -130,7 +130,6 @@ func newOrdCluster(t *testing.T) *ordCluster {
 	return &ordCluster{clk: clk, bolt: b, leases: &memLeases{clk: clk, cat: b, rows: map[string]*ordered.Row{}}}
 }
 
-
 type ordOpts struct {
 	store   segment.Store         // default the cluster's bolt store
 	leases  ordered.Store         // default the cluster's memLeases
