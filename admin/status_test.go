@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/leafd/leafd/internal/testenv"
+	"github.com/leafd/leafd/internal/testkit"
 	"github.com/leafd/leafd/segment"
 )
 
@@ -123,34 +124,27 @@ func TestStatusPageInChromium(t *testing.T) {
 	}()
 	t.Cleanup(func() { close(stop); wg.Wait() })
 	// Let a few segments switch so the last loads have history.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		in, err := ts.seg.Info("orders")
-		if err == nil && len(in.Loads) >= 3 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("orders: fewer than 3 loads after 30s: %+v", in)
-		}
-		time.Sleep(50 * time.Millisecond)
+	var in segment.Info
+	if !testkit.Poll(30*time.Second, func() bool {
+		var err error
+		in, err = ts.seg.Info("orders")
+		return err == nil && len(in.Loads) >= 3
+	}) {
+		t.Fatalf("orders: fewer than 3 loads after 30s: %+v", in)
 	}
 
 	// The server's rates need two /status.json requests at least rateMinGap apart: a watcher
 	// that came before this one.
-	deadline = time.Now().Add(30 * time.Second)
-	for {
-		_, _, body := get(t, hs, http.MethodGet, "/status.json")
+	var body string
+	if !testkit.Poll(30*time.Second, func() bool {
+		_, _, body = get(t, hs, http.MethodGet, "/status.json")
 		var rep statusReport
 		if err := json.Unmarshal([]byte(body), &rep); err != nil {
 			t.Fatal(err)
 		}
-		if len(rep.Tags) > 0 && rep.Tags[0].IDsPerSec != nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("status.json: no rates after 30s: %s", body)
-		}
-		time.Sleep(100 * time.Millisecond)
+		return len(rep.Tags) > 0 && rep.Tags[0].IDsPerSec != nil
+	}) {
+		t.Fatalf("status.json: no rates after 30s: %s", body)
 	}
 
 	dir := t.TempDir()

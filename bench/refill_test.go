@@ -7,7 +7,7 @@ package bench
 //
 // (bench/all.sh's "refill" section runs it). It starts a private MariaDB (internal/testenv),
 // and for each run and each added delay (REFILL_DELAYS, default "0 50ms 200ms", alternating
-// within each run) a delay-line proxy in front of it that holds every reply for the delay
+// within each run) a proxy in front of it that holds every reply for the delay (e2e.Proxy.SetLag)
 // (so every round trip takes that much longer), and a leafd on it (REFILL_LEAFD, else built
 // here) with --max-step REFILL_MAX_STEP (default 100000: on the quiet 2-core test machine 50
 // connections make 50–90k INCR/s, so segments switch every 1–2 s, and a segment of the
@@ -24,7 +24,7 @@ package bench
 //	         step 1000 like a default tag: the dynamic step grows from there
 //	steady   the same tag after the ramp, for REFILL_DUR (5s)
 //	restart  leafd is stopped (SIGTERM) and started again on the same data dir; the first
-//	         REFILL_REQUESTS INCRs of "steady" from the moment it answers PING
+//	         REFILL_REQUESTS INCRs of "steady" from the moment it is ready (its ready line)
 //
 // Each phase's result is written as leafd-bench JSON to REFILL_OUT/raw/refill<delay>-<phase>.<run>.json
 // (bench/summarize.py turns them into a table: p999 against the same phase without added
@@ -34,19 +34,18 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/leafd/leafd/internal/e2e"
 	"github.com/leafd/leafd/internal/testenv"
 )
 
@@ -93,7 +92,6 @@ func TestRefillTail(t *testing.T) {
 		}
 	}
 
-	redis.SetLogger(quietLogger{}) // the PING loop while leafd starts
 	m := testenv.StartMariaDB(t)
 	admin, err := sql.Open("mysql", m.DSN(""))
 	if err != nil {
@@ -108,7 +106,8 @@ func TestRefillTail(t *testing.T) {
 			if _, err := admin.Exec("CREATE DATABASE " + db); err != nil {
 				t.Fatal(err)
 			}
-			px := startDelayProxy(t, m.Addr(), delay)
+			px := e2e.StartProxy(t, m.Addr())
+			px.SetLag(delay)
 			cfg, _ := mysql.ParseDSN(m.DSN(db))
 			cfg.Addr = px.Addr()
 			l := &refillLeafd{t: t, bin: bin, dir: t.TempDir(), dsn: cfg.FormatDSN(), maxStep: maxStep, flags: flags}
@@ -149,20 +148,17 @@ func TestRefillTail(t *testing.T) {
 			l.start()
 			measure("restart", Config{Tag: "steady", Requests: requests})
 			l.stop()
-			px.close()
+			px.Close()
 		}
 	}
 }
-
-type quietLogger struct{}
-
-func (quietLogger) Printf(context.Context, string, ...any) {}
 
 func delayLabel(d time.Duration) string {
 	return strconv.FormatInt(d.Milliseconds(), 10) + "ms"
 }
 
-// refillLeafd is one leafd process on MySQL; start and stop reuse its data dir.
+// refillLeafd is one leafd process on MySQL (the e2e harness's, on the binary under
+// measurement); start and stop reuse its data dir and its port.
 type refillLeafd struct {
 	t       *testing.T
 	bin     string
@@ -171,48 +167,28 @@ type refillLeafd struct {
 	maxStep string
 	flags   []string
 	addr    string
-	cmd     *exec.Cmd
+	l       *e2e.Leafd
 	rc      *redis.Client
 }
 
+// start starts the process, the first time on a port the kernel chooses (no ORDERED tags
+// here: the address needs no advertising), then on that port again.
 func (l *refillLeafd) start() {
-	t := l.t
-	if l.addr == "" {
-		l.addr = freeAddr(t)
+	if l.l == nil {
+		args := append([]string{"--addr", "127.0.0.1:0", "--http-addr", "", "--data-dir", filepath.Join(l.dir, "data"),
+			"--mysql-dsn", l.dsn, "--max-step", l.maxStep, "--auto-create", "on"}, l.flags...)
+		l.l = e2e.StartAs(l.t, &e2e.Leafd{Bin: l.bin}, args...)
+		l.addr = l.l.Addr
+	} else {
+		l.l.Restart()
 	}
-	l.cmd = exec.Command(l.bin, "--addr", l.addr, "--http-addr", "", "--data-dir", filepath.Join(l.dir, "data"),
-		"--mysql-dsn", l.dsn, "--max-step", l.maxStep, "--auto-create", "on", "--log-level", "warn")
-	l.cmd.Args = append(l.cmd.Args, l.flags...)
-	logf, err := os.Create(filepath.Join(l.dir, "leafd.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	l.cmd.Stdout, l.cmd.Stderr = logf, logf
-	if err := l.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	logf.Close()
 	l.rc = redis.NewClient(&redis.Options{Addr: l.addr, Protocol: 2, PoolSize: 1, MaxRetries: -1})
-	deadline := time.Now().Add(60 * time.Second)
-	for l.rc.Ping(context.Background()).Err() != nil {
-		if time.Now().After(deadline) {
-			b, _ := os.ReadFile(filepath.Join(l.dir, "leafd.log"))
-			t.Fatalf("leafd did not answer PING within 60s:\n%s", b)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 func (l *refillLeafd) stop() {
 	_ = l.rc.Close()
-	_ = l.cmd.Process.Signal(syscall.SIGTERM)
-	done := make(chan struct{})
-	go func() { _ = l.cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(30 * time.Second):
-		_ = l.cmd.Process.Kill()
-		<-done
+	if err := l.l.Stop(30 * time.Second); err != nil {
+		l.t.Logf("leafd stop: %v", err)
 	}
 }
 
@@ -258,13 +234,4 @@ func findStep(v any) int64 {
 		}
 	}
 	return 0
-}
-
-func freeAddr(t testing.TB) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }

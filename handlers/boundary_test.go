@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/leafd/leafd/internal/testenv"
+	"github.com/leafd/leafd/internal/testkit"
 )
 
 // boundaryRun creates tags daily tags, serves each once on day 1, moves the period clock
@@ -149,9 +150,5 @@ var boundaryTags, boundaryLoad = 1000, 2
 
 func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(90 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-	}
+	testkit.Eventually(t, 90*time.Second, what, cond)
 }

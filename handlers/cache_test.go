@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/leafd/leafd/internal/testenv"
+	"github.com/leafd/leafd/internal/testkit"
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"
 )
@@ -80,16 +81,15 @@ func TestHelloFieldOrder(t *testing.T) {
 	}
 	t.Cleanup(func() { cancel(); _ = cmd.Wait() })
 	raddr := "127.0.0.1:" + strconv.Itoa(port)
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		c, err := net.Dial("tcp", raddr)
-		if err == nil {
+	var err error
+	if !testkit.Poll(10*time.Second, func() bool {
+		var c net.Conn
+		if c, err = net.Dial("tcp", raddr); err == nil {
 			c.Close()
-			break
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("redis-server on %s: %v", raddr, err)
-		}
-		time.Sleep(20 * time.Millisecond)
+		return err == nil
+	}) {
+		t.Fatalf("redis-server on %s: %v", raddr, err)
 	}
 	want := helloKeys(t, raddr)
 	s := startServer(t, serverOpts{})

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leafd/leafd/internal/testkit"
 	"github.com/leafd/leafd/segment/boltstore"
 	"github.com/redis/go-redis/v9"
 )
@@ -162,35 +163,31 @@ func TestIDsInfo(t *testing.T) {
 	for i := 0; i < 150; i++ { // past 10% of 1000: the next segment is preloaded
 		c.Incr(ctx, "inv")
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	var info map[any]any
+	preloaded := testkit.Poll(5*time.Second, func() bool {
 		m, err := c.Do(ctx, "IDS.INFO", "inv").Result()
 		if err != nil {
 			t.Fatal(err)
 		}
-		info := m.(map[any]any)
+		info = m.(map[any]any)
 		cur := info["current"].(map[any]any)
 		if cur["start"] != int64(1) || cur["end"] != int64(1001) || cur["next"] != int64(151) || cur["remaining"] != int64(850) {
 			t.Fatalf("current: got %v, want start 1 end 1001 next 151 remaining 850", cur)
 		}
-		if info["min_step"] != int64(1000) {
-			t.Errorf("min_step: got %v, want 1000", info["min_step"])
-		}
-		if info["next_ready"] == int64(1) {
-			// The first segment lived far less than 15 minutes: Leaf's dynamic step at least
-			// doubles (more when the measured demand over a slow load needs it, as on a loaded
-			// machine).
-			next := info["next"].(map[any]any)
-			step, _ := info["step"].(int64)
-			if next["start"] != int64(1001) || step < 2000 || next["end"] != int64(1001)+step {
-				t.Errorf("next segment: got %v step %v, want [1001, 1001+step) with step >= 2000", next, info["step"])
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("next segment not preloaded after 15%% used: %v", info)
-		}
-		time.Sleep(10 * time.Millisecond)
+		return info["next_ready"] == int64(1)
+	})
+	if info["min_step"] != int64(1000) {
+		t.Errorf("min_step: got %v, want 1000", info["min_step"])
+	}
+	if !preloaded {
+		t.Fatalf("next segment not preloaded after 15%% used: %v", info)
+	}
+	// The first segment lived far less than 15 minutes: Leaf's dynamic step at least doubles
+	// (more when the measured demand over a slow load needs it, as on a loaded machine).
+	next := info["next"].(map[any]any)
+	step, _ := info["step"].(int64)
+	if next["start"] != int64(1001) || step < 2000 || next["end"] != int64(1001)+step {
+		t.Errorf("next segment: got %v step %v, want [1001, 1001+step) with step >= 2000", next, info["step"])
 	}
 	if err := c.Do(ctx, "IDS.INFO", "never-used").Err(); err == nil || !strings.HasPrefix(err.Error(), "NOTAG") {
 		t.Errorf("IDS.INFO of an unknown tag: got %v, want NOTAG", err)

@@ -10,7 +10,9 @@ import (
 	"time"
 
 	"github.com/leafd/leafd/internal/clock"
+	"github.com/leafd/leafd/internal/testkit"
 	"github.com/leafd/leafd/resp"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	"github.com/redis/go-redis/v9"
@@ -64,13 +66,10 @@ func testCommandLatencyMetric(t *testing.T, serverModel string) {
 	// A batch is counted just after its replies are written: poll until the scrape has them.
 	var counts map[string]uint64
 	var help string
-	for deadline := time.Now().Add(10 * time.Second); ; {
+	testkit.Poll(10*time.Second, func() bool { // the counts are checked below either way
 		help, counts = scrapeLatency(t, hs.URL)
-		if counts["incr"] >= 500 && counts["ids.decode"] >= 7 || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return counts["incr"] >= 500 && counts["ids.decode"] >= 7
+	})
 	if counts["incr"] != 500 || counts["ids.decode"] != 7 {
 		t.Errorf("counts %v: want incr 500, ids.decode 7", counts)
 	}
@@ -173,11 +172,9 @@ func TestOffLoopLatencyAndLoopCounters(t *testing.T) {
 	b := s.raw(t)
 	fmt.Fprint(b, "ECHO hi\r\n")
 	<-w.started
-	for deadline := time.Now().Add(5 * time.Second); s.srv.Stats().LoopTakeovers == 0; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the watchdog did not take over the loop ECHO held")
-		}
-	}
+	testkit.Eventually(t, 5*time.Second, "the watchdog taking over the loop ECHO held", func() bool {
+		return s.srv.Stats().LoopTakeovers > 0
+	})
 	release("echo")
 	br := bufio.NewReader(b)
 	if line, err := br.ReadString('\n'); line != "$2\r\n" {
@@ -185,57 +182,53 @@ func TestOffLoopLatencyAndLoopCounters(t *testing.T) {
 	}
 
 	// A batch is counted just after its replies are written: poll until the scrape has it.
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+	var fams map[string]*dto.MetricFamily
+	var create *dto.Metric
+	if !testkit.Poll(5*time.Second, func() bool {
 		r, err := http.Get(hs.URL + "/metrics")
 		if err != nil {
 			t.Fatal(err)
 		}
 		parser := expfmt.NewTextParser(model.LegacyValidation)
-		fams, err := parser.TextToMetricFamilies(r.Body)
+		fams, err = parser.TextToMetricFamilies(r.Body)
 		_ = r.Body.Close()
 		if err != nil {
 			t.Fatal(err)
 		}
-		var found bool
 		for _, m := range fams["leafd_command_duration_seconds"].GetMetric() {
-			if m.GetLabel()[0].GetValue() != "ids.create" {
-				continue
-			}
-			found = true
-			hg := m.GetHistogram()
-			for _, bk := range hg.GetBucket() {
-				ub, n := bk.GetUpperBound(), bk.GetCumulativeCount()
-				if ub <= 0.1 && n != 0 || ub >= 0.5 && n != 1 {
-					t.Errorf("ids.create, 300 ms off the loop: bucket le=%v holds %d (buckets %v)", ub, n, hg.GetBucket())
-					break
-				}
+			if m.GetLabel()[0].GetValue() == "ids.create" {
+				create = m
 			}
 		}
-		if !found && time.Now().Before(deadline) {
+		return create != nil
+	}) {
+		t.Fatal("no leafd_command_duration_seconds for ids.create")
+	}
+	hg := create.GetHistogram()
+	for _, bk := range hg.GetBucket() {
+		ub, n := bk.GetUpperBound(), bk.GetCumulativeCount()
+		if ub <= 0.1 && n != 0 || ub >= 0.5 && n != 1 {
+			t.Errorf("ids.create, 300 ms off the loop: bucket le=%v holds %d (buckets %v)", ub, n, hg.GetBucket())
+			break
+		}
+	}
+	for name, want := range map[string]float64{"leafd_loop_offloads_total": 1, "leafd_loop_takeovers_total": 1} {
+		f := fams[name]
+		if f == nil || len(f.GetMetric()) != 1 {
+			t.Errorf("/metrics: no %s", name)
 			continue
 		}
-		if !found {
-			t.Fatal("no leafd_command_duration_seconds for ids.create")
+		if got := f.GetMetric()[0].GetCounter().GetValue(); got != want {
+			t.Errorf("%s = %v, want %v", name, got, want)
 		}
-		for name, want := range map[string]float64{"leafd_loop_offloads_total": 1, "leafd_loop_takeovers_total": 1} {
-			f := fams[name]
-			if f == nil || len(f.GetMetric()) != 1 {
-				t.Errorf("/metrics: no %s", name)
-				continue
-			}
-			if got := f.GetMetric()[0].GetCounter().GetValue(); got != want {
-				t.Errorf("%s = %v, want %v", name, got, want)
-			}
+	}
+	info, err := s.client(t, 2, "").Info(context.Background(), "stats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range []string{"loop_offloads:1\r\n", "loop_takeovers:1\r\n"} {
+		if !strings.Contains(info, line) {
+			t.Errorf("INFO stats lacks %q:\n%s", line, info)
 		}
-		info, err := s.client(t, 2, "").Info(context.Background(), "stats").Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, line := range []string{"loop_offloads:1\r\n", "loop_takeovers:1\r\n"} {
-			if !strings.Contains(info, line) {
-				t.Errorf("INFO stats lacks %q:\n%s", line, info)
-			}
-		}
-		return
 	}
 }

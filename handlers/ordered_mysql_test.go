@@ -9,6 +9,7 @@ import (
 
 	"github.com/leafd/leafd/internal/clock"
 	"github.com/leafd/leafd/internal/testenv"
+	"github.com/leafd/leafd/internal/testkit"
 	"github.com/leafd/leafd/ordered"
 	"github.com/leafd/leafd/segment/mysqlstore"
 	"github.com/redis/go-redis/v9"
@@ -51,16 +52,18 @@ func TestOrderedMySQLFollowerReturnsLeadersIDs(t *testing.T) {
 	// of the tag and of its leader, never another error.
 	until := func(c *redis.Client, what string) int64 {
 		t.Helper()
-		for {
-			id, err := c.Incr(ctx, "seq").Result()
-			if err == nil {
-				return id
-			}
-			if !strings.HasPrefix(err.Error(), "TRYAGAIN ") && !strings.HasPrefix(err.Error(), "UNAVAILABLE ") || time.Now().After(deadline) {
+		var id int64
+		var err error
+		if !testkit.Poll(time.Until(deadline), func() bool {
+			id, err = c.Incr(ctx, "seq").Result()
+			if err != nil && !strings.HasPrefix(err.Error(), "TRYAGAIN ") && !strings.HasPrefix(err.Error(), "UNAVAILABLE ") {
 				t.Fatalf("%s: %v", what, err)
 			}
-			time.Sleep(20 * time.Millisecond) // pacing of the retries, as a client's
+			return err == nil
+		}) {
+			t.Fatalf("%s: %v", what, err)
 		}
+		return id
 	}
 	last := until(ca, "the leader's first INCR")
 	if got := until(cb, "the follower's first INCR"); got != last+1 {

@@ -130,18 +130,6 @@ func newOrdCluster(t *testing.T) *ordCluster {
 	return &ordCluster{clk: clk, bolt: b, leases: &memLeases{clk: clk, cat: b, rows: map[string]*ordered.Row{}}}
 }
 
-// freeAddr reserves a local address for an instance to listen on and advertise.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	_ = ln.Close()
-	return addr
-}
-
 type ordOpts struct {
 	store   segment.Store         // default the cluster's bolt store
 	leases  ordered.Store         // default the cluster's memLeases
@@ -157,7 +145,14 @@ type ordOpts struct {
 func (cl *ordCluster) start(t *testing.T, o ordOpts) *ordInstance {
 	t.Helper()
 	dir := t.TempDir()
-	addr := freeAddr(t)
+	// The instance advertises its address before its server exists: the listener is opened
+	// first and handed to the server (resp.Server.ListenOn).
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	addr := ln.Addr().String()
 	if o.store == nil {
 		o.store = cl.bolt
 	}
@@ -208,9 +203,7 @@ func (cl *ordCluster) start(t *testing.T, o ordOpts) *ordInstance {
 		t.Fatal(err)
 	}
 	h.SetServer(srv)
-	if _, err := srv.Listen(addr); err != nil {
-		t.Fatal(err)
-	}
+	srv.ListenOn(ln)
 	done := make(chan struct{})
 	go func() { _ = srv.Serve(); close(done) }()
 	var once sync.Once

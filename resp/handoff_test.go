@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/leafd/leafd/internal/clock"
+	"github.com/leafd/leafd/internal/testkit"
 	"golang.org/x/sys/unix"
 )
 
@@ -68,19 +69,16 @@ func TestWakeAckProtocol(t *testing.T) {
 // loopsOf waits for Serve to have started srv's loops and returns them.
 func loopsOf(t *testing.T, srv *Server) []*loop {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	var loops []*loop
+	if !testkit.Poll(5*time.Second, func() bool {
 		srv.mu.Lock()
-		loops := srv.loops
+		loops = srv.loops
 		srv.mu.Unlock()
-		if len(loops) > 0 {
-			return loops
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the server's loops did not start within 5 s")
-		}
-		time.Sleep(time.Millisecond)
+		return len(loops) > 0
+	}) {
+		t.Fatal("the server's loops did not start within 5 s")
 	}
+	return loops
 }
 
 // probe dials a new connection and times its first PING.
@@ -104,21 +102,17 @@ func probe(t *testing.T, addr string) time.Duration {
 // it set for good.
 func waitWokenClear(t *testing.T, srv *Server) {
 	t.Helper()
-	deadline := time.Now().Add(3 * time.Second)
-	for {
-		set := -1
+	set := -1
+	if !testkit.Poll(3*time.Second, func() bool {
+		set = -1
 		for i, lp := range loopsOf(t, srv) {
 			if lp.woken.Load() {
 				set = i
 			}
 		}
-		if set < 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("loop %d: woken still set 3 s after the traffic stopped (a lost wake-up)", set)
-		}
-		time.Sleep(5 * time.Millisecond)
+		return set < 0
+	}) {
+		t.Fatalf("loop %d: woken still set 3 s after the traffic stopped (a lost wake-up)", set)
 	}
 }
 
@@ -251,12 +245,8 @@ func TestLoopResetWhileOffloaded(t *testing.T) {
 			if spun > 50 {
 				t.Errorf("the loop returned from epoll %d times in 200 ms while the reset connection's command ran off it (spinning on EPOLLHUP)", spun)
 			}
-			deadline := time.Now().Add(5 * time.Second)
-			for srv.Stats().ConnectedClients != 0 {
-				if time.Now().After(deadline) {
-					t.Fatal("the reset connection is still open 5 s after its command ended")
-				}
-				time.Sleep(5 * time.Millisecond)
+			if !testkit.Poll(5*time.Second, func() bool { return srv.Stats().ConnectedClients == 0 }) {
+				t.Fatal("the reset connection is still open 5 s after its command ended")
 			}
 			if d := probe(t, addr); d > time.Second {
 				t.Errorf("another client afterwards: first PING %v", d)

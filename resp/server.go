@@ -246,13 +246,19 @@ func (s *Server) Listen(addr string) (net.Addr, error) {
 	if err != nil {
 		return nil, err
 	}
+	return s.ListenOn(ln), nil
+}
+
+// ListenOn makes ln the listener Serve accepts on, in place of Listen: for a caller that
+// needs the bound address before the server exists (a test's instance that advertises it).
+func (s *Server) ListenOn(ln net.Listener) net.Addr {
 	if s.cfg.TLS != nil {
 		ln = tls.NewListener(ln, s.cfg.TLS)
 	}
 	s.mu.Lock()
 	s.ln = ln
 	s.mu.Unlock()
-	return ln.Addr(), nil
+	return ln.Addr()
 }
 
 // ErrServerClosed is returned by Serve after Shutdown.

@@ -19,6 +19,8 @@ import (
 
 	"go.uber.org/goleak"
 	"go.uber.org/zap"
+
+	"github.com/leafd/leafd/internal/testkit"
 )
 
 func TestMain(m *testing.M) {
@@ -178,16 +180,12 @@ func TestMaxClientsTLSSilentClient(t *testing.T) {
 	defer silent.Close()
 	time.Sleep(100 * time.Millisecond) // the server accepts it and rejects it: no slot
 	first.Close()
-	deadline := time.Now().Add(4 * time.Second)
-	for {
-		line, err := ping()
-		if line == "+PONG\r\n" {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no client served after a slot freed up: last got %q, %v", line, err)
-		}
-		time.Sleep(50 * time.Millisecond)
+	var line string
+	if !testkit.Poll(4*time.Second, func() bool {
+		line, err = ping()
+		return line == "+PONG\r\n"
+	}) {
+		t.Fatalf("no client served after a slot freed up: last got %q, %v", line, err)
 	}
 }
 

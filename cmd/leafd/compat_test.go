@@ -22,8 +22,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"math/rand/v2"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -52,7 +50,7 @@ type compatRun struct {
 
 func newCompatRun(t *testing.T) *compatRun {
 	return &compatRun{
-		t: t, l: e2e.Start(t, "--requirepass", compatPass, "--addr", fixedAddr(t), "--http-addr", ""),
+		t: t, l: e2e.Start(t, "--requirepass", compatPass, "--http-addr", ""),
 		ids: map[string]map[int64]bool{}, checks: map[string]bool{},
 	}
 }
@@ -184,29 +182,6 @@ func (r *compatRun) runScript(name string, args ...string) {
 	if err := cmd.Wait(); err != nil {
 		r.t.Errorf("%s exited: %v\nstderr:\n%s", name, err, stderr.String())
 	}
-}
-
-// fixedAddr returns a free loopback address below the kernel's ephemeral port range, so
-// that while leafd restarts no outgoing connection of this machine takes its port.
-func fixedAddr(t *testing.T) string {
-	t.Helper()
-	low := 32768
-	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
-		if f := strings.Fields(string(b)); len(f) == 2 {
-			if v, err := strconv.Atoi(f[0]); err == nil && v > 2048 {
-				low = v
-			}
-		}
-	}
-	for i := 0; i < 100; i++ {
-		addr := fmt.Sprintf("127.0.0.1:%d", 1024+rand.IntN(low-1024))
-		if ln, err := net.Listen("tcp", addr); err == nil {
-			ln.Close()
-			return addr
-		}
-	}
-	t.Fatal("no free port below the ephemeral range")
-	return ""
 }
 
 func splitAddr(addr string) (string, string) {

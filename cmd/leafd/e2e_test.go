@@ -179,7 +179,7 @@ func TestGracefulShutdown(t *testing.T) {
 // TestDataDirLocked: a second process on the same data dir fails with a clear error.
 func TestDataDirLocked(t *testing.T) {
 	l := startInProcess(t)
-	cmd := exec.Command(e2e.Binary(), "--data-dir", l.DataDir, "--addr", e2e.FreeAddr(t), "--http-addr", "")
+	cmd := exec.Command(e2e.Binary(), "--data-dir", l.DataDir, "--addr", "127.0.0.1:0", "--http-addr", "")
 	out, err := cmd.CombinedOutput()
 	if err == nil {
 		t.Fatalf("second leafd on the same data dir started:\n%s", out)
@@ -263,7 +263,7 @@ func TestTLS(t *testing.T) {
 		t.Errorf("plain PING to a TLS port succeeded")
 	}
 	// A bad certificate path is a start-up error naming the option.
-	out, err := exec.Command(e2e.Binary(), "--data-dir", t.TempDir(), "--addr", e2e.FreeAddr(t), "--http-addr", "",
+	out, err := exec.Command(e2e.Binary(), "--data-dir", t.TempDir(), "--addr", "127.0.0.1:0", "--http-addr", "",
 		"--tls-cert", filepath.Join(dir, "missing.pem"), "--tls-key", keyFile).CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "--tls-cert") {
 		t.Errorf("missing certificate: got %v\n%s", err, out)

@@ -49,7 +49,6 @@ func TestHTTPAdmin(t *testing.T) {
 
 // TestHTTPDisabled: --http-addr "" opens no admin port.
 func TestHTTPDisabled(t *testing.T) {
-	addr := e2e.FreeAddr(t)
 	l := startInProcess(t, "--http-addr", "")
 	if l.HTTPAddr != "" {
 		t.Fatalf("httpAddr %q, want empty", l.HTTPAddr)
@@ -58,14 +57,15 @@ func TestHTTPDisabled(t *testing.T) {
 		t.Errorf("admin HTTP started although disabled:\n%s", l.Log())
 	}
 	// A taken admin port is a start-up error naming the option.
-	ln, err := net.Listen("tcp", addr)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ln.Close()
+	addr := ln.Addr().String()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, e2e.Binary(), "--data-dir", t.TempDir(), "--addr", e2e.FreeAddr(t), "--http-addr", addr).CombinedOutput()
+	out, err := exec.CommandContext(ctx, e2e.Binary(), "--data-dir", t.TempDir(), "--addr", "127.0.0.1:0", "--http-addr", addr).CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "--http-addr") {
 		t.Errorf("taken admin port: got %v\n%s", err, out)
 	}

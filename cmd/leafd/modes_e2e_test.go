@@ -12,10 +12,10 @@ import (
 	"github.com/leafd/leafd/internal/e2e"
 )
 
-// deadZK is a ZooKeeper address nothing listens on.
+// deadZK is a ZooKeeper address that refuses connections (nothing listens on it).
 func deadZK(t *testing.T) string {
 	t.Helper()
-	return e2e.FreeAddr(t)
+	return e2e.RefusedAddr(t)
 }
 
 // TestModesSegmentOnlyZKDown: --modes segment with --zk-addrs pointing at nothing starts,

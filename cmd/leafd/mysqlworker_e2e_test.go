@@ -371,7 +371,7 @@ func TestStatefulSetSourceBinary(t *testing.T) {
 	if first := e2e.WaitServing(t, l.Client(3), 20*time.Second); first <= last {
 		t.Errorf("after a kill -9 and restart: first ID %d not above the last %d (the bound in the data dir)", first, last)
 	}
-	out, err := exec.Command(e2e.Binary(), "--data-dir", t.TempDir(), "--addr", e2e.FreeAddr(t), "--http-addr", "",
+	out, err := exec.Command(e2e.Binary(), "--data-dir", t.TempDir(), "--addr", "127.0.0.1:0", "--http-addr", "",
 		"--worker-source", "statefulset", "--pod-ordinal", "4", "--snowflake-bits", "41/2/20").CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "does not fit the layout's worker ids 0-3") {
 		t.Errorf("ordinal 4 with worker ids 0-3: want a refused start, got %v:\n%s", err, e2e.Tail(string(out), 5))

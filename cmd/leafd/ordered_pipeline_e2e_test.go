@@ -19,21 +19,23 @@ import (
 
 // forwardedCluster starts three instances on dsn, each advertising a counting proxy in front
 // of its RESP address (the other instances forward to the leader through it; clients talk
-// to the instances directly), and creates tag (ORDERED) through the first.
+// to the instances directly), and creates tag (ORDERED) through the first. Each proxy gets
+// its target once its instance has reported the port it listens on.
 func forwardedCluster(t *testing.T, dsn, tag string) ([]*e2e.Leafd, []*e2e.Proxy) {
 	t.Helper()
 	var lists [][]string
 	var pxs []*e2e.Proxy
 	for range 3 {
-		addr := e2e.FreeAddr(t)
-		px := e2e.StartProxy(t, addr)
+		px := e2e.StartProxy(t, "")
 		pxs = append(pxs, px)
-		lists = append(lists, orderedArgs(dsn, "--addr", addr, "--advertise-addr", px.Addr()))
+		lists = append(lists, orderedArgs(dsn, "--advertise-addr", px.Addr()))
 	}
 	ls := e2e.StartMany(t, lists...)
-	createOrdered(t, ls[0], tag, 1000)
-	for i, l := range ls { // each learns of the tag, and of its leader
+	for i, l := range ls {
 		pxs[i].SetTarget(l.Addr)
+	}
+	createOrdered(t, ls[0], tag, 1000)
+	for _, l := range ls { // each learns of the tag, and of its leader
 		mustServe(t, l, tag)
 	}
 	return ls, pxs

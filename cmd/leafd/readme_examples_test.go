@@ -243,34 +243,36 @@ func (r *readmeRun) command(block, line string, words []string) string {
 	return string(out)
 }
 
-// start starts an instance with the README's flags, its ports made free ones.
+// start starts an instance with the README's flags but its ports, which the harness
+// chooses as for any instance (e2e.Start).
 func (r *readmeRun) start(args []string) string {
 	r.t.Helper()
 	readmeAddr, readmeHTTP := "127.0.0.1:6380", "127.0.0.1:8080"
-	addr, httpAddr := e2e.FreeAddr(r.t), e2e.FreeAddr(r.t)
-	args = append([]string(nil), args...)
-	setAddr, setHTTP := false, false
-	for i := 0; i+1 < len(args); i++ {
-		switch args[i] {
-		case "--addr":
-			readmeAddr, args[i+1], setAddr = args[i+1], addr, true
-		case "--http-addr":
-			readmeHTTP, args[i+1], setHTTP = args[i+1], httpAddr, true
-		case "--data-dir", "--id-key-file":
-			if !filepath.IsAbs(args[i+1]) {
-				args[i+1] = filepath.Join(r.dir, args[i+1])
+	var kept []string
+	for i := 0; i < len(args); i++ {
+		if i+1 < len(args) {
+			switch args[i] {
+			case "--addr":
+				readmeAddr = args[i+1]
+				i++
+				continue
+			case "--http-addr":
+				readmeHTTP = args[i+1]
+				i++
+				continue
+			case "--data-dir", "--id-key-file":
+				kept = append(kept, args[i], args[i+1])
+				if !filepath.IsAbs(args[i+1]) {
+					kept[len(kept)-1] = filepath.Join(r.dir, args[i+1])
+				}
+				i++
+				continue
 			}
 		}
+		kept = append(kept, args[i])
 	}
 	l := &e2e.Leafd{}
-	if !setAddr {
-		args = append(args, "--addr", addr)
-	}
-	if !setHTTP {
-		args = append(args, "--http-addr", httpAddr)
-	}
-	args = append(args, r.extra...)
-	e2e.StartAs(r.t, l, args...)
+	e2e.StartAs(r.t, l, append(kept, r.extra...)...)
 	_, port, _ := strings.Cut(readmeAddr, ":")
 	_, hport, _ := strings.Cut(readmeHTTP, ":")
 	r.ports[port], r.httpOf[hport] = l, l

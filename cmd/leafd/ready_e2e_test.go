@@ -35,16 +35,14 @@ func waitReady(t *testing.T, l *e2e.Leafd, start time.Time, limit time.Duration)
 // waitWarm polls /readyz until the warm start has ended ("warming": false).
 func waitWarm(t *testing.T, l *e2e.Leafd) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		status, body, err := l.HTTPGet("/readyz", "")
-		if err == nil && status == http.StatusOK && strings.Contains(body, `"warming":false`) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("warm start not done within 30s: %d %s %v", status, body, err)
-		}
-		time.Sleep(20 * time.Millisecond)
+	var status int
+	var body string
+	var err error
+	if !e2e.Poll(30*time.Second, func() bool {
+		status, body, err = l.HTTPGet("/readyz", "")
+		return err == nil && status == http.StatusOK && strings.Contains(body, `"warming":false`)
+	}) {
+		t.Fatalf("warm start not done within 30s: %d %s %v", status, body, err)
 	}
 }
 

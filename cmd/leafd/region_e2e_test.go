@@ -30,7 +30,7 @@ func refusedRegionStart(t *testing.T, want string, args ...string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	args = append(args, "--data-dir", t.TempDir(), "--addr", e2e.FreeAddr(t), "--http-addr", "")
+	args = append(args, "--data-dir", t.TempDir(), "--addr", "127.0.0.1:0", "--http-addr", "")
 	out, err := exec.CommandContext(ctx, e2e.Binary(), args...).CombinedOutput()
 	if err == nil || ctx.Err() != nil || !strings.Contains(string(out), want) {
 		t.Errorf("leafd %v: got %v, want a refused start naming %q\n%s", args, err, want, out)
@@ -294,7 +294,7 @@ func TestRegionEmbedded(t *testing.T) {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		out, err := exec.CommandContext(ctx, e2e.Binary(), append(args, "--data-dir", l.DataDir, "--addr", e2e.FreeAddr(t), "--http-addr", "")...).CombinedOutput()
+		out, err := exec.CommandContext(ctx, e2e.Binary(), append(args, "--data-dir", l.DataDir, "--addr", "127.0.0.1:0", "--http-addr", "")...).CombinedOutput()
 		if err == nil || ctx.Err() != nil || !strings.Contains(string(out), want) {
 			t.Errorf("leafd %v: got %v, want a refused start naming %q\n%s", args, err, want, out)
 		}

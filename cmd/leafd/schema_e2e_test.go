@@ -124,16 +124,15 @@ func serveEveryMode(t *testing.T, l *e2e.Leafd, prefix string) {
 			t.Fatalf("%v: %v", c, err)
 		}
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		_, err := l.Do("IDS.SNOWFLAKE")
-		if err == nil {
-			break
-		}
-		if code, _ := e2e.ReplyCode(err); code != "NOWORKER" || time.Now().After(deadline) {
+	var err error
+	if !e2e.Poll(20*time.Second, func() bool {
+		_, err = l.Do("IDS.SNOWFLAKE")
+		if code, _ := e2e.ReplyCode(err); err != nil && code != "NOWORKER" {
 			t.Fatalf("IDS.SNOWFLAKE: %v", err)
 		}
-		time.Sleep(100 * time.Millisecond)
+		return err == nil
+	}) {
+		t.Fatalf("IDS.SNOWFLAKE: %v", err)
 	}
 }
 

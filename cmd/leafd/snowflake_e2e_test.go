@@ -29,7 +29,7 @@ func TestSnowflakeSameAdvertiseAddr(t *testing.T) {
 	t.Parallel()
 	zkAddr := testenv.ZKAddr(t)
 	name := e2e.ZKTestName(t)
-	adv := e2e.FreeAddr(t)
+	adv := e2e.Identity()
 	args := []string{"--zk-addrs", zkAddr, "--name", name, "--advertise-addr", adv, "--zk-session-timeout", "2s"}
 	a := e2e.Start(t, args...)
 	wa := e2e.WorkerOf(t, a)
@@ -66,7 +66,7 @@ func TestSnowflakePausedHolderSameAddr(t *testing.T) {
 	t.Parallel()
 	zkAddr := testenv.ZKAddr(t)
 	name := e2e.ZKTestName(t)
-	adv := e2e.FreeAddr(t)
+	adv := e2e.Identity()
 	args := []string{"--zk-addrs", zkAddr, "--name", name, "--advertise-addr", adv, "--zk-session-timeout", "1s",
 		"--lease-window", "4s"}
 	a := e2e.Start(t, args...)
@@ -142,7 +142,7 @@ func TestSnowflakeSourceSwitch(t *testing.T) {
 	maxF := phase("file", f)
 	f.Kill()
 
-	z := e2e.Start(t, "--data-dir", dir, "--zk-addrs", zkAddr, "--name", e2e.ZKTestName(t), "--advertise-addr", e2e.FreeAddr(t),
+	z := e2e.Start(t, "--data-dir", dir, "--zk-addrs", zkAddr, "--name", e2e.ZKTestName(t), "--advertise-addr", e2e.Identity(),
 		"--lease-window", "5s")
 	cz := z.Client(3)
 	if w := e2e.WorkerOf(t, z); w != 0 {

@@ -181,16 +181,9 @@ var lean = []string{"--worker-lease", "2s", "--lease-window", "1s", "--wait-time
 // lease waits out the taker's margin.
 func waitSnowflake(t *testing.T, l *e2e.Leafd) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		_, err := l.Do("IDS.SNOWFLAKE")
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("IDS.SNOWFLAKE before the failure: %v", err)
-		}
-		time.Sleep(100 * time.Millisecond)
+	var err error
+	if !e2e.Poll(15*time.Second, func() bool { _, err = l.Do("IDS.SNOWFLAKE"); return err == nil }) {
+		t.Fatalf("IDS.SNOWFLAKE before the failure: %v", err)
 	}
 }
 
@@ -264,20 +257,17 @@ func TestStoreCauseStoppedDatabase(t *testing.T) {
 	m.Stop()
 	checkCause(t, l, "u", "u", causeWant{classes: []storeerr.Class{storeerr.Refused, storeerr.Unreachable}, code: "UNAVAILABLE"})
 	m.Start()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		_, ierr := l.Do("INCR", "u")
-		sv, serr := l.Do("IDS.SNOWFLAKE")
+	var ierr, serr error
+	if !e2e.Poll(30*time.Second, func() bool {
+		var sv any
+		_, ierr = l.Do("INCR", "u")
+		sv, serr = l.Do("IDS.SNOWFLAKE")
 		if serr != nil && strings.Contains(serr.Error(), "taken over") {
 			t.Fatalf("after the outage: %v (nobody took the worker id over)", serr)
 		}
-		if ierr == nil && serr == nil && sv != nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not serving 30 s after the database is back: INCR %v, IDS.SNOWFLAKE %v", ierr, serr)
-		}
-		time.Sleep(100 * time.Millisecond)
+		return ierr == nil && serr == nil && sv != nil
+	}) {
+		t.Fatalf("not serving 30 s after the database is back: INCR %v, IDS.SNOWFLAKE %v", ierr, serr)
 	}
 }
 

@@ -41,17 +41,12 @@ func TestMySQLWarmAfterOutageStart(t *testing.T) {
 	px.SetMode(e2e.ProxyReset, 0)
 	x.Restart()
 	px.SetMode(e2e.ProxyPass, 0)
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		v, err := x.Do("IDS.TAGS")
-		if err == nil {
-			if tags, _ := v.([]any); len(tags) == n {
-				return // warmed
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("20 s after MySQL returned, IDS.TAGS = %v (%v): the %d tags served before the restart were not warmed", v, err, n)
-		}
-		time.Sleep(100 * time.Millisecond)
+	var v any
+	if !e2e.Poll(20*time.Second, func() bool {
+		v, err = x.Do("IDS.TAGS")
+		tags, _ := v.([]any)
+		return err == nil && len(tags) == n // warmed
+	}) {
+		t.Fatalf("20 s after MySQL returned, IDS.TAGS = %v (%v): the %d tags served before the restart were not warmed", v, err, n)
 	}
 }

@@ -26,15 +26,8 @@ func TestZKOutageLogsQuietly(t *testing.T) {
 	px.SetMode(e2e.ProxyReset, 0)
 	time.Sleep(12 * time.Second) // the outage itself: its length is what is measured
 	px.SetMode(e2e.ProxyPass, 0)
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		if _, err := l.Do("IDS.SNOWFLAKE"); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no snowflake ID 20 s after ZooKeeper is back\n%s", e2e.Tail(l.Log(), 20))
-		}
-		time.Sleep(50 * time.Millisecond)
+	if !e2e.Poll(20*time.Second, func() bool { _, err := l.Do("IDS.SNOWFLAKE"); return err == nil }) {
+		t.Fatalf("no snowflake ID 20 s after ZooKeeper is back\n%s", e2e.Tail(l.Log(), 20))
 	}
 	lines := strings.Split(l.Log(), "\n")[before-1:]
 	var loud []string

@@ -7,6 +7,6 @@
 // Phases of a scenario end on events — a log line, a metric, a count of replies — through
 // Eventually and the counters of a load; a fixed sleep only paces load and says so.
 //
-// The package is for tests only (cmd/leafd's *_test.go files); it is internal and never
-// linked into the leafd binary.
+// The package is for tests only (cmd/leafd's *_test.go files, and bench's proxy in front of
+// a far database); it is internal and never linked into the leafd binary.
 package e2e

@@ -9,14 +9,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/leafd/leafd/internal/testenv"
 )
 
 // ReadyMsg is the message of the structured log line leafd writes once its RESP port accepts
@@ -120,21 +117,16 @@ type Leafd struct {
 	exited  chan struct{}
 	exitErr error
 
-	pickedAddr, pickedHTTP bool // the harness chose the port (and may choose again)
+	picked bool // the harness chose the RESP port before the first run (needsAddr)
 }
 
-// FreeAddr returns a loopback address with a port that was free a moment ago, below the
-// ephemeral range (testenv.ServerPort).
-func FreeAddr(t testing.TB) string {
-	t.Helper()
-	return "127.0.0.1:" + strconv.Itoa(testenv.ServerPort(t))
-}
-
-// Start starts the binary with its own data dir (unless args name one) and free RESP and
-// admin ports (unless args name them), and returns once the ready line is logged. It is
-// killed at cleanup. Args may name port 0 (--addr 127.0.0.1:0, --http-addr 127.0.0.1:0):
-// Addr and HTTPAddr are then the ports the run was given, read from its log (each restart
-// gets new ones), which no other process can take between a pick and the bind.
+// Start starts the binary with its own data dir (unless args name one) and returns once the
+// ready line is logged; it is killed at cleanup. Unless args name them, the RESP and admin
+// ports are 127.0.0.1:0: the kernel chooses them at the bind, so no other process can take
+// them between a choice and the bind, and Addr and HTTPAddr are read from the run's log
+// (args naming port 0 are read the same way). The one exception is an instance that names
+// itself by its listen address before it binds (needsAddr): its RESP port is picked.
+// Restart binds the ports the first run reported.
 func Start(t testing.TB, args ...string) *Leafd {
 	t.Helper()
 	return StartAs(t, &Leafd{}, args...)
@@ -196,32 +188,38 @@ func StartInProcess(t testing.TB, run RunFunc, args ...string) *Leafd {
 	return l
 }
 
-// firstReady waits for the first run's ready line. The ports the harness picked were free a
-// moment before the start; when another process took one since (the run exits with
-// "address already in use"), the run starts again on ports picked anew, up to 20 times.
+// firstReady waits for the first run's ready line, and makes the ports the run reported
+// the ones every restart binds. A RESP port the harness picked (needsAddr) was free a
+// moment before the start; when another server took it since (the run exits with "address
+// already in use"), the run starts again on a port picked anew, up to 20 times. A port
+// chosen by the kernel at the bind needs no such retry.
 func (l *Leafd) firstReady() {
 	l.t.Helper()
-	for attempt := 1; attempt < 20 && (l.pickedAddr || l.pickedHTTP) && l.exitedInUse(); attempt++ {
-		if l.pickedAddr {
-			l.Addr = FreeAddr(l.t)
-			setFlag(l.Args, "--addr", l.Addr)
-		}
-		if l.pickedHTTP {
-			l.HTTPAddr = FreeAddr(l.t)
-			setFlag(l.Args, "--http-addr", l.HTTPAddr)
-		}
+	for attempt := 1; attempt < 20 && l.picked && l.exitedInUse(); attempt++ {
+		l.Addr = FreeAddr(l.t)
+		setFlag(l.Args, "--addr", l.Addr)
 		if err := l.launch(); err != nil {
 			l.t.Fatal(err)
 		}
 	}
 	l.waitReady()
+	if isPortZero(FlagValue(l.Args, "--addr")) {
+		setFlag(l.Args, "--addr", l.Addr)
+	}
+	if isPortZero(FlagValue(l.Args, "--http-addr")) && l.HTTPAddr != "" {
+		setFlag(l.Args, "--http-addr", l.HTTPAddr)
+	}
 }
 
-// setFlag sets the value FlagValue reads ("--name v"), in place.
+// setFlag sets the value FlagValue reads ("--name v" or "--name=v"), in place.
 func setFlag(args []string, name, value string) {
-	for i := 0; i+1 < len(args); i++ {
-		if args[i] == name {
+	for i, a := range args {
+		if a == name && i+1 < len(args) {
 			args[i+1] = value
+			return
+		}
+		if strings.HasPrefix(a, name+"=") {
+			args[i] = name + "=" + value
 			return
 		}
 	}
@@ -235,19 +233,21 @@ func (l *Leafd) prepare(t testing.TB, args []string) {
 	} else {
 		l.DataDir = FlagValue(args, "--data-dir")
 	}
-	if !HasFlag(args, "--addr") {
-		l.Addr, l.pickedAddr = FreeAddr(t), true
-		l.Args = append(l.Args, "--addr", l.Addr)
-	} else {
+	switch {
+	case HasFlag(args, "--addr"):
 		l.Addr = FlagValue(args, "--addr")
+	case needsAddr(args):
+		l.Addr, l.picked = FreeAddr(t), true
+		l.Args = append(l.Args, "--addr", l.Addr)
+	default:
+		l.Addr = "127.0.0.1:0"
+		l.Args = append(l.Args, "--addr", l.Addr)
 	}
-	// A free admin port too: the default 127.0.0.1:8080 would collide between instances.
+	// An admin port too: the default 127.0.0.1:8080 would collide between instances.
 	if !HasArg(args, "--http-addr") {
-		l.HTTPAddr, l.pickedHTTP = FreeAddr(t), true
-		l.Args = append(l.Args, "--http-addr", l.HTTPAddr)
-	} else {
-		l.HTTPAddr = FlagValue(args, "--http-addr")
+		l.Args = append(l.Args, "--http-addr", "127.0.0.1:0")
 	}
+	l.HTTPAddr = FlagValue(l.Args, "--http-addr")
 	l.logMore = make(chan struct{})
 }
 
@@ -280,12 +280,14 @@ func FlagValue(args []string, name string) string {
 }
 
 // Restart starts the stopped or killed server again with the same arguments and waits for
-// its ready line.
+// its ready line. It binds the RESP and admin ports the first run reported, by number: the
+// tests and their clients hold Addr and HTTPAddr across the restart (and the address is the
+// instance's identity), so this is the one bind the kernel cannot choose.
 //
-// Its RESP and admin ports were free when the first run took them; between two runs another
-// process's outgoing connection may hold one of them as its ephemeral source port for a
-// moment (seen in CI: "bind: address already in use"). A run that exits for that reason is
-// started again, up to 50 times 100 ms apart.
+// Between two runs another process's outgoing connection may hold one of those ports as its
+// ephemeral source port for a moment (a port chosen at a bind to :0 lies in that range; seen
+// in CI: "bind: address already in use"). A run that exits for that reason is started
+// again, up to 50 times 100 ms apart.
 func (l *Leafd) Restart() {
 	l.t.Helper()
 	for attempt := 1; ; attempt++ {

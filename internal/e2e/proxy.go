@@ -1,8 +1,9 @@
 package e2e
 
-// A loopback TCP proxy for fault injection between leafd and its database: it forwards,
-// delays every chunk, blackholes (accepts and forwards nothing) or resets connections, and
-// moves to another target like a virtual IP on failover.
+// A loopback TCP proxy between a client and a server (leafd and its database or ZooKeeper, a
+// benchmark client and leafd): it forwards, delays every chunk, holds every reply for a
+// fixed lag (a server at a network distance), blackholes (accepts and forwards nothing) or
+// resets connections, and moves to another target like a virtual IP on failover.
 
 import (
 	"io"
@@ -27,8 +28,9 @@ func (m ProxyMode) String() string {
 	return [...]string{"pass", "delay", "blackhole", "reset"}[m]
 }
 
-// Proxy listens on 127.0.0.1 and forwards to target according to its mode, which can be
-// changed at any time. It is closed at test cleanup, waiting for its goroutines.
+// Proxy listens on 127.0.0.1:0 and forwards to target according to its mode and lag, which
+// can be changed at any time. It is closed at test cleanup (or Close), waiting for its
+// goroutines.
 type Proxy struct {
 	target atomic.Pointer[string]
 	rr     atomic.Pointer[[]string] // SetTargets: new connections dealt round-robin
@@ -36,6 +38,7 @@ type Proxy struct {
 	ln     net.Listener
 	mode   atomic.Int32
 	delay  atomic.Int64 // ns, for ProxyDelay
+	lag    atomic.Int64 // ns, SetLag
 	chunks atomic.Int64 // reads from the dialing side forwarded (Chunks)
 
 	mu     sync.Mutex
@@ -44,7 +47,8 @@ type Proxy struct {
 	wg     sync.WaitGroup
 }
 
-// StartProxy starts a proxy to target in pass mode.
+// StartProxy starts a proxy to target in pass mode. An empty target is one set later
+// (SetTarget, once the server has reported its port): until then connections are closed.
 func StartProxy(t testing.TB, target string) *Proxy {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -55,7 +59,7 @@ func StartProxy(t testing.TB, target string) *Proxy {
 	p.target.Store(&target)
 	p.wg.Add(1)
 	go p.accept()
-	t.Cleanup(p.close)
+	t.Cleanup(p.Close)
 	return p
 }
 
@@ -75,6 +79,12 @@ func (p *Proxy) SetMode(m ProxyMode, delay time.Duration) {
 		p.closeConns()
 	}
 }
+
+// SetLag holds every chunk the target sends back for d before passing it on, so that every
+// request/reply round trip takes d longer, like a server at that network distance. It is a
+// delay line, not a sleep per chunk (ProxyDelay): chunks keep their order and spacing, and
+// chunks in flight together are each delayed once. Requests pass at once.
+func (p *Proxy) SetLag(d time.Duration) { p.lag.Store(int64(d)) }
 
 // SetTarget points new connections at target and closes every open one, as a virtual IP
 // that moves to another server does.
@@ -137,7 +147,8 @@ func (p *Proxy) closeConns() {
 	}
 }
 
-func (p *Proxy) close() {
+// Close stops accepting, closes every connection and waits for the proxy's goroutines.
+func (p *Proxy) Close() {
 	p.mu.Lock()
 	p.closed = true
 	p.mu.Unlock()
@@ -165,7 +176,12 @@ func (p *Proxy) accept() {
 			continue
 		}
 		tgt := p.target.Load()
-		up, err := net.DialTimeout("tcp", *p.dial(), 2*time.Second)
+		to := *p.dial()
+		if to == "" {
+			c.Close()
+			continue
+		}
+		up, err := net.DialTimeout("tcp", to, 2*time.Second)
 		if err != nil {
 			c.Close()
 			continue
@@ -179,9 +195,11 @@ func (p *Proxy) accept() {
 			p.untrack(c, up)
 			continue
 		}
-		p.wg.Add(2)
-		go p.pipe(c, up, &p.chunks)
-		go p.pipe(up, c, nil)
+		p.wg.Add(3)
+		go p.pipe(c, up, &p.chunks) // requests
+		replies := make(chan chunk, 4096)
+		go p.read(up, replies)     // replies: stamped on arrival ...
+		go p.write(c, up, replies) // ... and passed on after the lag
 	}
 }
 
@@ -190,6 +208,21 @@ func (p *Proxy) sink(c net.Conn) {
 	defer p.wg.Done()
 	_, _ = io.Copy(io.Discard, c)
 	p.untrack(c)
+}
+
+// forward writes one chunk to dst according to the mode current now; false ends the
+// connection.
+func (p *Proxy) forward(dst net.Conn, b []byte) (sent, ok bool) {
+	switch p.current() {
+	case ProxyDelay:
+		time.Sleep(time.Duration(p.delay.Load()))
+	case ProxyBlackhole:
+		return false, true // swallow: the peer waits for an answer that never comes
+	case ProxyReset:
+		return false, false
+	}
+	_, err := dst.Write(b)
+	return err == nil, err == nil
 }
 
 // pipe copies src to dst chunk by chunk, applying the mode current at each chunk; count,
@@ -201,23 +234,56 @@ func (p *Proxy) pipe(src, dst net.Conn, count *atomic.Int64) {
 	for {
 		n, err := src.Read(buf)
 		if n > 0 {
-			switch p.current() {
-			case ProxyDelay:
-				time.Sleep(time.Duration(p.delay.Load()))
-			case ProxyBlackhole:
-				continue // swallow: the peer waits for an answer that never comes
-			case ProxyReset:
+			sent, ok := p.forward(dst, buf[:n])
+			if !ok {
 				return
 			}
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				return
-			}
-			if count != nil {
+			if sent && count != nil {
 				count.Add(1)
 			}
 		}
 		if err != nil {
-			return // EOF, reset, or closed by SetMode/close: the other direction follows
+			return // EOF, reset, or closed by SetMode/Close: the other direction follows
+		}
+	}
+}
+
+// chunk is a read of the target's replies and when it may be passed on.
+type chunk struct {
+	at   time.Time
+	data []byte
+}
+
+// read stamps each read of src with the time the lag lets it go, in order.
+func (p *Proxy) read(src net.Conn, out chan<- chunk) {
+	defer p.wg.Done()
+	defer close(out)
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			out <- chunk{at: time.Now().Add(time.Duration(p.lag.Load())), data: append([]byte(nil), buf[:n]...)}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// write passes each chunk on to dst once its time has come, applying the mode current then.
+func (p *Proxy) write(dst, src net.Conn, in <-chan chunk) {
+	defer p.wg.Done()
+	defer func() {
+		p.untrack(dst, src)
+		for range in { // read ends on the closed src; never leave it blocked on a full channel
+		}
+	}()
+	for c := range in {
+		if d := time.Until(c.at); d > 0 {
+			time.Sleep(d) // the lag: the chunk's own time, not a pause per chunk
+		}
+		if _, ok := p.forward(dst, c.data); !ok {
+			return
 		}
 	}
 }

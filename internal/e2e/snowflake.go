@@ -27,7 +27,10 @@ func ZKTestName(t testing.TB) string {
 }
 
 // ZKArgs are the arguments of an instance listening on a fresh port that is also its
-// advertised identity.
+// advertised identity. The port is picked (FreeAddr), not chosen at the bind: leafd reads
+// its ZooKeeper identity from the flags before it listens, and the tests compare that
+// identity with the instance's address (the node name is addr-seq, an instance of the same
+// identity is started with --advertise-addr set to another's Addr).
 func ZKArgs(t testing.TB, zkAddr, name string, extra ...string) []string {
 	t.Helper()
 	addr := FreeAddr(t)

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -24,8 +23,11 @@ const galeraProvider = "/usr/lib/galera/libgalera_smm.so"
 // Node 0 bootstraps it and carries weight 2 in the quorum, so the cluster keeps its primary
 // component when any other single node of a two-node cluster is killed.
 //
-// Every port is below 32768: the kernel hands out ephemeral source ports above it, and a
-// node's port taken by another process's outgoing connection would stop it from rejoining.
+// Every port is picked below the ephemeral range (ServerPort): the kernel hands out
+// ephemeral source ports above it, and a node's port taken by another process's outgoing
+// connection would stop it from rejoining. The picks are not retried: every node's ports
+// are in the others' configuration (gcomm://...), so a port another server took means a new
+// cluster, not a new node.
 //
 // Call its methods from the test goroutine (they call t.Fatal).
 type Galera struct {
@@ -62,7 +64,7 @@ func StartGalera(t testing.TB, n int) *Galera {
 		missing(t, "mariadbd not found (install the mariadb-server package)")
 	}
 	g := &Galera{t: t, name: fmt.Sprintf("leafd_t_%08x", rand.Uint32())}
-	used := map[int]bool{}
+	ports := serverPorts(t, 4*n) // client, group communication, IST, SST per node
 	for i := range n {
 		dir, err := os.MkdirTemp("", "leafd-galera-")
 		if err != nil {
@@ -70,7 +72,7 @@ func StartGalera(t testing.TB, n int) *Galera {
 		}
 		t.Cleanup(func() { _ = os.RemoveAll(dir) })
 		node := &GaleraNode{MariaDB: &MariaDB{t: t, dir: dir}, g: g, index: i, datadir: filepath.Join(dir, "data")}
-		node.port, node.gcomm, node.ist, node.sst = lowPort(t, used), lowPort(t, used), lowPort(t, used), lowPort(t, used)
+		node.port, node.gcomm, node.ist, node.sst = ports[4*i], ports[4*i+1], ports[4*i+2], ports[4*i+3]
 		for _, d := range []string{node.datadir, filepath.Join(dir, "tmp")} {
 			if err := os.Mkdir(d, 0o755); err != nil {
 				t.Fatalf("testenv: %v", err)
@@ -86,26 +88,6 @@ func StartGalera(t testing.TB, n int) *Galera {
 		node.Start()
 	}
 	return g
-}
-
-// lowPort returns a loopback TCP port below 32768 that was free a moment ago and is not in used.
-func lowPort(t testing.TB, used map[int]bool) int {
-	t.Helper()
-	for range 200 {
-		p := 10000 + rand.IntN(22000)
-		if used[p] {
-			continue
-		}
-		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
-		if err != nil {
-			continue
-		}
-		_ = l.Close()
-		used[p] = true
-		return p
-	}
-	t.Fatalf("testenv: no free port below 32768")
-	return 0
 }
 
 // install creates node's data directory (the bootstrap node; the others receive theirs by

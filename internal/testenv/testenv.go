@@ -60,11 +60,19 @@ func freePort(t testing.TB) int {
 	return ServerPort(t)
 }
 
-// ServerPort returns a loopback TCP port for a server a test starts, free a moment ago. It is
-// taken below the kernel's ephemeral range (32768 and up on Linux), never from it: a port
-// from that range can become another process's outgoing source port between the pick and
-// the server's bind, which is how "bind: address already in use" hit the suite on busy
-// machines. Below it only another server that picked the same port can collide.
+// ServerPort returns a loopback TCP port for a server a test starts, free a moment ago: a
+// pick, then the server's own bind. It is for servers that cannot bind port 0 and report
+// the port they got — the external daemons of this package (MariaDB, ZooKeeper, Galera
+// nodes, whose ports are also written into their peers' configuration), other tools
+// (redis-server) and a leafd that names itself by its listen address before it binds
+// (e2e.FreeAddr). A server written in Go listens on 127.0.0.1:0 and hands its listener
+// over instead.
+//
+// The port is taken below the kernel's ephemeral range (32768 and up on Linux), never from
+// it: a port from that range can become another process's outgoing source port between the
+// pick and the server's bind, which is how "bind: address already in use" hit the suite on
+// busy machines. Below it only another server that picked the same port can collide; the
+// single-server starts (MariaDB, ZooKeeper, leafd) retry on a new pick when that happens.
 func ServerPort(t testing.TB) int {
 	t.Helper()
 	high := serverPortCeiling()
@@ -78,6 +86,23 @@ func ServerPort(t testing.TB) int {
 	}
 	t.Fatal("testenv: no free loopback port below the ephemeral range in 200 tries")
 	return 0
+}
+
+// serverPorts returns n distinct ServerPort picks.
+func serverPorts(t testing.TB, n int) []int {
+	t.Helper()
+	seen := map[int]bool{}
+	var ports []int
+	for try := 0; len(ports) < n; try++ {
+		if try > 1000 {
+			t.Fatalf("testenv: no %d distinct free ports below the ephemeral range", n)
+		}
+		if p := ServerPort(t); !seen[p] {
+			seen[p] = true
+			ports = append(ports, p)
+		}
+	}
+	return ports
 }
 
 // The range ServerPort picks from: above the well-known and common service ports, below

@@ -14,7 +14,9 @@ func Tool(t testing.TB, name, pkg string) string {
 	return p
 }
 
-// FreePort returns a loopback TCP port that was free a moment ago.
+// FreePort returns a loopback TCP port that was free a moment ago (ServerPort), for a tool
+// the test runs that cannot bind port 0 and report the port it got (redis-server, a
+// container with host networking).
 func FreePort(t testing.TB) int {
 	t.Helper()
 	return freePort(t)

@@ -3,7 +3,6 @@ package testenv
 import (
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
@@ -195,35 +194,10 @@ func (z *ZooKeeper) Start() {
 }
 
 // ZKEnsemble is a private ZooKeeper ensemble of several members on loopback, each with its
-// own data directory, on ports below 32768 (the ephemeral range of outgoing connections is
-// above). Members are killed and their files removed when the test ends.
+// own data directory, on ports below the ephemeral range of outgoing connections (ServerPort). Members are killed and their files removed when the test ends.
 type ZKEnsemble struct {
 	t       testing.TB
 	Members []*ZooKeeper
-}
-
-// lowPorts returns n loopback TCP ports below 32768 that were free a moment ago.
-func lowPorts(t testing.TB, n int) []int {
-	t.Helper()
-	seen := map[int]bool{}
-	var ports []int
-	for try := 0; len(ports) < n; try++ {
-		if try > 1000 {
-			t.Fatalf("testenv: no %d free ports below 32768", n)
-		}
-		p := 12000 + rand.IntN(20000)
-		if seen[p] {
-			continue
-		}
-		seen[p] = true
-		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
-		if err != nil {
-			continue
-		}
-		l.Close()
-		ports = append(ports, p)
-	}
-	return ports
 }
 
 // StartZKEnsemble starts an ensemble of n members (QuorumPeerMain, tickTime 500 ms, so that
@@ -239,7 +213,9 @@ func StartZKEnsemble(t testing.TB, n int) *ZKEnsemble {
 		missing(t, "ZooKeeper not found: no /usr/share/java/zookeeper.jar (install the zookeeper package) and %s unset", EnvZKClasspath)
 	}
 	e := &ZKEnsemble{t: t}
-	ports := lowPorts(t, 3*n) // client, quorum, election per member
+	// Picked ports (ServerPort), not retried: each member's ports are in every member's
+	// configuration, so a port another server took means a new ensemble, not a new member.
+	ports := serverPorts(t, 3*n) // client, quorum, election per member
 	var servers []string
 	for i := range n {
 		servers = append(servers, fmt.Sprintf("server.%d=127.0.0.1:%d:%d", i+1, ports[3*i+1], ports[3*i+2]))
