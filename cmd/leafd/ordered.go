@@ -48,21 +48,25 @@ func openOrdered(ctx context.Context, cfg Config, store segment.Store, log *zap.
 }
 
 // orderedHolder is the address the other instances forward this one's ordered tags to:
-// --advertise-addr, else the listen address (a wildcard host replaced by the first
-// non-loopback IPv4 address).
+// --advertise-addr, else the listen address with the port bound (a wildcard host replaced by
+// the first non-loopback IPv4 address).
 func orderedHolder(cfg Config) (string, error) {
 	if cfg.AdvertiseAddr != "" {
 		return cfg.AdvertiseAddr, nil
 	}
-	host, port, err := net.SplitHostPort(cfg.Addr)
+	addr := cfg.Addr
+	if cfg.boundAddr != "" {
+		addr = cfg.boundAddr
+	}
+	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
-		return "", fmt.Errorf("--addr %q: %w", cfg.Addr, err)
+		return "", fmt.Errorf("--addr %q: %w", addr, err)
 	}
 	if port == "0" {
-		return "", fmt.Errorf("--addr %q has no fixed port: set --advertise-addr, the address other instances forward ORDERED tags to", cfg.Addr)
+		return "", fmt.Errorf("--addr %q has no fixed port: set --advertise-addr, the address other instances forward ORDERED tags to", addr)
 	}
 	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
-		return defaultAdvertiseAddr(cfg.Addr)
+		return defaultAdvertiseAddr(addr)
 	}
-	return cfg.Addr, nil
+	return addr, nil
 }

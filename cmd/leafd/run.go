@@ -45,6 +45,23 @@ func run(ctx context.Context, cfg Config, log *zap.Logger, ready func(net.Addr))
 		}
 	}()
 
+	// --addr with port 0: the kernel picks the port now, before the address other instances
+	// forward ORDERED tags to is derived from it (orderedHolder), which then names the port
+	// bound. A fixed port is bound once the instance can serve.
+	var early net.Listener
+	if _, port, perr := net.SplitHostPort(cfg.Addr); perr == nil && port == "0" {
+		ln, lerr := net.Listen("tcp", cfg.Addr)
+		if lerr != nil {
+			return fmt.Errorf("listen: %w", lerr)
+		}
+		early, cfg.boundAddr = ln, ln.Addr().String()
+		defer func() {
+			if early != nil { // not handed to the server: the run ended before it served
+				_ = early.Close()
+			}
+		}()
+	}
+
 	// Files named by flags are read before anything takes the data dir or a worker id.
 	var tlsConfig *tls.Config
 	if cfg.TLSCert != "" {
@@ -202,7 +219,12 @@ func run(ctx context.Context, cfg Config, log *zap.Logger, ready func(net.Addr))
 		}
 		httpSrv = newHTTPServer(cfg, h, log)
 	}
-	addr, err := srv.Listen(cfg.Addr)
+	var addr net.Addr
+	if early != nil {
+		addr, early, err = srv.ListenOn(early), nil, nil
+	} else {
+		addr, err = srv.Listen(cfg.Addr)
+	}
 	if err != nil {
 		if httpLn != nil {
 			_ = httpLn.Close()

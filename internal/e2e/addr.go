@@ -17,24 +17,19 @@ import (
 
 // FreeAddr returns a loopback address with a port that was free a moment ago, below the
 // ephemeral range (testenv.ServerPort). It is for an address that must be known before the
-// server starts and cannot be read back from it: leafd names itself by its listen address
-// before it binds (the ZooKeeper identity, the ORDERED tags' advertised address) and refuses
-// or misnames itself on port 0. Anything else listens on 127.0.0.1:0 and reports its port.
+// server starts and cannot be read back from it: leafd's default ZooKeeper identity is its
+// listen address, which needs a fixed port. Anything else listens on 127.0.0.1:0 and
+// reports its port.
 func FreeAddr(t testing.TB) string {
 	t.Helper()
 	return "127.0.0.1:" + strconv.Itoa(testenv.ServerPort(t))
 }
 
-// needsAddr reports whether leafd, run with args, names itself by its listen address before
-// it binds, so that the address must be a fixed port known before the start: with ZooKeeper
-// (its identity there defaults to the host's address and the listen port; on port 0 the
-// start is refused) or a MySQL store (the address other instances forward its ORDERED tags
-// to, and its name in leafd_worker), unless --advertise-addr names it.
+// needsAddr reports whether leafd, run with args, needs a fixed listen port: with ZooKeeper
+// and no --advertise-addr its identity there is the host's address and the listen port, which
+// must stay the same across restarts (on port 0 the start is refused).
 func needsAddr(args []string) bool {
-	if HasFlag(args, "--advertise-addr") {
-		return false
-	}
-	return HasFlag(args, "--zk-addrs") || HasFlag(args, "--mysql-dsn") || HasFlag(args, "--mysql-dsn-file")
+	return !HasFlag(args, "--advertise-addr") && HasFlag(args, "--zk-addrs")
 }
 
 // isPortZero reports whether addr asks the kernel for a port (host:0).
