@@ -134,9 +134,13 @@ var osHostname = os.Hostname
 // openMySQLWorkerSource builds the MySQL worker-id source on the segment store's database.
 func openMySQLWorkerSource(cfg Config, maxWorkerID int64, log *zap.Logger) (snowflake.WorkerSource, error) {
 	holder := cfg.AdvertiseAddr
-	if holder == "" {
+	if holder == "" { // a name for operators (the fences are the token and the epoch)
 		h, _ := osHostname()
-		holder = h + "/" + cfg.Addr
+		addr := cfg.Addr
+		if cfg.boundAddr != "" {
+			addr = cfg.boundAddr
+		}
+		holder = h + "/" + addr
 	}
 	return mysqlworker.NewSource(mysqlworker.Config{
 		DSN:           cfg.MySQLDSN,
