@@ -42,10 +42,17 @@ func (h *Handler) forward(c *resp.Conn, t *ordered.Tag, r ordered.Route, args []
 	if !st.exec && c.CanSuspend() {
 		w := st.fwdWait
 		if w == nil {
-			w = &fwdWait{h: h, st: st, resume: c.Resume}
+			w = &fwdWait{h: h, st: st, resume: c.Resume, resumeOnLoop: c.ResumeOnLoop}
 			st.fwdWait = w
 		}
 		w.call, w.route = call, r
+		if lf, _ := c.LoopTask().(*ordered.LoopForwarder); lf != nil {
+			// The loop's own connection to the leader: the replies come in on the loop.
+			call.Notify = w.resumeOnLoop
+			c.Suspend(w)
+			lf.Start(r.Leader, call)
+			return
+		}
 		call.Notify = w.resume
 		c.Suspend(w)
 		h.fwd.Start(r.Leader, call)
@@ -58,12 +65,27 @@ func (h *Handler) forward(c *resp.Conn, t *ordered.Tag, r ordered.Route, args []
 // fwdWait is a connection's forwarded call in flight while the connection is suspended (one
 // per connection, reused).
 type fwdWait struct {
-	h      *Handler
-	st     *connState
-	resume func() // the connection's Resume, bound once
-	call   *ordered.Call
-	route  ordered.Route
+	h            *Handler
+	st           *connState
+	resume       func() // the connection's Resume, bound once
+	resumeOnLoop func() // its ResumeOnLoop (the loop's LoopForwarder notifies on the loop)
+	call         *ordered.Call
+	route        ordered.Route
 }
+
+// LoopTask gives each event loop its own connections to the leaders (resp.LoopTasker): the
+// forwarded calls of the loop's connections go out and come back on the loop.
+func (h *Handler) LoopTask(l *resp.Loop) resp.LoopTask {
+	if h.fwd == nil {
+		return nil
+	}
+	if lf := h.fwd.NewLoopForwarder(l); lf != nil {
+		return lf
+	}
+	return nil
+}
+
+var _ resp.LoopTasker = (*Handler)(nil)
 
 // Resumed writes the replies of the call (resp.Resumer).
 func (w *fwdWait) Resumed(c *resp.Conn) {
