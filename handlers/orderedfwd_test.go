@@ -156,6 +156,53 @@ func TestOrderedFollowerPipelinesConcurrent(t *testing.T) {
 	}
 }
 
+// TestOrderedFollowerForwardsOnLoop: on the event loop, the follower's forwarded calls go
+// through the loop's own connection to the leader (one per loop: the leader accepts one
+// connection from a follower of one loop, however many of its clients pipeline at once),
+// not the Forwarder's pooled ones (Conns: 2, both dialed as soon as two writes went out);
+// every reply is still the client's own, in order.
+func TestOrderedFollowerForwardsOnLoop(t *testing.T) {
+	_, a, b := twoOrderedWith(t, ordOpts{manual: true, loops: 1})
+	ctx := context.Background()
+	conns0 := a.h.srv.Stats().TotalConnections
+	var wg sync.WaitGroup
+	errs := make(chan error, 6)
+	for range 6 {
+		c := pipeClient(t, b.addr)
+		wg.Go(func() {
+			last := int64(0)
+			for range 10 {
+				cmds, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+					for range 16 {
+						p.Incr(ctx, "seq")
+					}
+					return nil
+				})
+				if err != nil {
+					errs <- err
+					return
+				}
+				for _, cmd := range cmds {
+					v := cmd.(*redis.IntCmd).Val()
+					if v <= last {
+						errs <- fmt.Errorf("%d after %d", v, last)
+						return
+					}
+					last = v
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if n := a.h.srv.Stats().TotalConnections - conns0; n != 1 {
+		t.Fatalf("the leader accepted %d connections while the follower forwarded, want 1 (its one loop's own)", n)
+	}
+}
+
 // TestOrderedRedirect: IDS.REDIRECT ON makes the follower answer LEADER host:port instead
 // of forwarding (nothing reaches its Forwarder); a go-redis client with the followLeader
 // hook of docs/SEGMENT.md follows it and gets the leader's next IDs; OFF and RESET forward
