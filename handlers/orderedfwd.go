@@ -28,7 +28,8 @@ const (
 
 // forward sends args (and the pipelined commands that can join it) to the leader r names and
 // writes every reply, in order; an unreachable leader answers each of them UNAVAILABLE. On an
-// event loop the call does not wait: the connection is suspended (resp.Conn.Suspend) and the
+// event loop the call does not wait: the connection is suspended (resp.Conn.Suspend), the
+// call goes out on the loop's own connection to the leader (ordered.LoopForwarder) and the
 // replies are written when the leader's answer is in (fwdWait.Resumed), on the loop again.
 func (h *Handler) forward(c *resp.Conn, t *ordered.Tag, r ordered.Route, args [][]byte) {
 	st := state(c, true)

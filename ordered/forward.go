@@ -48,7 +48,8 @@ type ForwarderConfig struct {
 // order (FIFO). A Call holds one request or a client's whole pipeline: its requests go on one
 // connection, back to back in one write, so they run at the leader in their order and cost
 // one round trip together. Run blocks its caller until the call's last reply; no goroutine
-// is started per request. Safe for concurrent use.
+// is started per request. Safe for concurrent use. On an event loop, calls go out on the
+// loop's own connections instead (NewLoopForwarder, loopfwd_linux.go).
 type Forwarder struct {
 	cfg    ForwarderConfig
 	mu     sync.Mutex

@@ -34,7 +34,10 @@ import (
 //     wait, say) is caught by the loop's watchdog, which hands the loop to a new goroutine
 //     after watchEvery..2*watchEvery, so the other connections of the loop stall at most that
 //     long; the old goroutine finishes the command and hands the connection back;
-//   - a panicking command closes its connection only.
+//   - a panicking command closes its connection only;
+//   - a handler's work beside its connections (a follower's connections to a leader) is a
+//     LoopTask (looptask.go): its descriptors sit in the loop's epoll set, and its Tick runs
+//     after every round.
 // TLS connections stay on the goroutine model (Listen with TLS never starts loops).
 
 const loopsSupported = true
