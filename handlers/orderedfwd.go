@@ -105,8 +105,15 @@ func (h *Handler) forwarded(c *resp.Conn, st *connState, call *ordered.Call, r o
 		}
 	} else {
 		for i := range call.Replies {
-			tags[i].Forwarded.Add(1)
 			writeReply(c, &call.Replies[i])
+		}
+		for i := 0; i < len(tags); { // one count per run of the same tag (a pipeline's)
+			j := i + 1
+			for j < len(tags) && tags[j] == tags[i] {
+				j++
+			}
+			tags[i].Forwarded.Add(int64(j - i))
+			i = j
 		}
 		h.ids.Forwarded(int64(len(tags)))
 	}
