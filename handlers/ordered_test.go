@@ -153,6 +153,7 @@ type ordOpts struct {
 	scfg    func(*segment.Config) // adjusts the segment config
 	holder  string                // advertised address (default the listen address)
 	loops   int                   // resp event loops (default resp's)
+	model   string                // resp server model (default resp's)
 }
 
 func (cl *ordCluster) start(t *testing.T, o ordOpts) *ordInstance {
@@ -207,6 +208,9 @@ func (cl *ordCluster) start(t *testing.T, o ordOpts) *ordInstance {
 	rcfg := resp.DefaultConfig()
 	if o.loops > 0 {
 		rcfg.Loops = o.loops
+	}
+	if o.model != "" {
+		rcfg.Model = o.model
 	}
 	srv, err := resp.NewServer(rcfg, h, log)
 	if err != nil {
