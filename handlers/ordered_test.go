@@ -140,6 +140,8 @@ type ordOpts struct {
 	dropped func(tag string)      // called after the manager's drop (tests)
 	scfg    func(*segment.Config) // adjusts the segment config
 	holder  string                // advertised address (default the listen address)
+	loops   int                   // resp event loops (default resp's)
+	model   string                // resp server model (default resp's)
 }
 
 func (cl *ordCluster) start(t *testing.T, o ordOpts) *ordInstance {
@@ -198,7 +200,14 @@ func (cl *ordCluster) start(t *testing.T, o ordOpts) *ordInstance {
 		}
 	})
 	h := New(Config{MaxBatch: 100, Version: "test", StoreName: "mysql", Ordered: mgr, Forward: fwd}, seg, nil, log)
-	srv, err := resp.NewServer(resp.DefaultConfig(), h, log)
+	rcfg := resp.DefaultConfig()
+	if o.loops > 0 {
+		rcfg.Loops = o.loops
+	}
+	if o.model != "" {
+		rcfg.Model = o.model
+	}
+	srv, err := resp.NewServer(rcfg, h, log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -264,9 +273,15 @@ func wantCode(t *testing.T, what string, id int64, err error, code, text string)
 // by a, seen by b).
 func twoOrdered(t *testing.T) (*ordCluster, *ordInstance, *ordInstance) {
 	t.Helper()
+	return twoOrderedWith(t, ordOpts{manual: true})
+}
+
+// twoOrderedWith is twoOrdered with the follower started with ob.
+func twoOrderedWith(t *testing.T, ob ordOpts) (*ordCluster, *ordInstance, *ordInstance) {
+	t.Helper()
 	cl := newOrdCluster(t)
 	a := cl.start(t, ordOpts{manual: true})
-	b := cl.start(t, ordOpts{manual: true})
+	b := cl.start(t, ob)
 	ctx := context.Background()
 	if err := a.client(t).Do(ctx, "IDS.CREATE", "seq", "ORDERED").Err(); err != nil {
 		t.Fatal(err)

@@ -28,7 +28,8 @@ const (
 
 // forward sends args (and the pipelined commands that can join it) to the leader r names and
 // writes every reply, in order; an unreachable leader answers each of them UNAVAILABLE. On an
-// event loop the call does not wait: the connection is suspended (resp.Conn.Suspend) and the
+// event loop the call does not wait: the connection is suspended (resp.Conn.Suspend), the
+// call goes out on the loop's own connection to the leader (ordered.LoopForwarder) and the
 // replies are written when the leader's answer is in (fwdWait.Resumed), on the loop again.
 func (h *Handler) forward(c *resp.Conn, t *ordered.Tag, r ordered.Route, args [][]byte) {
 	st := state(c, true)
@@ -42,10 +43,17 @@ func (h *Handler) forward(c *resp.Conn, t *ordered.Tag, r ordered.Route, args []
 	if !st.exec && c.CanSuspend() {
 		w := st.fwdWait
 		if w == nil {
-			w = &fwdWait{h: h, st: st, resume: c.Resume}
+			w = &fwdWait{h: h, st: st, resume: c.Resume, resumeOnLoop: c.ResumeOnLoop}
 			st.fwdWait = w
 		}
 		w.call, w.route = call, r
+		if lf, _ := c.LoopTask().(*ordered.LoopForwarder); lf != nil {
+			// The loop's own connection to the leader: the replies come in on the loop.
+			call.Notify = w.resumeOnLoop
+			c.Suspend(w)
+			lf.Start(r.Leader, call)
+			return
+		}
 		call.Notify = w.resume
 		c.Suspend(w)
 		h.fwd.Start(r.Leader, call)
@@ -58,12 +66,27 @@ func (h *Handler) forward(c *resp.Conn, t *ordered.Tag, r ordered.Route, args []
 // fwdWait is a connection's forwarded call in flight while the connection is suspended (one
 // per connection, reused).
 type fwdWait struct {
-	h      *Handler
-	st     *connState
-	resume func() // the connection's Resume, bound once
-	call   *ordered.Call
-	route  ordered.Route
+	h            *Handler
+	st           *connState
+	resume       func() // the connection's Resume, bound once
+	resumeOnLoop func() // its ResumeOnLoop (the loop's LoopForwarder notifies on the loop)
+	call         *ordered.Call
+	route        ordered.Route
 }
+
+// LoopTask gives each event loop its own connections to the leaders (resp.LoopTasker): the
+// forwarded calls of the loop's connections go out and come back on the loop.
+func (h *Handler) LoopTask(l *resp.Loop) resp.LoopTask {
+	if h.fwd == nil {
+		return nil
+	}
+	if lf := h.fwd.NewLoopForwarder(l); lf != nil {
+		return lf
+	}
+	return nil
+}
+
+var _ resp.LoopTasker = (*Handler)(nil)
 
 // Resumed writes the replies of the call (resp.Resumer).
 func (w *fwdWait) Resumed(c *resp.Conn) {
@@ -82,8 +105,15 @@ func (h *Handler) forwarded(c *resp.Conn, st *connState, call *ordered.Call, r o
 		}
 	} else {
 		for i := range call.Replies {
-			tags[i].Forwarded.Add(1)
 			writeReply(c, &call.Replies[i])
+		}
+		for i := 0; i < len(tags); { // one count per run of the same tag (a pipeline's)
+			j := i + 1
+			for j < len(tags) && tags[j] == tags[i] {
+				j++
+			}
+			tags[i].Forwarded.Add(int64(j - i))
+			i = j
 		}
 		h.ids.Forwarded(int64(len(tags)))
 	}

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/leafd/leafd/resp"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -153,6 +154,108 @@ func TestOrderedFollowerPipelinesConcurrent(t *testing.T) {
 	}
 	if len(seen) != 12*20*16 {
 		t.Fatalf("%d IDs, want %d", len(seen), 12*20*16)
+	}
+}
+
+// TestOrderedFollowerForwardsOnLoop: on the event loop, the follower's forwarded calls go
+// through the loop's own connection to the leader (one per loop: the leader accepts one
+// connection from a follower of one loop, however many of its clients pipeline at once),
+// not the Forwarder's pooled ones (Conns: 2, both dialed as soon as two writes went out);
+// every reply is still the client's own, in order.
+func TestOrderedFollowerForwardsOnLoop(t *testing.T) {
+	_, a, b := twoOrderedWith(t, ordOpts{manual: true, loops: 1})
+	ctx := context.Background()
+	conns0 := a.h.srv.Stats().TotalConnections
+	var wg sync.WaitGroup
+	errs := make(chan error, 6)
+	for range 6 {
+		c := pipeClient(t, b.addr)
+		wg.Go(func() {
+			last := int64(0)
+			for range 10 {
+				cmds, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+					for range 16 {
+						p.Incr(ctx, "seq")
+					}
+					return nil
+				})
+				if err != nil {
+					errs <- err
+					return
+				}
+				for _, cmd := range cmds {
+					v := cmd.(*redis.IntCmd).Val()
+					if v <= last {
+						errs <- fmt.Errorf("%d after %d", v, last)
+						return
+					}
+					last = v
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if n := a.h.srv.Stats().TotalConnections - conns0; n != 1 {
+		t.Fatalf("the leader accepted %d connections while the follower forwarded, want 1 (its one loop's own)", n)
+	}
+}
+
+// TestOrderedFollowerForwardsGoroutineModel: on the goroutine model (no loop, no loop task)
+// the follower forwards through the Forwarder's pooled connections: pipelines and
+// concurrent clients get the leader's IDs, each connection's strictly increasing, every ID
+// once, and an unreachable leader answers UNAVAILABLE.
+func TestOrderedFollowerForwardsGoroutineModel(t *testing.T) {
+	_, a, b := twoOrderedWith(t, ordOpts{manual: true, model: resp.ModelGoroutine})
+	ctx := context.Background()
+	var mu sync.Mutex
+	seen := map[int64]bool{}
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for range 4 {
+		c := pipeClient(t, b.addr)
+		wg.Go(func() {
+			last := int64(0)
+			for range 10 {
+				cmds, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+					for range 8 {
+						p.Incr(ctx, "seq")
+					}
+					return nil
+				})
+				if err != nil {
+					errs <- err
+					return
+				}
+				for _, cmd := range cmds {
+					v := cmd.(*redis.IntCmd).Val()
+					mu.Lock()
+					dup := seen[v]
+					seen[v] = true
+					mu.Unlock()
+					if dup || v <= last {
+						errs <- fmt.Errorf("%d after %d (duplicate %v)", v, last, dup)
+						return
+					}
+					last = v
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if len(seen) != 4*10*8 {
+		t.Fatalf("%d IDs, want %d", len(seen), 4*10*8)
+	}
+	a.stop()
+	if _, err := b.client(t).Incr(ctx, "seq").Result(); err == nil || !strings.HasPrefix(err.Error(), "UNAVAILABLE ") {
+		t.Fatalf("INCR with the leader gone: %v, want UNAVAILABLE", err)
 	}
 }
 

@@ -48,12 +48,14 @@ type ForwarderConfig struct {
 // order (FIFO). A Call holds one request or a client's whole pipeline: its requests go on one
 // connection, back to back in one write, so they run at the leader in their order and cost
 // one round trip together. Run blocks its caller until the call's last reply; no goroutine
-// is started per request. Safe for concurrent use.
+// is started per request. Safe for concurrent use. On an event loop, calls go out on the
+// loop's own connections instead (NewLoopForwarder, loopfwd_linux.go).
 type Forwarder struct {
 	cfg    ForwarderConfig
 	mu     sync.Mutex
 	peers  map[string]*peer
 	known  atomic.Pointer[map[string]*peer] // a copy of peers, read without the lock
+	loops  []*LoopForwarder                 // NewLoopForwarder's (loopfwd_linux.go)
 	closed bool
 	wg     sync.WaitGroup
 	calls  sync.Pool
@@ -202,7 +204,11 @@ func (f *Forwarder) Close() error {
 	peers := f.peers
 	f.peers = map[string]*peer{}
 	f.known.Store(nil)
+	loops := f.loops
 	f.mu.Unlock()
+	for _, lf := range loops {
+		lf.close()
+	}
 	for _, p := range peers {
 		for _, pc := range p.conns {
 			pc.fail(nil, errors.New("forwarder closed"), true)
@@ -323,7 +329,7 @@ func (pc *pconn) send(c *Call) error {
 func (pc *pconn) connect() {
 	defer pc.f.wg.Done()
 	cfg := pc.f.cfg
-	nc, err := pc.handshake(cfg)
+	nc, err := handshake(pc.addr, cfg)
 	pc.mu.Lock()
 	pc.dialing = false
 	if err == nil && pc.closed {
@@ -353,11 +359,12 @@ func (pc *pconn) connect() {
 	l.nudge()
 }
 
-func (pc *pconn) handshake(cfg ForwarderConfig) (net.Conn, error) {
+// handshake dials addr, authenticates and names the connection (ForwardClientName).
+func handshake(addr string, cfg ForwarderConfig) (net.Conn, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.Timeout)
 	defer cancel()
 	var d net.Dialer
-	nc, err := d.DialContext(ctx, "tcp", pc.addr)
+	nc, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return nil, err
 	}

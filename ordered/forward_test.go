@@ -90,6 +90,8 @@ func (f *fakeLeader) serve(c net.Conn) {
 				break
 			}
 			out = ":" + strconv.FormatInt(f.n.Add(1), 10) + "\r\n"
+		case "ECHO":
+			out = "$" + strconv.Itoa(len(args[1])) + "\r\n" + args[1] + "\r\n"
 		case "SEG":
 			out = "*2\r\n:" + strconv.FormatInt(f.n.Add(1), 10) + "\r\n$3\r\nabc\r\n"
 		default:

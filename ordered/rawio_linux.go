@@ -107,3 +107,21 @@ func (r *rawIO) writeAll(b []byte) error {
 	}
 	return r.err
 }
+
+// rawReadFD and rawWriteFD are read(2) and write(2) of a non-blocking socket the event loop
+// owns (LoopForwarder), without the runtime's system-call bookkeeping: they never block.
+func rawReadFD(fd int, p []byte) (int, error) {
+	n, _, e := syscall.RawSyscall(syscall.SYS_READ, uintptr(fd), uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
+	if e != 0 {
+		return 0, e
+	}
+	return int(n), nil
+}
+
+func rawWriteFD(fd int, p []byte) (int, error) {
+	n, _, e := syscall.RawSyscall(syscall.SYS_WRITE, uintptr(fd), uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
+	if e != 0 {
+		return 0, e
+	}
+	return int(n), nil
+}

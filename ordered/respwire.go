@@ -2,6 +2,7 @@ package ordered
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -89,6 +90,78 @@ func readReply(br *bufio.Reader, r *Reply, depth int) error {
 		return nil
 	}
 	return fmt.Errorf("unexpected reply type %q", r.Kind)
+}
+
+// maxReplyLine bounds a reply's line (its type and length, or a simple string or error).
+const maxReplyLine = 64 << 10
+
+// parseReply parses one RESP2 reply at the start of b into r, reusing its buffers, and
+// returns its length; 0 (and no error) when b holds only a part of it (r is then partly
+// written: parse it again, into the same r, once more bytes are in).
+func parseReply(b []byte, r *Reply, depth int) (int, error) {
+	i := bytes.IndexByte(b, '\n')
+	if i < 0 {
+		if len(b) > maxReplyLine {
+			return 0, errors.New("reply line too long")
+		}
+		return 0, nil
+	}
+	line := b[:i+1]
+	if len(line) < 3 || line[len(line)-2] != '\r' {
+		return 0, errors.New("malformed reply line")
+	}
+	body := line[1 : len(line)-2]
+	r.Kind = line[0]
+	r.Str = r.Str[:0]
+	r.Elems = r.Elems[:0]
+	off := len(line)
+	switch r.Kind {
+	case '+', '-':
+		r.Str = append(r.Str, body...)
+		return off, nil
+	case ':':
+		var err error
+		r.Int, err = parseReplyInt(body)
+		return off, err
+	case '_':
+		return off, nil
+	case '$', '*':
+		n, err := parseReplyInt(body)
+		if err != nil || n > maxReplyLen || n < -1 {
+			return 0, fmt.Errorf("malformed length %q", body)
+		}
+		if n == -1 {
+			r.Kind = '_'
+			return off, nil
+		}
+		if r.Kind == '$' {
+			end := off + int(n) + 2
+			if len(b) < end {
+				return 0, nil
+			}
+			if b[end-2] != '\r' || b[end-1] != '\n' {
+				return 0, errors.New("malformed bulk string")
+			}
+			r.Str = append(r.Str, b[off:end-2]...)
+			return end, nil
+		}
+		if depth >= maxReplyDepth {
+			return 0, errors.New("reply nested too deep")
+		}
+		if cap(r.Elems) < int(n) {
+			r.Elems = make([]Reply, n)
+		}
+		r.Elems = r.Elems[:n]
+		for k := range r.Elems {
+			m, err := parseReply(b[off:], &r.Elems[k], depth+1)
+			if err != nil || m == 0 {
+				return 0, err
+			}
+			off += m
+		}
+		return off, nil
+	}
+	return 0, fmt.Errorf("unexpected reply type %q", r.Kind)
 }
 
 var errReplyInt = errors.New("malformed integer in reply")

@@ -196,7 +196,10 @@ func (lp *loop) suspended(c *Conn, deposed bool) (st status, done bool) {
 	if c.susp.CompareAndSwap(suspPending, suspParked) {
 		// Resume hands c back; until then it is not this goroutine's to touch.
 		if deposed {
-			return stDeposed, true // busy already: the goroutine that took the loop set it
+			// busy already: the goroutine that took the loop set it. Woken, that goroutine
+			// runs the loop task's Tick, which sees what the command handed the task.
+			lp.wake()
+			return stDeposed, true
 		}
 		c.busy = true
 		return stBusy, true

@@ -20,7 +20,7 @@ import (
 // goroutine waiting for I/O: its thread runs the other goroutines (segment loads, the admin
 // port) and no thread sits in a blocking epoll_wait that sysmon would have to hand off.
 func (lp *loop) park(events []unix.EpollEvent) (int, error) {
-	_ = lp.epf.SetReadDeadline(time.Now().Add(time.Duration(lp.waitMillis()) * time.Millisecond))
+	_ = lp.epf.SetReadDeadline(time.Now().Add(time.Duration(lp.parkMillis()) * time.Millisecond))
 	if lp.parkFn == nil {
 		lp.parkFn = lp.parkPoll // one closure per loop, not one per park
 	}

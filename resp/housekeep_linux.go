@@ -76,6 +76,9 @@ func (lp *loop) housekeep(now time.Time) bool {
 			}
 			lp.mu.Unlock()
 			if empty {
+				if lp.task != nil {
+					lp.task.Close()
+				}
 				lp.stopOnce()
 				return true
 			}

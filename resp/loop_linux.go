@@ -34,7 +34,10 @@ import (
 //     wait, say) is caught by the loop's watchdog, which hands the loop to a new goroutine
 //     after watchEvery..2*watchEvery, so the other connections of the loop stall at most that
 //     long; the old goroutine finishes the command and hands the connection back;
-//   - a panicking command closes its connection only.
+//   - a panicking command closes its connection only;
+//   - a handler's work beside its connections (a follower's connections to a leader) is a
+//     LoopTask (looptask.go): its descriptors sit in the loop's epoll set, and its Tick runs
+//     after every round.
 // TLS connections stay on the goroutine model (Listen with TLS never starts loops).
 
 const loopsSupported = true
@@ -123,6 +126,15 @@ type loop struct {
 	offloads atomic.Int64
 	iters    atomic.Int64
 
+	// The handler's LoopTask (looptask.go), nil when none; the descriptors it watches (and
+	// their epoll interest), the connections its callbacks resumed (ResumeOnLoop) and the
+	// deadline its last Tick gave. Owned by the goroutine running the loop.
+	task       LoopTask
+	watched    map[int]uint32
+	local      []*Conn
+	localSpare []*Conn
+	taskDue    time.Time
+
 	hooks *loopHooks // tests only; nil in production
 }
 
@@ -147,6 +159,7 @@ func (s *Server) startLoops(n int) error {
 		n = 1
 	}
 	b, _ := s.handler.(Blocker)
+	tasker, _ := s.handler.(LoopTasker)
 	var loops []*loop
 	closeAll := func() {
 		for _, lp := range loops {
@@ -168,6 +181,10 @@ func (s *Server) startLoops(n int) error {
 		lp := &loop{srv: s, blocker: b, epfd: epfd, wakefd: wfd, conns: make(map[int]*Conn),
 			stop: make(chan struct{}), jobs: make(chan offJob), lastSweep: s.now(), hooks: s.hooks}
 		loops = append(loops, lp)
+		if tasker != nil {
+			lp.watched = make(map[int]uint32)
+			lp.task = tasker.LoopTask(&Loop{lp: lp})
+		}
 		if parkInPoller {
 			if err := unix.SetNonblock(epfd, true); err != nil {
 				closeAll()
@@ -333,7 +350,7 @@ func (lp *loop) run(busy *Conn) {
 	// later socket of the same epoll batch was deposed and returned before its housekeep),
 	// and nothing would wake it for that work until the sweep timeout
 	// (TestTakeoverAdoptsAcknowledgedWork).
-	if lp.housekeep(lp.srv.now()) {
+	if now := lp.srv.now(); lp.housekeep(now) || lp.tick(now) {
 		return
 	}
 	events := make([]unix.EpollEvent, 128)
@@ -357,9 +374,9 @@ func (lp *loop) run(busy *Conn) {
 				n, err = lp.park(events)
 			case pollFirst:
 				runtime.Gosched()
-				n, err = unix.EpollWait(lp.epfd, events, lp.waitMillis())
+				n, err = unix.EpollWait(lp.epfd, events, lp.parkMillis())
 			default:
-				n, err = unix.EpollWait(lp.epfd, events, lp.waitMillis())
+				n, err = unix.EpollWait(lp.epfd, events, lp.parkMillis())
 			}
 		}
 		if err != nil && !errors.Is(err, unix.EINTR) {
@@ -376,6 +393,9 @@ func (lp *loop) run(busy *Conn) {
 			}
 			c := lp.conns[fd]
 			if c == nil {
+				if _, ok := lp.watched[fd]; ok && lp.taskReady(fd, events[i].Events, now) {
+					return
+				}
 				continue
 			}
 			if c.busy {
@@ -390,7 +410,7 @@ func (lp *loop) run(busy *Conn) {
 				return
 			}
 		}
-		if lp.housekeep(now) {
+		if lp.housekeep(now) || lp.tick(now) {
 			return
 		}
 	}

@@ -7,9 +7,10 @@ import "sync/atomic"
 // loop, it starts its call, Suspends the connection and returns. The loop then leaves the
 // connection alone (no read, no other command of it runs; its socket leaves the epoll set
 // only if the client sends more meanwhile) and serves the others. When the answer is in,
-// whoever has it calls Resume: the loop takes the connection back, runs the Resumer (which
-// writes the command's replies) on the loop goroutine and goes on with the commands that
-// follow in the connection's buffer. Replies stay in order: nothing of the connection runs
+// whoever has it calls Resume (or ResumeOnLoop, on the loop goroutine: a LoopTask that
+// read the answer, looptask.go): the loop takes the connection back, runs the Resumer
+// (which writes the command's replies) on the loop goroutine and goes on with the commands
+// that follow in the connection's buffer. Replies stay in order: nothing of the connection runs
 // between Suspend and the Resumer.
 
 // Resumer finishes a suspended command: Resumed writes its replies, on the loop goroutine.
