@@ -109,6 +109,7 @@ func New(opt Options) (*Client, error) {
 	}
 	m := map[string]*Tag{}
 	c.tags.Store(&m)
+	c.hot.Store(noSpan)
 	c.sf = &snowBuf{c: c, batch: min(100, opt.SnowflakeBatch)}
 	return c, nil
 }
@@ -125,10 +126,10 @@ func (c *Client) Close() error {
 	c.cancel()
 	c.wg.Wait()
 	// Nothing buffered is handed out after Close: a take finds no range and answers CLOSED.
-	c.hot.Store(nil)
+	c.hot.Store(noSpan)
 	for _, t := range *c.tags.Load() {
 		t.mu.Lock()
-		t.cur.Store(nil)
+		t.cur.Store(noSpan)
 		t.next = nil
 		t.mu.Unlock()
 	}

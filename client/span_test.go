@@ -33,8 +33,8 @@ func TestSpansSplitTheRange(t *testing.T) {
 			parts = append(parts, p)
 		}
 		if tc.head == 0 {
-			if len(parts) != 1 || parts[0].lo != tc.lo || parts[0].size != tc.size {
-				t.Errorf("%s: got %d parts, first [%d,+%d); want one [%d,+%d)", tc.name, len(parts), parts[0].lo, parts[0].size, tc.lo, tc.size)
+			if len(parts) != 1 || (parts[0].base+1) != tc.lo || parts[0].size != tc.size {
+				t.Errorf("%s: got %d parts, first [%d,+%d); want one [%d,+%d)", tc.name, len(parts), parts[0].base+1, parts[0].size, tc.lo, tc.size)
 			}
 			continue
 		}
@@ -42,9 +42,9 @@ func TestSpansSplitTheRange(t *testing.T) {
 			t.Fatalf("%s: got %d parts, want a head and a tail", tc.name, len(parts))
 		}
 		h, tl := parts[0], parts[1]
-		if h.lo != tc.lo || h.size != tc.head || tl.lo != tc.lo+tc.head || tl.lo+tl.size != tc.lo+tc.size || tl.tail != nil {
+		if (h.base+1) != tc.lo || h.size != tc.head || (tl.base+1) != tc.lo+tc.head || (tl.base+1)+tl.size != tc.lo+tc.size || tl.tail != nil {
 			t.Errorf("%s: got head [%d,+%d) tail [%d,+%d); want head [%d,+%d) then the rest of [%d,+%d)",
-				tc.name, h.lo, h.size, tl.lo, tl.size, tc.lo, tc.head, tc.lo, tc.size)
+				tc.name, h.base+1, h.size, tl.base+1, tl.size, tc.lo, tc.head, tc.lo, tc.size)
 		}
 	}
 }

@@ -11,28 +11,35 @@ import (
 	"unsafe"
 )
 
-// span is a part of a range of IDs leased by one INCRBY: [lo, lo+size). Each take adds one
-// to taken; the taker whose count is in [1, size] owns lo+count-1, so no value is handed out
+// span is a part of a range of IDs leased by one INCRBY: [base+1, base+size]. Each take adds
+// one to taken; the taker whose count n is in [1, size] owns base+n, so no value is handed out
 // twice however many goroutines take at once. A span is never reused: a new part is a new
-// span, published by pointer, so a taker's count and bound always come from the same span.
+// span, published by pointer, so a taker's count, bound and base always come from the same
+// span. A count never wraps: it starts at 0 and grows by one per take.
 //
 // A range is split in two spans at its first tenth: the head, then the tail. The switch from
 // the head to the tail, which the lock orders, starts the fetch of the next range, so a take
 // is only the add and the compare with size (no take count is special). A range too small to
 // have a head is one span, the tail.
 //
-// The fields a take reads (name, lo, size) never change; taken, which every take writes, is
+// The fields a take reads (name, base, size) never change; taken, which every take writes, is
 // alone on its cache line, so takers on other cores read those fields from their own caches
 // and the line that moves between cores is only the counter's.
 type span struct {
-	name     string // the tag's name, so that Next checks the hot range with one load
-	tag      *Tag   // the tag's buffer
-	lo, size int64
-	tail     *span // the rest of the range after this head; nil in a tail
-	_        [cacheLine - 48]byte
-	taken    atomic.Int64
-	_        [cacheLine - 8]byte
+	name       string // the tag's name, so that Next checks the hot range with one load
+	tag        *Tag   // the tag's buffer
+	base, size int64  // base is the first ID less one: a take returns base+n
+	tail       *span  // the rest of the range after this head; nil in a tail
+	_          [cacheLine - 48]byte
+	taken      atomic.Int64
+	_          [cacheLine - 8]byte
 }
+
+// noSpan is the range of a tag or client that has none (before the first fetch, after
+// Close): no take succeeds on it (its size is 0), so the fast paths need no nil check. Only
+// takes that go on to the slow path write its counter, one each (NextN skips it), so it
+// cannot wrap either.
+var noSpan = &span{}
 
 // cacheLine is the size of a cache line (amd64, arm64) that span keeps taken alone on. A span
 // is two lines, 128 bytes: the allocator's class of that size starts each one on a line.
@@ -41,13 +48,13 @@ const cacheLine = 64
 // newSpans splits the range [lo, lo+size) into its head (the takes before the first tenth
 // of the range) and its tail, and returns the first of them.
 func (t *Tag) newSpans(lo, size int64) *span {
-	tail := &span{name: t.name, tag: t, lo: lo, size: size}
+	tail := &span{name: t.name, tag: t, base: lo - 1, size: size}
 	head := max(1, size/10) - 1
 	if head == 0 {
 		return tail
 	}
-	tail.lo, tail.size = lo+head, size-head
-	return &span{name: t.name, tag: t, lo: lo, size: head, tail: tail}
+	tail.base, tail.size = lo-1+head, size-head
+	return &span{name: t.name, tag: t, base: lo - 1, size: head, tail: tail}
 }
 
 type kind int8
@@ -90,25 +97,27 @@ type Tag struct {
 // Next returns the next ID of tag from the local buffer, fetching a range first when none is
 // ready. The error is an *Error and never comes with an ID.
 //
-// The steady state is one load of the hot range, a compare of the tag, one atomic add and
-// one compare; everything else is in nextSlow.
+// The steady state is one load of the hot range, a compare of the tag's length and string
+// pointer with the range's name, one atomic add and one compare; everything else, a tag
+// passed as an equal string at another address included, is in nextSlow, its only call.
 func (c *Client) Next(ctx context.Context, tag string) (int64, error) {
-	if s := c.hot.Load(); s != nil && sameString(s.name, tag) {
+	s := c.hot.Load()
+	if len(s.name) == len(tag) && unsafe.StringData(s.name) == unsafe.StringData(tag) {
 		if n := s.taken.Add(1); n <= s.size {
-			return s.lo + n - 1, nil
+			return s.base + n, nil
 		}
 	}
 	return c.nextSlow(ctx, tag)
 }
 
-// sameString is a == b, without the call of the runtime's compare when both are the same
-// string (a caller passing the same literal or variable every time).
-func sameString(a, b string) bool {
-	return len(a) == len(b) && (unsafe.StringData(a) == unsafe.StringData(b) || a == b)
-}
-
-// nextSlow is Next past the steady state: the hot range is used up or is another tag's.
+// nextSlow is Next past the steady state: the tag is the hot range's as an equal string at
+// another address, or the hot range is used up or another tag's.
 func (c *Client) nextSlow(ctx context.Context, tag string) (int64, error) {
+	if s := c.hot.Load(); s.name == tag {
+		if n := s.taken.Add(1); n <= s.size {
+			return s.base + n, nil
+		}
+	}
 	return c.lookup(tag).take(ctx)
 }
 
@@ -123,10 +132,9 @@ func (t *Tag) Name() string { return t.name }
 
 // Next returns the next ID of the tag, as Client.Next does.
 func (t *Tag) Next(ctx context.Context) (int64, error) {
-	if s := t.cur.Load(); s != nil {
-		if n := s.taken.Add(1); n <= s.size {
-			return s.lo + n - 1, nil
-		}
+	s := t.cur.Load()
+	if n := s.taken.Add(1); n <= s.size {
+		return s.base + n, nil
 	}
 	return t.take(ctx)
 }
@@ -150,13 +158,14 @@ func (t *Tag) nextN(ctx context.Context, n int) ([]int64, error) {
 	}
 	out := make([]int64, 0, n)
 	for len(out) < n {
-		if s := t.cur.Load(); s != nil {
+		// noSpan is skipped: a count of up to MaxNextN per call must not grow its counter.
+		if s := t.cur.Load(); s != noSpan {
 			want := int64(n - len(out))
 			end := s.taken.Add(want)
 			if begin := end - want; begin < s.size {
 				hi := min(end, s.size)
 				for k := begin + 1; k <= hi; k++ {
-					out = append(out, s.lo+k-1)
+					out = append(out, s.base+k)
 				}
 				continue
 			}
@@ -195,6 +204,7 @@ func (c *Client) lookup(tag string) *Tag {
 		old := *c.tags.Load()
 		if t = old[tag]; t == nil {
 			t = &Tag{c: c, name: tag, batch: c.opt.MinBatch}
+			t.cur.Store(noSpan)
 			m := make(map[string]*Tag, len(old)+1)
 			for k, v := range old {
 				m[k] = v
@@ -212,11 +222,10 @@ func (c *Client) lookup(tag string) *Tag {
 // time. The range taken from becomes the client's hot range.
 func (t *Tag) take(ctx context.Context) (int64, error) {
 	for {
-		if s := t.cur.Load(); s != nil {
-			if n := s.taken.Add(1); n <= s.size {
-				t.c.hot.Store(s)
-				return s.lo + n - 1, nil
-			}
+		s := t.cur.Load()
+		if n := s.taken.Add(1); n <= s.size {
+			t.c.hot.Store(s)
+			return s.base + n, nil
 		}
 		if err := t.advance(ctx); err != nil {
 			if err == errOrdered {
@@ -244,11 +253,11 @@ func (t *Tag) advance(ctx context.Context) error {
 		return errOrdered
 	}
 	cur := t.cur.Load()
-	if cur != nil && cur.taken.Load() < cur.size {
+	if cur.taken.Load() < cur.size {
 		t.mu.Unlock()
 		return nil
 	}
-	if cur != nil && cur.tail != nil {
+	if cur.tail != nil {
 		t.currentLocked(cur.tail)
 		t.mu.Unlock()
 		return nil
