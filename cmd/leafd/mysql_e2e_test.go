@@ -24,13 +24,13 @@ import (
 
 // --- tests -------------------------------------------------------------------------------
 
-// (a) Three instances, 50 connections, 200k IDs with step 100: thousands of refills, no ID
-// twice, strictly increasing per connection, and exactly one allocation transaction per
+// (a) Three instances, 50 connections, 100k IDs with step 100: a thousand contended refills,
+// no ID twice, strictly increasing per connection, and exactly one allocation transaction per
 // segment.
 func TestMySQLManyInstances(t *testing.T) {
 	t.Parallel()
 	dsn, db := e2e.SharedDB(t)
-	const step, want = 100, 200_000
+	const step, want = 100, 100_000
 	var ls []*e2e.Leafd
 	for range 3 {
 		// A generous wait: this test is about disjoint ranges, not latency, and a starved
@@ -488,13 +488,13 @@ func TestMySQLHandInsertedTag(t *testing.T) {
 	e2e.StopClean(t, l)
 }
 
-// (g) Four instances on one tag with step 10 and 10⁵ INCR: the IDs are unique, and each
+// (g) Four instances on one tag with step 10 and 5×10⁴ INCR: the IDs are unique, and each
 // instance's IDs lie in whole ranges of 10 aligned as the table hands them out, no range
 // shared by two instances.
 //
-// A private MariaDB with innodb_flush_log_at_trx_commit=2: 10⁴ allocations of one row are
-// serialized by its row lock, and an fsync per commit would make them take a minute. Commit
-// atomicity and isolation, what disjointness depends on, do not change.
+// A private MariaDB with innodb_flush_log_at_trx_commit=2: 5×10³ allocations of one row are
+// serialized by its row lock, and an fsync per commit would make them take half a minute.
+// Commit atomicity and isolation, what disjointness depends on, do not change.
 func TestMySQLDisjointRanges(t *testing.T) {
 	t.Parallel()
 	m := testenv.StartMariaDB(t)
@@ -502,7 +502,7 @@ func TestMySQLDisjointRanges(t *testing.T) {
 	e2e.SQLExec(t, admin, "SET GLOBAL innodb_flush_log_at_trx_commit = 2")
 	e2e.SQLExec(t, admin, "CREATE DATABASE leafd")
 	dsn := m.DSN("leafd")
-	const step, start, want = 10, 1, 100_000
+	const step, start, want = 10, 1, 50_000
 	var ls []*e2e.Leafd
 	for range 4 {
 		// A generous wait: this test is about disjoint ranges, not latency, and a starved
@@ -553,7 +553,7 @@ func TestMySQLDisjointRanges(t *testing.T) {
 }
 
 // checkVolume: the volume tests run until want IDs or 120 s. They are about disjoint ranges
-// and one transaction per segment, not throughput: alone on 2 cores they reach want in 30-40 s,
+// and one transaction per segment, not throughput: alone on 2 cores they reach want in 15-20 s,
 // but CI runs them beside the segment package's MariaDB tests, where one run got 80% of it.
 // A fifth of want (thousands of contended allocations) still proves the point; less means
 // the instances stalled, which fails.
