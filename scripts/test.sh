@@ -190,6 +190,6 @@ args=("$@")
 [ ${#args[@]} -gt 0 ] || args=(./...)
 # -parallel 4: cmd/leafd's end-to-end tests that run in parallel (t.Parallel) spend most of
 # their time waiting on leases, restarts and private servers, not on the two cores; the
-# tests that measure latency, CPU or memory stay sequential (they run before the parallel
-# ones start).
+# tests that measure latency or CPU stay sequential (they run before the parallel ones
+# start).
 go test -race -count=1 -parallel 4 -timeout 40m "${args[@]}"
