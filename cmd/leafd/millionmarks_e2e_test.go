@@ -75,51 +75,32 @@ func TestAdminToolsMillionMarks(t *testing.T) {
 	plain := e2e.PlainBinary(t)
 	l := e2e.StartAs(t, &e2e.Leafd{Bin: plain}, "--mysql-dsn", dsn, "--data-dir", dir, "--addr", "127.0.0.1:0", "--http-addr", "")
 
-	// launch starts the command; its wait returns the file of its standard output, its
-	// standard error and its exit status. Both tools only read (--dry-run), so they run at
-	// once, each on its own connections.
-	launch := func(args ...string) (wait func() (stdout string, stderr string, status int)) {
+	run := func(args ...string) (stdout string, stderr string, status int) {
 		t.Helper()
 		out := filepath.Join(t.TempDir(), "out")
 		f, err := os.Create(out)
 		if err != nil {
 			t.Fatal(err)
 		}
+		defer f.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Second)
+		defer cancel()
 		cmd := exec.CommandContext(ctx, plain, args...)
 		cmd.Env = append(cmd.Environ(), "LEAFD_MYSQL_DSN="+dsn)
 		var errBuf bytes.Buffer
 		cmd.Stdout, cmd.Stderr = f, &errBuf
 		began := time.Now()
-		if err := cmd.Start(); err != nil {
-			cancel()
-			f.Close()
-			t.Fatalf("leafd %s: %v", strings.Join(args, " "), err)
+		err = cmd.Run()
+		t.Logf("leafd %s: %v", strings.Join(args, " "), time.Since(began))
+		var ee *exec.ExitError
+		switch {
+		case err == nil:
+		case errors.As(err, &ee):
+			status = ee.ExitCode()
+		default:
+			t.Fatalf("leafd %s: %v\n%s", strings.Join(args, " "), err, errBuf.String())
 		}
-		waited := false
-		t.Cleanup(func() { // a test that stopped before its wait ends the command
-			cancel()
-			if !waited {
-				_ = cmd.Wait()
-			}
-			f.Close()
-		})
-		return func() (string, string, int) {
-			t.Helper()
-			waited = true
-			err := cmd.Wait()
-			t.Logf("leafd %s: %v", strings.Join(args, " "), time.Since(began))
-			status := 0
-			var ee *exec.ExitError
-			switch {
-			case err == nil:
-			case errors.As(err, &ee):
-				status = ee.ExitCode()
-			default:
-				t.Fatalf("leafd %s: %v\n%s", strings.Join(args, " "), err, errBuf.String())
-			}
-			return out, errBuf.String(), status
-		}
+		return out, errBuf.String(), status
 	}
 	// lines counts the lines of the file whose fields satisfy each of the matchers.
 	lines := func(file string, match map[string]func([]string) bool) map[string]int {
@@ -145,9 +126,7 @@ func TestAdminToolsMillionMarks(t *testing.T) {
 		return got
 	}
 
-	raise := launch("raise-max-id", "--instances", l.Addr, "--dry-run")
-	adopt := launch("adopt", "--instances", l.Addr, "--dry-run")
-	out, errs, status := raise()
+	out, errs, status := run("raise-max-id", "--instances", l.Addr, "--dry-run")
 	if status != 0 {
 		t.Fatalf("raise-max-id --dry-run: exit %d, want 0:\n%s", status, e2e.Tail(errs, 20))
 	}
@@ -160,7 +139,7 @@ func TestAdminToolsMillionMarks(t *testing.T) {
 		t.Errorf("raise-max-id --dry-run: %d tags listed, %d to raise; want %d and %d", got["tag"], got["raised"], n, n/above)
 	}
 
-	out, errs, status = adopt()
+	out, errs, status = run("adopt", "--instances", l.Addr, "--dry-run")
 	if status != 1 || strings.Count(errs, "not adopted") != n/above {
 		t.Fatalf("adopt --instances --dry-run: exit %d, %d refusals; want exit 1 and %d refusals (the marks above max_id):\n%s",
 			status, strings.Count(errs, "not adopted"), n/above, e2e.Tail(errs, 20))
