@@ -33,13 +33,12 @@ func remainderStores(t *testing.T) map[string]func(t *testing.T) []string {
 // TestGracefulRestartsLoseNoID: 20 SIGTERM restarts of one instance while 4 clients send
 // INCR on a tag it alone serves; the checker finds every integer from 1 to the highest ID
 // exactly once (0 lost, 0 duplicates). Each restart waits for 200 more IDs (an event), not a
-// fixed time. The two stores run one after the other within the test, which runs in parallel
-// with the others: parallel subtests would queue behind every parallel test of the package,
-// and these, some 30 s each, would end the suite.
+// fixed time.
 func TestGracefulRestartsLoseNoID(t *testing.T) {
 	t.Parallel()
 	for name, args := range remainderStores(t) {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			l := e2e.Start(t, args(t)...)
 			if _, err := l.Do("IDS.CREATE", "g", "STEP", 100); err != nil {
 				t.Fatal(err)
