@@ -24,6 +24,7 @@ import (
 // instance A is the first to look and begins generation 2. No ID is issued twice across
 // every phase.
 func TestGaleraOlderMember(t *testing.T) {
+	t.Parallel()
 	begin := time.Now()
 	g := testenv.StartGalera(t, 2)
 	n0, n1 := g.Nodes[0], g.Nodes[1]

@@ -269,7 +269,12 @@ func procKB(t testing.TB, pid int, field string) int64 {
 // tables + 4 MiB of queued transaction (MULTI) + 64 KiB of stacks and buffers, twice over for
 // the garbage collector (GOGC=100). Transactions of 4 MiB queued and never executed are held
 // by connections of their own.
+//
+// It runs in parallel with the other tests: the bound holds whatever the scheduling (a limit
+// per connection), the peak is that of its own server process, and most of its time is spent
+// waiting for the writers the server stopped reading to time out.
 func TestHostileMemory(t *testing.T) {
+	t.Parallel()
 	bin := buildNoRace(t)
 	l := e2e.StartAs(t, &e2e.Leafd{Bin: bin}, "--maxclients", "200")
 	pid := l.PID()

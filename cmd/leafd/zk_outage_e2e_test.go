@@ -127,6 +127,9 @@ func withFlag(args []string, flag, v string) []string {
 	return append(out, flag, v)
 }
 
+// TestZKOutageScenarios: six scenarios on one ZooKeeper of their own. They run one after the
+// other within the test, which runs in parallel with the others: parallel subtests would
+// queue behind every parallel test of the package and end the suite.
 func TestZKOutageScenarios(t *testing.T) {
 	t.Parallel()
 	z := testenv.StartZooKeeper(t)
@@ -137,7 +140,6 @@ func TestZKOutageScenarios(t *testing.T) {
 	// serves on its outage tolerance): the copy answers NOWORKER, and still NOWORKER once the
 	// link heals while the original lives (the copy is another instance, a standby).
 	t.Run("copied data dir during an outage", func(t *testing.T) {
-		t.Parallel()
 		name := e2e.ZKTestName(t)
 		px := e2e.StartProxy(t, z.Addr())
 		// A session that outlives the outage, so the original keeps its live node.
@@ -178,7 +180,6 @@ func TestZKOutageScenarios(t *testing.T) {
 	// while ZooKeeper is unreachable: it must not serve from its data dir; once ZooKeeper is
 	// back and the standby is gone, it serves.
 	t.Run("ambiguous lowering write then outage restart", func(t *testing.T) {
-		t.Parallel()
 		name := e2e.ZKTestName(t)
 		px := e2e.StartProxy(t, z.Addr())
 		argsH := e2e.ZKArgs(t, px.Addr(), name, "--zk-outage-tolerance", "20s", "--lease-window", "1s", "--start-wait-max", "30s", seq0,
@@ -224,7 +225,6 @@ func TestZKOutageScenarios(t *testing.T) {
 	// 3. A data dir of <zk>/c1 restarted with --zk-addrs <unreachable>/c2, where another
 	// instance holds the same worker id: NOWORKER, not the c1 id from the data dir.
 	t.Run("other domain", func(t *testing.T) {
-		t.Parallel()
 		name := e2e.ZKTestName(t)
 		tol := []string{"--zk-outage-tolerance", "30s", "--lease-window", "1s", "--start-wait-max", "40s", seq0}
 		a := e2e.Start(t, e2e.ZKArgs(t, z.Addr()+"/c1", name, tol...)...)
@@ -264,7 +264,6 @@ func TestZKOutageScenarios(t *testing.T) {
 	// and kept; X is restarted five times, a third identity taking X's free id over between
 	// restarts. X must use its own free node each time: two nodes in all, no exhaustion.
 	t.Run("reuse restarts keep own nodes", func(t *testing.T) {
-		t.Parallel()
 		name := e2e.ZKTestName(t)
 		extra := []string{"--worker-reuse", "--snowflake-bits", "51/1/11", "--lease-window", "500ms", seq0}
 		x := e2e.Start(t, e2e.ZKArgs(t, z.Addr(), name, extra...)...)
@@ -326,7 +325,6 @@ func TestZKOutageScenarios(t *testing.T) {
 	// serves (a bound that each restart raised by the tolerance would ratchet until every
 	// start was refused).
 	t.Run("restarts do not ratchet the bound", func(t *testing.T) {
-		t.Parallel()
 		name := e2e.ZKTestName(t)
 		args := e2e.ZKArgs(t, z.Addr(), name, "--zk-outage-tolerance", "5s", "--lease-window", "1s", "--start-wait-max", "8s", seq0)
 		r := e2e.Start(t, args...)
@@ -386,7 +384,6 @@ func TestZKOutageScenarios(t *testing.T) {
 	// back to acquiring (NOWORKER saying it waits for the holder) and takes over at the next
 	// failover.
 	t.Run("standby pair through three failovers", func(t *testing.T) {
-		t.Parallel()
 		name := e2e.ZKTestName(t)
 		px := [2]*e2e.Proxy{e2e.StartProxy(t, z.Addr()), e2e.StartProxy(t, z.Addr())}
 		args0 := e2e.ZKArgs(t, px[0].Addr(), name, "--lease-window", "1s", seq0)
