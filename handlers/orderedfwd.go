@@ -34,7 +34,11 @@ const (
 func (h *Handler) forward(c *resp.Conn, t *ordered.Tag, r ordered.Route, args [][]byte) {
 	st := state(c, true)
 	call := h.fwd.NewCall()
-	call.Add(args)
+	if raw := c.RawCommand(args); raw != nil && !st.exec {
+		call.AddRaw(raw) // the client's bytes, sent on as they are
+	} else {
+		call.Add(args)
+	}
 	tags := append(st.fwdTags[:0], t)
 	if !st.exec { // EXEC's queue is one reply: nothing joins it
 		tags = h.joinPipeline(c, st, call, tags, r.Leader, joinCount(args))
@@ -104,8 +108,12 @@ func (h *Handler) forwarded(c *resp.Conn, st *connState, call *ordered.Call, r o
 			c.WriteError(h.errorReply(h.ids.ForwardFailed(jt, r, call.Err)))
 		}
 	} else {
-		for i := range call.Replies {
-			writeReply(c, &call.Replies[i])
+		if call.Raw != nil {
+			c.WriteRaw(call.Raw) // every reply as the leader sent it: the same in RESP2 and RESP3
+		} else {
+			for i := range call.Replies {
+				writeReply(c, &call.Replies[i])
+			}
 		}
 		for i := 0; i < len(tags); { // one count per run of the same tag (a pipeline's)
 			j := i + 1
@@ -157,7 +165,7 @@ func (h *Handler) joinPipeline(c *resp.Conn, st *connState, call *ordered.Call, 
 		if ids += cnt; ids > maxJoinedIDs {
 			break
 		}
-		call.Add(args)
+		call.AddRaw(c.NextRaw(n))
 		c.TakeNext(n)
 		st.batch.add(cmd.idx, len(h.lat))
 		tags = append(tags, t)
