@@ -117,7 +117,7 @@ type Call struct {
 	Raw   []byte
 	raw   []byte // the replies read so far (LoopForwarder)
 	mixed bool   // a reply of raw is not one Raw may carry
-	Err     error
+	Err   error
 	// Notify, when set, is called instead of waking Run's caller: once, when every reply is
 	// in or Err is set, on a goroutine of the Forwarder's (or within Start). Start needs it.
 	Notify func()
