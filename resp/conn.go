@@ -1,6 +1,7 @@
 package resp
 
 import (
+	"bytes"
 	"crypto/subtle"
 	"errors"
 	"net"
@@ -189,12 +190,19 @@ func (c *Conn) RawCommand(args [][]byte) []byte {
 // the peeked args do.
 func (c *Conn) NextRaw(n int) []byte { return c.buf[c.r : c.r+n] }
 
+// NextIs reports whether the command that follows the running one (and those taken) is raw
+// byte for byte, raw being a whole command as NextRaw gave it: the same command again, which
+// TakeNext(len(raw)) takes without parsing it.
+func (c *Conn) NextIs(raw []byte) bool { return bytes.HasPrefix(c.buf[c.r:c.w], raw) }
+
 // TakeNext takes the n bytes of the command PeekNext returned: the running ServeRESP
 // answers it (one reply more, after its own).
 func (c *Conn) TakeNext(n int) {
 	c.r += n
 	c.cmds++
-	c.peeker.Release()
+	if c.peeker != nil {
+		c.peeker.Release()
+	}
 }
 
 // readYield is a build-time switch for benchmarks, not a setting: building with
