@@ -142,13 +142,6 @@ func (c *Call) Add(args [][]byte) {
 	c.n++
 }
 
-// AddRaw appends a request already encoded as one RESP array of bulk strings (a client's
-// command as it sent it, resp.Conn.RawCommand): the same as Add of its arguments.
-func (c *Call) AddRaw(cmd []byte) {
-	c.buf = append(c.buf, cmd...)
-	c.n++
-}
-
 // Len is the number of requests added.
 func (c *Call) Len() int { return c.n }
 

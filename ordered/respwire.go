@@ -27,6 +27,13 @@ func appendCommand(b []byte, args [][]byte) []byte {
 	return b
 }
 
+// AddRaw appends a request already encoded as one RESP array of bulk strings (a client's
+// command as it sent it, resp.Conn.RawCommand): the same as Add of its arguments.
+func (c *Call) AddRaw(cmd []byte) {
+	c.buf = append(c.buf, cmd...)
+	c.n++
+}
+
 // maxReplyDepth bounds nested arrays; maxReplyLen bounds a bulk string or an array.
 const (
 	maxReplyDepth = 4
