@@ -34,7 +34,11 @@ const (
 func (h *Handler) forward(c *resp.Conn, t *ordered.Tag, r ordered.Route, args [][]byte) {
 	st := state(c, true)
 	call := h.fwd.NewCall()
-	call.Add(args)
+	if raw := c.RawCommand(args); raw != nil && !st.exec {
+		call.AddRaw(raw) // the client's bytes, sent on as they are
+	} else {
+		call.Add(args)
+	}
 	tags := append(st.fwdTags[:0], t)
 	if !st.exec { // EXEC's queue is one reply: nothing joins it
 		tags = h.joinPipeline(c, st, call, tags, r.Leader, joinCount(args))
@@ -104,8 +108,12 @@ func (h *Handler) forwarded(c *resp.Conn, st *connState, call *ordered.Call, r o
 			c.WriteError(h.errorReply(h.ids.ForwardFailed(jt, r, call.Err)))
 		}
 	} else {
-		for i := range call.Replies {
-			writeReply(c, &call.Replies[i])
+		if call.Raw != nil {
+			c.WriteRaw(call.Raw) // every reply as the leader sent it: the same in RESP2 and RESP3
+		} else {
+			for i := range call.Replies {
+				writeReply(c, &call.Replies[i])
+			}
 		}
 		for i := 0; i < len(tags); { // one count per run of the same tag (a pipeline's)
 			j := i + 1
@@ -125,14 +133,27 @@ func (h *Handler) forwarded(c *resp.Conn, st *connState, call *ordered.Call, r o
 // joinPipeline adds to call the commands after the running one that go to leader too, and
 // takes them from the connection; tags gets each one's tag. ids is what the call asks so far.
 // A command named as the one before it, of the same tag (the common pipeline), reuses that
-// one's command and tag look-ups: nothing runs between them that could change either.
+// one's command and tag look-ups: nothing runs between them that could change either. A
+// command the same as the one joined before it, byte for byte (a pipeline of one command
+// repeated), is not even parsed again: same command, tag and count.
 func (h *Handler) joinPipeline(c *resp.Conn, st *connState, call *ordered.Call, tags []*ordered.Tag, leader string, ids int64) []*ordered.Tag {
 	if !h.mayJoin(c, st) {
 		return tags
 	}
-	var lastName, lastTag []byte
+	var lastName, lastTag, lastRaw []byte
 	var lastCmd *command
+	var lastCnt int64
 	for len(tags) < maxJoined {
+		if lastRaw != nil && c.NextIs(lastRaw) {
+			if ids += lastCnt; ids > maxJoinedIDs {
+				break
+			}
+			call.AddRaw(lastRaw)
+			c.TakeNext(len(lastRaw))
+			st.batch.add(lastCmd.idx, len(h.lat))
+			tags = append(tags, tags[len(tags)-1])
+			continue
+		}
 		args, n, ok := c.PeekNext()
 		if !ok || len(args) < 2 {
 			break
@@ -157,7 +178,8 @@ func (h *Handler) joinPipeline(c *resp.Conn, st *connState, call *ordered.Call, 
 		if ids += cnt; ids > maxJoinedIDs {
 			break
 		}
-		call.Add(args)
+		lastRaw, lastCnt = c.NextRaw(n), cnt
+		call.AddRaw(lastRaw)
 		c.TakeNext(n)
 		st.batch.add(cmd.idx, len(h.lat))
 		tags = append(tags, t)

@@ -193,12 +193,11 @@ func (r *Router) Incr(tag string) (int64, Forward, error) {
 		id, err := r.shapedInt(rt.shape)
 		return id, Forward{}, err
 	}
-	var one [1]int64
-	ids, fw, err := r.orderedTake(one[:0], rt.ord, ordIncr, 1)
+	id, fw, err := r.orderedIncr(rt.ord)
 	if err != nil || fw.Tag != nil {
 		return 0, fw, err
 	}
-	return ids[0], fw, nil
+	return id, fw, nil
 }
 
 // IncrBy is INCRBY tag n (n ≥ 1): the highest of n contiguous IDs, or where to forward it.

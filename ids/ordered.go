@@ -46,19 +46,10 @@ func (r *Router) orderedTag(tag string) *ordered.Tag {
 // ordIncrBy and ordIDs; the highest one for ordIncrBy, appended to dst), else returns
 // where to forward the request, else TRYAGAIN.
 func (r *Router) orderedTake(dst []int64, t *ordered.Tag, kind int, n int64) ([]int64, Forward, error) {
-	term, ok := t.Held()
+	term, fw, ok, err := r.orderedHeld(t)
 	if !ok {
-		t.WaitFirst(r.ord.Length() / 3) // a tag just learned of: its first lease call tells the route
-		term, ok = t.Held()
+		return dst, fw, err
 	}
-	if !ok {
-		rt := t.Route()
-		if rt.Leader == "" || rt.Here {
-			return dst, Forward{}, r.TryAgain(t, rt, "")
-		}
-		return dst, Forward{Tag: t, Route: rt}, nil
-	}
-	var err error
 	var id int64
 	ids := dst
 	switch kind {
@@ -73,18 +64,53 @@ func (r *Router) orderedTake(dst []int64, t *ordered.Tag, kind int, n int64) ([]
 	default:
 		ids, err = r.seg.AppendIDs(ids, t.Name, int(n))
 	}
+	return ids, Forward{}, r.orderedTook(t, term, err)
+}
+
+// orderedIncr is orderedTake of one ID for INCR, without a slice (dst escapes through the
+// Segments interface: an allocation per INCR, here and at every follower forwarding it).
+func (r *Router) orderedIncr(t *ordered.Tag) (int64, Forward, error) {
+	term, fw, ok, err := r.orderedHeld(t)
+	if !ok {
+		return 0, fw, err
+	}
+	id, err := r.seg.Next(t.Name)
+	return id, Forward{}, r.orderedTook(t, term, err)
+}
+
+// orderedHeld is orderedTake's check before the take: ok with the term while this instance
+// serves t, else where to forward the request, or TRYAGAIN.
+func (r *Router) orderedHeld(t *ordered.Tag) (term int64, fw Forward, ok bool, err error) {
+	term, ok = t.Held()
+	if !ok {
+		t.WaitFirst(r.ord.Length() / 3) // a tag just learned of: its first lease call tells the route
+		term, ok = t.Held()
+	}
+	if ok {
+		return term, Forward{}, true, nil
+	}
+	rt := t.Route()
+	if rt.Leader == "" || rt.Here {
+		return 0, Forward{}, false, r.TryAgain(t, rt, "")
+	}
+	return 0, Forward{Tag: t, Route: rt}, false, nil
+}
+
+// orderedTook is orderedTake's check after the take (err its error): nil when the IDs may be
+// sent, still serving in the same term.
+func (r *Router) orderedTook(t *ordered.Tag, term int64, err error) error {
 	if errors.Is(err, segment.ErrNotAdmitted) {
-		return ids, Forward{}, r.TryAgain(t, t.Route(), "")
+		return r.TryAgain(t, t.Route(), "")
 	}
 	if err != nil {
-		return ids, Forward{}, err
+		return err
 	}
 	// Serving, on the clock (the check before was Held, without it): an ID taken while the
 	// lease ran out or a new term began is not sent.
 	if now, ok := t.Serving(); !ok || now != term {
-		return ids, Forward{}, r.TryAgain(t, t.Route(), "") // the IDs taken are a gap, never sent
+		return r.TryAgain(t, t.Route(), "") // the IDs taken are a gap, never sent
 	}
-	return ids, Forward{}, nil
+	return nil
 }
 
 // ForwardFailed is the answer when the leader could not be reached: an error, never an ID of
@@ -104,13 +130,12 @@ func (r *Router) Forwarded(n int64) { r.ord.Forwarded.Add(n) }
 // forwarded to the leader, else TRYAGAIN: a direct call of the segment core would let an
 // ex-leader serve its held segments (TestOrderedHTTPGated).
 func (r *Router) orderedNext(t *ordered.Tag) (int64, error) {
-	var one [1]int64
-	ids, fw, err := r.orderedTake(one[:0], t, ordIncr, 1)
+	id, fw, err := r.orderedIncr(t)
 	if err != nil {
 		return 0, err
 	}
 	if fw.Tag == nil {
-		return ids[0], nil
+		return id, nil
 	}
 	call := r.fwd.Do(fw.Route.Leader, [][]byte{[]byte("INCR"), []byte(t.Name)})
 	defer r.fwd.Release(call)

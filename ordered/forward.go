@@ -107,9 +107,17 @@ type Call struct {
 	got  int // replies matched (the reader's, under the pconn's lock)
 	done chan struct{}
 	// Replies holds one reply per request, in the requests' order (valid after Run when Err
-	// is nil).
+	// is nil and Raw is nil).
 	Replies []Reply
-	Err     error
+	// Raw, when not nil once the call finished without Err, holds every reply instead, as
+	// the leader sent it, back to back: a LoopForwarder's call whose replies are all
+	// integers, bulk strings (not null), simple strings or errors (without a CR inside),
+	// the same bytes in RESP2 and RESP3 and as a client connection would encode them.
+	// Replies is then not filled. It aliases the call's own buffer (until Release).
+	Raw   []byte
+	raw   []byte // the replies read so far (LoopForwarder)
+	mixed bool   // a reply of raw is not one Raw may carry
+	Err   error
 	// Notify, when set, is called instead of waking Run's caller: once, when every reply is
 	// in or Err is set, on a goroutine of the Forwarder's (or within Start). Start needs it.
 	Notify func()
@@ -118,8 +126,14 @@ type Call struct {
 // NewCall returns an empty call (from a pool): Add its requests, Run it, Release it.
 func (f *Forwarder) NewCall() *Call {
 	c := f.calls.Get().(*Call)
-	c.buf, c.n, c.got, c.Err, c.Notify = c.buf[:0], 0, 0, nil, nil
+	c.reset()
 	return c
+}
+
+// reset empties c for new requests.
+func (c *Call) reset() {
+	c.buf, c.n, c.got, c.Err, c.Notify = c.buf[:0], 0, 0, nil, nil
+	c.Raw, c.raw, c.mixed = nil, c.raw[:0], false
 }
 
 // Add appends a request to c (before Run).
@@ -190,6 +204,10 @@ func (f *Forwarder) Release(c *Call) {
 	if cap(c.buf) > 64<<10 {
 		c.buf = nil
 	}
+	if cap(c.raw) > 64<<10 {
+		c.raw = nil
+	}
+	c.Raw = nil
 	if cap(c.Replies) > 1024 {
 		c.Replies = nil
 	}

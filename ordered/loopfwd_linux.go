@@ -385,7 +385,7 @@ func (lf *LoopForwarder) read(l *loopLink, now time.Time) {
 			return
 		}
 		c := l.inflight[l.head]
-		m, err := parseReply(l.in[off:l.inN], &c.Replies[c.got], 0)
+		m, pass, err := scanReply(l.in[off:l.inN], 0)
 		if err != nil {
 			lf.fail(l, err)
 			return
@@ -393,12 +393,15 @@ func (lf *LoopForwarder) read(l *loopLink, now time.Time) {
 		if m == 0 {
 			break // the rest of this reply comes with a later read
 		}
+		c.raw = append(c.raw, l.in[off:off+m]...)
+		c.mixed = c.mixed || !pass
 		off += m
 		l.lastMove = now
 		if c.got++; c.got == c.n {
 			l.inflight[l.head] = nil
 			l.head++
 			done += c.n
+			c.settle()
 			c.finish()
 		}
 	}

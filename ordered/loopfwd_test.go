@@ -105,9 +105,10 @@ func TestLoopForwarderPartialReply(t *testing.T) {
 	if a.c.Err != nil || b.c.Err != nil {
 		t.Fatal(a.c.Err, b.c.Err)
 	}
+	// a holds an array: parsed into Replies; b's integer passes as the leader sent it.
 	r := a.c.Replies
-	if r[0].Int != 41 || r[1].Kind != '*' || r[1].Elems[0].Int != 42 || string(r[1].Elems[1].Str) != "hello world" || b.c.Replies[0].Int != 43 {
-		t.Fatalf("replies: %+v %+v", r, b.c.Replies)
+	if a.c.Raw != nil || r[0].Int != 41 || r[1].Kind != '*' || r[1].Elems[0].Int != 42 || string(r[1].Elems[1].Str) != "hello world" || string(b.c.Raw) != ":43\r\n" {
+		t.Fatalf("replies: %+v %q %q", r, a.c.Raw, b.c.Raw)
 	}
 }
 
@@ -143,8 +144,8 @@ func TestLoopForwarderLeaderDiesMidPipeline(t *testing.T) {
 		}
 	}()
 	m.until(5*time.Second, "the call after the redial", func() bool { return d.done })
-	if d.c.Err != nil || d.c.Replies[0].Int != 7 {
-		t.Fatalf("after the redial: %+v %v", d.c.Replies, d.c.Err)
+	if d.c.Err != nil || string(d.c.Raw) != ":7\r\n" {
+		t.Fatalf("after the redial: %q %v", d.c.Raw, d.c.Err)
 	}
 }
 
@@ -196,6 +197,7 @@ func TestLoopForwarderBackpressure(t *testing.T) {
 		t.Fatal(first.c.Err)
 	}
 	for i, s := range calls {
+		s.c.ParseReplies()
 		if s.c.Err != nil || string(s.c.Replies[0].Str) != big {
 			t.Fatalf("call %d: %v", i, s.c.Err)
 		}
@@ -293,7 +295,7 @@ func TestLoopForwarderNoAllocs(t *testing.T) {
 	req := cmd("INCR", "t")
 	reqLen := len(appendCommand(nil, req))
 	run := func() {
-		c.buf, c.n, c.got, c.Err = c.buf[:0], 0, 0, nil
+		c.reset()
 		c.Add(req)
 		c.Add(req)
 		c.Notify, done = notify, false
@@ -368,6 +370,104 @@ func TestParseReplyParts(t *testing.T) {
 	for _, bad := range []string{"$2\r\nabcd\r\n", "?x\r\n", ":1\n", "$x\r\n", "*1\r\n:x\r\n"} {
 		if _, err := parseReply([]byte(bad), &r, 0); err == nil {
 			t.Errorf("%q: no error", bad)
+		}
+	}
+}
+
+// TestLoopForwarderPassThrough: replies the client would get with the same bytes (integers,
+// bulk strings, simple strings, errors such as TRYAGAIN) reach Call.Raw as the leader sent
+// them, each call's replies back to back, even cut by the reads at every byte and a bulk
+// string longer than the read buffer; a call with a reply that a client connection encodes
+// its own way (a null, an array, an error with a CR inside) gets Replies instead.
+func TestLoopForwarderPassThrough(t *testing.T) {
+	leader := startRawLeader(t)
+	addr := leader.ln.Addr().String()
+	f := NewForwarder(ForwarderConfig{Timeout: 5 * time.Second})
+	defer f.Close()
+	m := newManualLoop(t, f)
+	big := strings.Repeat("x", 200<<10)
+	wants := []string{
+		":1\r\n$5\r\nhello\r\n+OK\r\n:-2\r\n",
+		"-TRYAGAIN ordered tag 't' has no leader now\r\n-UNAVAILABLE x\r\n",
+		"$" + strconv.Itoa(len(big)) + "\r\n" + big + "\r\n",
+		"-ERR a\rb\r\n",
+		":3\r\n$-1\r\n",
+		"*2\r\n:4\r\n:5\r\n",
+	}
+	counts := []int{4, 2, 1, 1, 2, 1} // the replies in each of wants
+	var calls []*started
+	for _, n := range counts {
+		var reqs [][][]byte
+		for range n {
+			reqs = append(reqs, cmd("INCR", "t"))
+		}
+		calls = append(calls, m.start(f, addr, reqs...))
+	}
+	c := leader.accept(m)
+	m.lf.Tick(time.Now())
+	got := make(chan []string, 1)
+	go func() { got <- readRequests(t, c, 11) }()
+	m.until(5*time.Second, "the requests", func() bool { return len(got) == 1 })
+	<-got
+	all := strings.Join(wants, "")
+	// The first call's replies a byte at a time, the rest in parts of 4 KiB.
+	end0 := len(wants[0])
+	for k := 0; k < len(all); {
+		n := 1
+		if k >= end0 {
+			n = min(4<<10, len(all)-k)
+		}
+		if _, err := io.WriteString(c, all[k:k+n]); err != nil {
+			t.Fatal(err)
+		}
+		k += n
+		if k < end0 {
+			r0 := m.readies
+			m.until(5*time.Second, "the read of a byte", func() bool { return m.readies > r0 })
+			if calls[0].done {
+				t.Fatalf("after %d bytes: the first call finished on a partial reply", k)
+			}
+		}
+	}
+	m.until(5*time.Second, "every call", func() bool { return calls[len(calls)-1].done })
+	for i, s := range calls[:3] {
+		if s.c.Err != nil || string(s.c.Raw) != wants[i] {
+			t.Fatalf("call %d: Raw %.80q (%v), want %.80q", i, s.c.Raw, s.c.Err, wants[i])
+		}
+	}
+	for i, s := range calls[3:] {
+		if s.c.Err != nil || s.c.Raw != nil {
+			t.Fatalf("call %d: Raw %q (%v), want Replies", i+3, s.c.Raw, s.c.Err)
+		}
+	}
+	if r := calls[3].c.Replies[0]; r.Kind != '-' || string(r.Str) != "ERR a\rb" {
+		t.Fatalf("error with a CR: %+v", r)
+	}
+	if r := calls[4].c.Replies; r[0].Int != 3 || r[1].Kind != '_' {
+		t.Fatalf("integer and null: %+v", r)
+	}
+	if r := calls[5].c.Replies[0]; r.Kind != '*' || len(r.Elems) != 2 || r.Elems[1].Int != 5 {
+		t.Fatalf("array: %+v", r)
+	}
+	calls[0].c.ParseReplies()
+	if r := calls[0].c.Replies; calls[0].c.Raw != nil || r[0].Int != 1 || string(r[1].Str) != "hello" || string(r[2].Str) != "OK" || r[3].Int != -2 {
+		t.Fatalf("ParseReplies: %+v", r)
+	}
+}
+
+// TestScanReplyAgrees: scanReply takes the extent parseReply takes, for every prefix (0 until
+// whole) and for malformed replies (an error both).
+func TestScanReplyAgrees(t *testing.T) {
+	for _, s := range []string{":-5\r\n", "$0\r\n\r\n", "*3\r\n+OK\r\n$-1\r\n*1\r\n-ERR x\r\n", "_\r\n",
+		"$5\r\nab\r\nc\r\n", "*-1\r\n", "*0\r\n", "-E\r\n", "$2\r\nabcd\r\n", "?x\r\n", ":1\n", "$x\r\n",
+		"*1\r\n:x\r\n", ":\r\n", "\r\n", "$-2\r\n", "*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n:1\r\n"} {
+		for k := 0; k <= len(s); k++ {
+			var r Reply
+			pn, perr := parseReply([]byte(s[:k]), &r, 0)
+			sn, _, serr := scanReply([]byte(s[:k]), 0)
+			if (perr == nil) != (serr == nil) || (perr == nil && pn != sn) {
+				t.Fatalf("%q: parseReply %d %v, scanReply %d %v", s[:k], pn, perr, sn, serr)
+			}
 		}
 	}
 }

@@ -27,6 +27,13 @@ func appendCommand(b []byte, args [][]byte) []byte {
 	return b
 }
 
+// AddRaw appends a request already encoded as one RESP array of bulk strings (a client's
+// command as it sent it, resp.Conn.RawCommand): the same as Add of its arguments.
+func (c *Call) AddRaw(cmd []byte) {
+	c.buf = append(c.buf, cmd...)
+	c.n++
+}
+
 // maxReplyDepth bounds nested arrays; maxReplyLen bounds a bulk string or an array.
 const (
 	maxReplyDepth = 4
@@ -193,4 +200,97 @@ func parseReplyInt(b []byte) (int64, error) {
 		return 0, errReplyInt
 	}
 	return int64(n), nil
+}
+
+// scanReply finds the extent of one RESP2 reply at the start of b, checked as parseReply
+// checks it, without copying it anywhere: its length, 0 (and no error) when b holds only a
+// part of it. pass reports a reply that Call.Raw may carry as it is: an integer, a bulk
+// string (not null), a simple string or an error without a CR inside (a client connection
+// would write it with the same bytes, in RESP2 and RESP3 alike).
+func scanReply(b []byte, depth int) (n int, pass bool, err error) {
+	i := bytes.IndexByte(b, '\n')
+	if i < 0 {
+		if len(b) > maxReplyLine {
+			return 0, false, errors.New("reply line too long")
+		}
+		return 0, false, nil
+	}
+	if i < 2 || b[i-1] != '\r' {
+		return 0, false, errors.New("malformed reply line")
+	}
+	body := b[1 : i-1]
+	off := i + 1
+	switch b[0] {
+	case '+', '-':
+		return off, bytes.IndexByte(body, '\r') < 0, nil
+	case ':':
+		if _, err := parseReplyInt(body); err != nil {
+			return 0, false, err
+		}
+		return off, true, nil
+	case '_':
+		return off, false, nil
+	case '$', '*':
+		m, err := parseReplyInt(body)
+		if err != nil || m > maxReplyLen || m < -1 {
+			return 0, false, fmt.Errorf("malformed length %q", body)
+		}
+		if m == -1 {
+			return off, false, nil
+		}
+		if b[0] == '$' {
+			end := off + int(m) + 2
+			if len(b) < end {
+				return 0, false, nil
+			}
+			if b[end-2] != '\r' || b[end-1] != '\n' {
+				return 0, false, errors.New("malformed bulk string")
+			}
+			return end, true, nil
+		}
+		if depth >= maxReplyDepth {
+			return 0, false, errors.New("reply nested too deep")
+		}
+		for k := int64(0); k < m; k++ {
+			e, _, err := scanReply(b[off:], depth+1)
+			if err != nil || e == 0 {
+				return 0, false, err
+			}
+			off += e
+		}
+		return off, false, nil
+	}
+	return 0, false, fmt.Errorf("unexpected reply type %q", b[0])
+}
+
+// settle makes the replies read (raw, each checked by scanReply) the call's result: Raw
+// when every one may pass as it is, else parsed into Replies.
+func (c *Call) settle() {
+	if !c.mixed {
+		c.Raw = c.raw
+		return
+	}
+	c.parseRaw()
+}
+
+// ParseReplies fills Replies from Raw (a call that finished without Err), for a caller that
+// wants the replies one by one; Raw is then nil.
+func (c *Call) ParseReplies() {
+	if c.Err == nil && c.Raw != nil {
+		c.parseRaw()
+	}
+}
+
+// parseRaw parses raw into Replies.
+func (c *Call) parseRaw() {
+	c.Raw = nil
+	off := 0
+	for i := range c.Replies[:c.n] {
+		m, err := parseReply(c.raw[off:], &c.Replies[i], 0)
+		if err != nil || m == 0 { // scanReply took every one whole: not seen
+			c.Err = fmt.Errorf("%w: a reply read whole does not parse", ErrUnreachable)
+			return
+		}
+		off += m
+	}
 }

@@ -129,6 +129,7 @@ func (lp *loop) process(c *Conn) status {
 		if n == 0 {
 			break
 		}
+		c.cmdAt, c.cmdLen = c.r, n
 		c.r += n
 		if len(args) == 0 {
 			continue

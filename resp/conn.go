@@ -1,6 +1,7 @@
 package resp
 
 import (
+	"bytes"
 	"crypto/subtle"
 	"errors"
 	"net"
@@ -43,6 +44,8 @@ type Conn struct {
 	parser *Parser
 	peeker *Parser // PeekNext's own (made on first use): the running command's args stay intact
 	cmds   int64   // commands in the current batch, folded into server stats per batch
+	// cmdAt, cmdLen: where the running command's bytes are in buf (RawCommand).
+	cmdAt, cmdLen int
 
 	// Event-loop model only (loop_linux.go); fd is -1 on the goroutine model.
 	fd         int
@@ -169,12 +172,37 @@ func (c *Conn) PeekNext() (args [][]byte, n int, ok bool) {
 	return args, n, true
 }
 
+// RawCommand returns the running command as the client sent it, RESP bytes that a handler
+// may send on unchanged (to the leader of an ordered tag): when args are the arguments the
+// connection parsed for it (ServeRESP's own, not a copy such as EXEC's queue) and it came as
+// a multibulk array. Nil otherwise (an inline command, or args of the handler's making). The
+// bytes alias the read buffer: valid until the running ServeRESP returns.
+func (c *Conn) RawCommand(args [][]byte) []byte {
+	p := c.parser.args
+	if len(args) == 0 || len(p) != len(args) || &p[0] != &args[0] || c.cmdLen == 0 || c.buf[c.cmdAt] != '*' {
+		return nil
+	}
+	return c.buf[c.cmdAt : c.cmdAt+c.cmdLen]
+}
+
+// NextRaw returns the n bytes of the command PeekNext returned, as the client sent them
+// (always a multibulk array), before TakeNext takes them; they alias the read buffer, as
+// the peeked args do.
+func (c *Conn) NextRaw(n int) []byte { return c.buf[c.r : c.r+n] }
+
+// NextIs reports whether the command that follows the running one (and those taken) is raw
+// byte for byte, raw being a whole command as NextRaw gave it: the same command again, which
+// TakeNext(len(raw)) takes without parsing it.
+func (c *Conn) NextIs(raw []byte) bool { return bytes.HasPrefix(c.buf[c.r:c.w], raw) }
+
 // TakeNext takes the n bytes of the command PeekNext returned: the running ServeRESP
 // answers it (one reply more, after its own).
 func (c *Conn) TakeNext(n int) {
 	c.r += n
 	c.cmds++
-	c.peeker.Release()
+	if c.peeker != nil {
+		c.peeker.Release()
+	}
 }
 
 // readYield is a build-time switch for benchmarks, not a setting: building with
@@ -217,6 +245,7 @@ func (c *Conn) serve() {
 			if n == 0 {
 				break
 			}
+			c.cmdAt, c.cmdLen = c.r, n
 			c.r += n
 			if len(args) == 0 {
 				continue

@@ -42,6 +42,11 @@ func (c *Conn) WriteSimple(s string) { c.out = redcon.AppendString(c.out, s) }
 // CR and LF inside it are replaced by spaces so a reply can never break the framing.
 func (c *Conn) WriteError(msg string) { c.out = redcon.AppendError(c.out, msg) }
 
+// WriteRaw appends replies already encoded, as they are: the caller vouches that they are
+// well-formed RESP and the same in the connection's protocol (Proto) — integers, bulk
+// strings, simple strings and errors read back from another server are.
+func (c *Conn) WriteRaw(b []byte) { c.out = append(c.out, b...) }
+
 // WriteArray writes the header of an array of n elements; the elements follow.
 func (c *Conn) WriteArray(n int) { c.out = redcon.AppendArray(c.out, n) }
 
