@@ -65,12 +65,12 @@ type Config struct {
 	// secretsOnCmdline names the secrets given as flags (visible in ps): warned at start.
 	secretsOnCmdline []string
 	// boundAddr is the RESP address bound at start when --addr names port 0 (run).
-	boundAddr string
-	Modes            string // --modes: "segment", "snowflake" or both, comma-separated
-	AutoCreate       string // "auto", "on", "off"
-	AllowCreate      bool
-	LogLevel         string
-	LogFormat        string
+	boundAddr   string
+	Modes       string // --modes: "segment", "snowflake" or both, comma-separated
+	AutoCreate  string // "auto", "on", "off"
+	AllowCreate bool
+	LogLevel    string
+	LogFormat   string
 
 	MaxClients     int
 	IdleTimeout    time.Duration
