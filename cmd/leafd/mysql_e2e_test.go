@@ -137,6 +137,7 @@ func TestMySQLProxyFaults(t *testing.T) {
 	cfg.Addr = px.Addr()
 	const step = 10_000
 	l := e2e.StartMySQL(t, cfg.FormatDSN(), "--max-step", strconv.Itoa(step), "--wait-timeout", "1s", "--load-timeout", "3s")
+	stalls := testkit.WatchStalls(t, l.PID())
 	e2e.CreateTag(t, l, db, "orders", step)
 	if _, err := l.Incr("orders"); err != nil {
 		t.Fatalf("INCR before the faults: %v", err)
@@ -153,12 +154,13 @@ func TestMySQLProxyFaults(t *testing.T) {
 	// the database's latency from them. The phase ends after two refills through the delay.
 	pause.Store(int64(time.Millisecond))
 	p1 := time.Now()
-	loads1 := l.InfoInt("segment", "segment_loads_ok")
+	loads1, waits1 := l.InfoInt("segment", "segment_loads_ok"), l.InfoInt("segment", "segment_load_waits")
 	px.SetMode(e2e.ProxyDelay, 50*time.Millisecond)
 	e2e.Eventually(t, time.Minute, "phase 1: two refills through the delay", func() bool {
 		return l.InfoInt("segment", "segment_loads_ok")-loads1 >= 2
 	})
 	loads1 = l.InfoInt("segment", "segment_loads_ok") - loads1
+	waits1 = l.InfoInt("segment", "segment_load_waits") - waits1
 
 	// Phase 2: blackhole. What is buffered is served, then UNAVAILABLE; the phase ends after
 	// 20 refusals.
@@ -182,13 +184,31 @@ func TestMySQLProxyFaults(t *testing.T) {
 
 	ids1, codes1, net1, lat1 := e2e.Phase(loads, p1, p2)
 	q := e2e.P999(lat1)
-	t.Logf("phase 1 (50ms/chunk): %d IDs, %d refills, errors %v, p999 INCR latency %v, max %v", ids1, loads1, codes1, q, lat1[len(lat1)-1])
+	// The same latencies less the CPU stall of this process and the server during each
+	// round trip: on a loaded machine a reply read late is not the server waiting.
+	var own []time.Duration
+	for _, cl := range loads {
+		for _, r := range cl.Replies {
+			if r.Err == nil && !r.At.Before(p1) && r.At.Before(p2) {
+				own = append(own, r.Took-stalls.In(r.At.Add(-r.Took), r.At))
+			}
+		}
+	}
+	qOwn := e2e.P999(own)
+	t.Logf("phase 1 (50ms/chunk): %d IDs, %d refills, %d waits for a load, errors %v, p999 INCR latency %v (%v less CPU stalls), max %v", ids1, loads1, waits1, codes1, q, qOwn, lat1[len(lat1)-1])
 	e2e.BenchOut(t, "mysql_incr_p999_50ms_db_latency", float64(q)/float64(time.Millisecond), "ms")
 	if len(codes1) > 0 || net1 > 0 {
 		t.Errorf("phase 1 (50ms/chunk): got errors %v and %d transport errors, want none", codes1, net1)
 	}
-	if q > 300*time.Millisecond {
-		t.Errorf("phase 1: got p999 INCR latency %v, want well under one allocation (300ms): the preload should hide it", q)
+	// The server's own count: no request waited for a load, whatever the machine's load (a
+	// server without the preload makes a few requests per refill wait, too few to move the
+	// p999 of ten thousand).
+	if waits1 != 0 {
+		t.Errorf("phase 1: %d requests waited for a load (segment_load_waits), want 0: the preload should hide the allocation", waits1)
+	}
+	// Well under one allocation (650 ms) once the CPU stalls are taken out.
+	if qOwn > 300*time.Millisecond {
+		t.Errorf("phase 1: got p999 INCR latency %v, %v less CPU stalls, want well under one allocation (300ms): the preload should hide it; %s", q, qOwn, testkit.Pressure())
 	}
 	if loads1 < 1 {
 		t.Errorf("phase 1: got %d refills, want at least 1 (the latency is to be measured while refilling)", loads1)
