@@ -113,16 +113,15 @@ type Config struct {
 // Handler runs leafd's commands; it implements resp.Handler. Safe for concurrent use: every
 // connection calls it from its own goroutine.
 type Handler struct {
-	cfg   Config
-	seg   Segments
-	snow  Snowflakes // nil when snowflake mode is off
-	srv   *resp.Server
-	log   *zap.Logger
-	quiet *quietlog.Log // store errors of commands: one line per kind, then a summary per 10 s
-	table map[string]*command
-	// waiters[n] are the commands of the table with a mayWait flag whose name is n bytes
-	// long (MayBlock's look-up, made from the table in New).
-	waiters [maxWaiterName + 1][]*command
+	cfg     Config
+	seg     Segments
+	snow    Snowflakes // nil when snowflake mode is off
+	srv     *resp.Server
+	log     *zap.Logger
+	quiet   *quietlog.Log       // store errors of commands: one line per kind, then a summary per 10 s
+	table   map[string]*command // by lower-case name: COMMAND's listings
+	byName  cmdIndex            // every command of the table (lookup)
+	waiters cmdIndex            // the commands with a mayWait flag (MayBlock's look-up)
 	now     func() time.Time
 	errs    errcode.Counts // error replies by code (leafd_command_errors_total)
 	guard   authGuard
@@ -213,11 +212,9 @@ func New(cfg Config, seg Segments, snow Snowflakes, log *zap.Logger) *Handler {
 	for i, c := range cmds {
 		c.idx = i
 		h.table[c.name] = c
+		h.byName.add(c)
 		if c.mayWait != nil {
-			if len(c.name) > maxWaiterName {
-				panic("handlers: a command that may wait has a name longer than maxWaiterName: " + c.name)
-			}
-			h.waiters[len(c.name)] = append(h.waiters[len(c.name)], c)
+			h.waiters.add(c)
 		}
 	}
 	h.lat = make([]latency, len(cmds))
@@ -327,19 +324,7 @@ func (st *connState) refuse(c *resp.Conn, msg string) {
 }
 
 // lookup finds a command by name, case-insensitively, without allocating.
-func (h *Handler) lookup(name []byte) *command {
-	var buf [32]byte
-	if len(name) > len(buf) {
-		return nil
-	}
-	for i, b := range name {
-		if 'A' <= b && b <= 'Z' {
-			b += 'a' - 'A'
-		}
-		buf[i] = b
-	}
-	return h.table[string(buf[:len(name)])]
-}
+func (h *Handler) lookup(name []byte) *command { return h.byName.find(name) }
 
 // unknownCommand builds Redis's exact reply for an unknown command: the arguments are quoted
 // while their list is under 128 bytes, each clipped to what is left of the 128.

@@ -17,21 +17,12 @@ import (
 // maxExecOnLoop is the longest transaction EXEC runs on the loop (see waitExec).
 const maxExecOnLoop = 64
 
-// maxWaiterName bounds the names of commands with a mayWait flag (Handler.waiters).
-const maxWaiterName = 16
-
 // MayBlock reports whether running args on c may wait. It is cheap: a look-up among the
-// few commands with a flag, by name length, and the flag's own check (a segment's
+// few commands with a flag (cmdIndex) and the flag's own check (a segment's
 // Generator.Serves for the ID commands).
 func (h *Handler) MayBlock(c *resp.Conn, args [][]byte) bool {
-	name := args[0]
-	if len(name) >= len(h.waiters) {
-		return false
-	}
-	for _, cmd := range h.waiters[len(name)] {
-		if asciiEqualFold(name, cmd.name) {
-			return h.mayWait(c, cmd, args)
-		}
+	if cmd := h.waiters.find(args[0]); cmd != nil {
+		return h.mayWait(c, cmd, args)
 	}
 	return false
 }
