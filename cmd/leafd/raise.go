@@ -192,6 +192,11 @@ func instanceMarks(ctx context.Context, addr, pass string, timeout time.Duration
 		_, _ = pipe.Exec(ctx) // each command's error is read below
 		for i, tag := range batch {
 			v, err := cmds[i].Result()
+			if err != nil && strings.HasPrefix(err.Error(), "NOTAG ") {
+				// Dropped between IDS.TAGS and IDS.INFO (a refused warm start, an idle tag):
+				// no longer held, so whatever it was granted is in its durable marks above.
+				continue
+			}
 			if err != nil {
 				return nil, fmt.Errorf("IDS.INFO %s: %w", tag, err)
 			}
