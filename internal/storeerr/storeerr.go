@@ -7,24 +7,42 @@
 // permanent (the store refuses leafd for a reason someone must fix: credentials, database,
 // privilege, DSN, full disk, read-only); Class.Transient tells them apart.
 //
-// Classify reads the error chain first (*mysql.MySQLError, syscall.Errno, net.Error,
-// context.DeadlineExceeded) and then its text, because some errors reach their reader as
-// text only (a tag's last load error, the snowflake status, the health record).
+// Classify reads the error chain first (the database driver's error types, syscall.Errno,
+// net.Error, context.DeadlineExceeded) and then its text, because some errors reach their
+// reader as text only (a tag's last load error, the snowflake status, the health record).
+//
+// The package imports no database driver, so that the segment core, which logs the cause of
+// its stores' errors, links none: the MySQL driver's types are read by
+// internal/storeerr/mysqlerr, which the packages that talk to MySQL import (SetDriver).
 package storeerr
 
 import (
 	"context"
-	"database/sql/driver"
 	"errors"
-	"fmt"
 	"net"
 	"regexp"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
-
-	"github.com/go-sql-driver/mysql"
 )
+
+// Driver reads a database driver's own error types.
+type Driver struct {
+	// Code returns the server error number and message of the first server error in err's
+	// chain; ok is false when the chain has none.
+	Code func(err error) (code int, msg string, ok bool)
+	// Class names the driver's own errors in err's chain (a lost connection, an
+	// authentication plugin it refused); None for any other error.
+	Class func(err error) Class
+}
+
+var drv atomic.Pointer[Driver]
+
+// SetDriver makes Classify and Describe read d's error types. A process has one database
+// driver; mysqlerr sets it when imported. Without one, the driver's errors are classified by
+// their text ("Error 1045 (28000): ...", "invalid connection").
+func SetDriver(d Driver) { drv.Store(&d) }
 
 // Class is the cause of a store error. The zero Class is None: not a store error leafd knows.
 type Class uint8
@@ -168,14 +186,20 @@ func classify(err error) (Class, int) {
 	if err == nil {
 		return None, 0
 	}
+	d := drv.Load()
 	var se *Error
 	if errors.As(err, &se) {
-		return se.Class, mysqlCode(err)
+		code := 0
+		if d != nil {
+			code, _, _ = d.Code(err)
+		}
+		return se.Class, code
 	}
-	var me *mysql.MySQLError
-	if errors.As(err, &me) {
-		if c := byCode(int(me.Number), me.Message); c != None {
-			return c, int(me.Number)
+	if d != nil {
+		if code, msg, ok := d.Code(err); ok {
+			if c := byCode(code, msg); c != None {
+				return c, code
+			}
 		}
 	}
 	var errno syscall.Errno
@@ -184,14 +208,13 @@ func classify(err error) (Class, int) {
 			return c, 0
 		}
 	}
-	switch {
-	case errors.Is(err, context.DeadlineExceeded):
+	if errors.Is(err, context.DeadlineExceeded) {
 		return Timeout, 0
-	case errors.Is(err, mysql.ErrInvalidConn), errors.Is(err, driver.ErrBadConn):
-		return Unreachable, 0
-	case errors.Is(err, mysql.ErrNativePassword), errors.Is(err, mysql.ErrCleartextPassword),
-		errors.Is(err, mysql.ErrOldPassword), errors.Is(err, mysql.ErrUnknownPlugin):
-		return Auth, 0
+	}
+	if d != nil {
+		if c := d.Class(err); c != None {
+			return c, 0
+		}
 	}
 	var ne net.Error
 	if errors.As(err, &ne) && ne.Timeout() {
@@ -202,14 +225,6 @@ func classify(err error) (Class, int) {
 		return Unreachable, 0
 	}
 	return classifyText(err.Error())
-}
-
-func mysqlCode(err error) int {
-	var me *mysql.MySQLError
-	if errors.As(err, &me) {
-		return int(me.Number)
-	}
-	return 0
 }
 
 // mysqlErrText matches the text of a *mysql.MySQLError: "Error 1045 (28000): ...".
@@ -306,15 +321,4 @@ func byErrno(e syscall.Errno) Class {
 		return Unreachable
 	}
 	return None
-}
-
-// ParseDSN is mysql.ParseDSN whose error is a DSN Error that shows the expected form (the
-// driver's own text, e.g. "default addr for network 'db:3306' unknown" for a DSN without
-// tcp(...), does not say what it wants).
-func ParseDSN(dsn string) (*mysql.Config, error) {
-	c, err := mysql.ParseDSN(dsn)
-	if err != nil {
-		return nil, &Error{Class: DSN, Err: fmt.Errorf("mysql DSN: %w; write it as %s", err, DSNForm)}
-	}
-	return c, nil
 }

@@ -1,99 +1,58 @@
 package storeerr
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"net"
-	"os"
 	"strings"
-	"syscall"
 	"testing"
-
-	"github.com/go-sql-driver/mysql"
 )
 
-func TestClassify(t *testing.T) {
-	myErr := func(n uint16, msg string) error {
-		return fmt.Errorf("segment: mysql allocate \"t\": %w", &mysql.MySQLError{Number: n, Message: msg})
+// TestWithoutDriver: with no driver set (this package's tests import none), a MySQL error
+// read by its text keeps its class and number, and a driver's types are not needed for the
+// errors of the file system or the network.
+func TestWithoutDriver(t *testing.T) {
+	if drv.Load() != nil {
+		t.Fatal("a driver is set")
 	}
-	_, dsnErr := mysql.ParseDSN("leaf:pw@db:3306/leaf")
-	tests := []struct {
-		name      string
-		err       error
-		want      Class
-		transient bool
-	}{
-		{"wrong password", myErr(1045, "Access denied for user 'leaf'@'h' (using password: YES)"), Auth, false},
-		{"unknown database", myErr(1049, "Unknown database 'leaf'"), NoDatabase, false},
-		{"table privilege revoked", myErr(1142, "UPDATE command denied to user"), Privilege, false},
-		{"database privilege", myErr(1044, "Access denied for user 'leaf'@'%' to database 'x'"), Privilege, false},
-		{"super needed", myErr(1227, "Access denied; you need (at least one of) the SUPER privilege(s)"), Privilege, false},
-		{"no table", myErr(1146, "Table 'leaf.leaf_alloc' doesn't exist"), NoTable, false},
-		{"read only", myErr(1290, "The MariaDB server is running with the --read-only option"), ReadOnly, false},
-		{"mysql disk full", myErr(1021, "Disk full (/tmp); waiting for someone to free some space"), DiskFull, false},
-		{"table full", myErr(1114, "The table 'leaf_alloc' is full"), DiskFull, false},
-		{"write errno 28", myErr(3, "Error writing file './binlog.000001' (Errcode: 28 \"No space left on device\")"), DiskFull, false},
-		{"write other errno", myErr(3, "Error writing file 'x' (Errcode: 13 \"Permission denied\")"), None, false},
-		{"engine errno 28", myErr(1030, "Got error 28 \"No space left on device\" from storage engine InnoDB"), DiskFull, false},
-		{"too many connections", myErr(1040, "Too many connections"), Busy, true},
-		{"lock wait", myErr(1205, "Lock wait timeout exceeded"), Timeout, true},
-		{"dsn without tcp()", fmt.Errorf("segment: mysql DSN: %w", dsnErr), DSN, false},
-		{"bolt ENOSPC", fmt.Errorf("raise mark: %w", &os.PathError{Op: "write", Path: "/d/marks.db", Err: syscall.ENOSPC}), DiskFull, false},
-		{"read-only fs", &os.PathError{Op: "open", Path: "/d/leafd.db", Err: syscall.EROFS}, ReadOnly, false},
-		{"refused", &net.OpError{Op: "dial", Net: "tcp", Err: &os.SyscallError{Syscall: "connect", Err: syscall.ECONNREFUSED}}, Refused, true},
-		{"reset", &net.OpError{Op: "read", Net: "tcp", Err: &os.SyscallError{Syscall: "read", Err: syscall.ECONNRESET}}, Unreachable, true},
-		{"deadline", fmt.Errorf("allocate: %w", context.DeadlineExceeded), Timeout, true},
-		{"bad conn", fmt.Errorf("x: %w", mysql.ErrInvalidConn), Unreachable, true},
-		{"dns", &net.DNSError{Err: "no such host", Name: "db"}, Unreachable, true},
-		{"classified wrapper", &Error{Class: Refused, Err: errors.New("x")}, Refused, true},
-		{"text only: 1045", errors.New("mysql: create table leafd_worker: Error 1045 (28000): Access denied"), Auth, false},
-		{"text only: ENOSPC", errors.New("write state: no space left on device"), DiskFull, false},
-		{"text only: refused", errors.New("dial tcp 127.0.0.1:3306: connect: connection refused"), Refused, true},
-		{"not a store error", errors.New("segment: tag exists"), None, false},
-		{"nil", nil, None, false},
+	err := fmt.Errorf("allocate: %w", errors.New("Error 1045 (28000): Access denied for user 'leaf'@'h'"))
+	if got := Classify(err); got != Auth {
+		t.Errorf("Classify = %q, want auth", got)
 	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			got := Classify(tc.err)
-			if got != tc.want {
-				t.Fatalf("Classify(%v) = %q, want %q", tc.err, got, tc.want)
-			}
-			if got.Transient() != tc.transient {
-				t.Errorf("%q.Transient() = %v, want %v", got, got.Transient(), tc.transient)
-			}
-			if tc.err != nil {
-				if tt := ClassifyText(tc.err.Error()); tt != tc.want && tc.name != "classified wrapper" {
-					t.Errorf("ClassifyText(%q) = %q, want %q (the text alone names the same cause)", tc.err.Error(), tt, tc.want)
-				}
-			}
-			d := Describe(tc.err)
-			if (d == "") != (tc.want == None) {
-				t.Errorf("Describe = %q for class %q", d, tc.want)
-			}
-			if tc.want != None && !tc.want.Transient() && !strings.Contains(d, tc.want.Fix()) {
-				t.Errorf("Describe = %q, want the fix %q", d, tc.want.Fix())
-			}
-		})
+	if d := Describe(err); !strings.Contains(d, "MySQL error 1045") {
+		t.Errorf("Describe = %q, want the number", d)
+	}
+	if got := Classify(errors.New("driver: bad connection")); got != Unreachable {
+		t.Errorf("bad connection: %q", got)
 	}
 }
 
-// TestDescribe: the number of a MySQL error is named, the user and host are not.
-func TestDescribe(t *testing.T) {
-	err := fmt.Errorf("x: %w", &mysql.MySQLError{Number: 1045, Message: "Access denied for user 'leaf'@'10.1.2.3'"})
-	d := Describe(err)
-	if !strings.Contains(d, "MySQL error 1045") || strings.Contains(d, "10.1.2.3") || strings.Contains(d, "leaf'") {
-		t.Errorf("Describe = %q, want the number, not the user or host", d)
+// TestDriverOrder: Classify reads a driver's server error number before errno and the
+// text, and the driver's own errors after errno and the context's deadline.
+func TestDriverOrder(t *testing.T) {
+	server := errors.New("server said 1040")
+	lost := errors.New("lost")
+	t.Cleanup(func() { drv.Store(nil) })
+	SetDriver(Driver{
+		Code: func(err error) (int, string, bool) {
+			if errors.Is(err, server) {
+				return 1040, "Too many connections", true
+			}
+			return 0, "", false
+		},
+		Class: func(err error) Class {
+			if errors.Is(err, lost) {
+				return Unreachable
+			}
+			return None
+		},
+	})
+	if got := Classify(fmt.Errorf("x: %w: connection refused", server)); got != Busy {
+		t.Errorf("server error with a refused text: %q, want busy (the number first)", got)
 	}
-	if got := DescribeText("dial tcp 10.1.2.3:3306: connect: connection refused"); strings.Contains(got, "10.1.2.3") || got == "" {
-		t.Errorf("DescribeText = %q", got)
+	if got := Classify(fmt.Errorf("x: %w", lost)); got != Unreachable {
+		t.Errorf("driver error: %q, want unreachable", got)
 	}
-	if !strings.Contains(Describe(&Error{Class: DSN, Err: errors.New("bad")}), DSNForm) {
-		t.Error("a DSN error does not show the expected form")
-	}
-	for c := None + 1; c <= Busy; c++ {
-		if c.String() == "" || c.What() == "" || (c.Fix() == "") != c.Transient() {
-			t.Errorf("class %d: name %q, what %q, fix %q, transient %v", c, c.String(), c.What(), c.Fix(), c.Transient())
-		}
+	if d := Describe(&Error{Class: Busy, Err: server}); !strings.Contains(d, "MySQL error 1040") {
+		t.Errorf("Describe of a classified error = %q, want the driver's number", d)
 	}
 }

@@ -12,7 +12,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/leafd/leafd/internal/mysqlcluster"
-	"github.com/leafd/leafd/internal/storeerr"
+	"github.com/leafd/leafd/internal/storeerr/mysqlerr"
 	"github.com/leafd/leafd/segment"
 )
 
@@ -78,7 +78,7 @@ func (c MySQLConfig) Validate() error {
 	if c.DSN == "" {
 		return errors.New("segment: mysql DSN is empty")
 	}
-	if _, err := storeerr.ParseDSN(c.DSN); err != nil {
+	if _, err := mysqlerr.ParseDSN(c.DSN); err != nil {
 		return fmt.Errorf("segment: %w", err)
 	}
 	switch {
@@ -140,7 +140,7 @@ func idleSessionTimeout(query time.Duration) time.Duration {
 //     prepared statements for the character sets where interpolation is not safe (it refuses
 //     to interpolate them), and escapes by the session's NO_BACKSLASH_ESCAPES mode.
 func driverConfig(cfg MySQLConfig) (*mysql.Config, error) {
-	dcfg, err := storeerr.ParseDSN(cfg.DSN)
+	dcfg, err := mysqlerr.ParseDSN(cfg.DSN)
 	if err != nil {
 		return nil, fmt.Errorf("segment: %w", err)
 	}

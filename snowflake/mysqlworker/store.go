@@ -12,7 +12,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/leafd/leafd/internal/mysqlcluster"
-	"github.com/leafd/leafd/internal/storeerr"
+	"github.com/leafd/leafd/internal/storeerr/mysqlerr"
 )
 
 // Table is the name of the worker-id table, in the database of the DSN, beside leaf_alloc.
@@ -94,7 +94,7 @@ type sqlStore struct {
 // (a hung database is noticed within QueryTimeout), a UTC session (UTC_TIMESTAMP(3) and DATETIME compare in
 // one zone whatever the server's default), interpolateParams (one round trip per statement).
 func driverConfig(dsn string, timeout time.Duration) (*mysql.Config, error) {
-	dcfg, err := storeerr.ParseDSN(dsn)
+	dcfg, err := mysqlerr.ParseDSN(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("snowflake: %w", err)
 	}
