@@ -14,11 +14,24 @@ import (
 
 // The speed of Next is judged against a bare atomic.Int64.Add measured in the same run:
 //
-//	go test -run '^$' -bench 'Atomic|ClientNext' -benchmem -count 5 ./client/
+//	go test -run '^$' -bench 'Atomic|ClientNext|TagNext' -benchmem -count 5 ./client/
 //
 // BenchmarkClientNext / BenchmarkAtomicBaseline is the ratio (one goroutine), and the
 // Parallel pair on every core. BenchmarkClientNextLatency reports the p99.9 of one Next.
-// BenchmarkTagNext (-bench 'Atomic|Next') is BenchmarkClientNext through a Tag.
+// BenchmarkTagNext is BenchmarkClientNext through a Tag.
+//
+// Built so, Next is a call: with the call to its slow path its body is over the compiler's
+// inlining budget. An application built with a CPU profile in which Next is hot has it
+// inlined at its hot call sites (Go applies the main module's default.pgo, or -pgo=FILE,
+// to every package of the build, this one included). testdata/next.pgo is such a profile,
+// of these benchmarks; from the repository root,
+//
+//	go test -pgo=client/testdata/next.pgo -run '^$' -bench 'Atomic|ClientNext|TagNext' -benchmem -count 5 ./client/
+//
+// measures Next as such an application calls it (go test -pgo=auto does not read a
+// default.pgo here: only a main package's). To make the profile again:
+//
+//	go test -run '^$' -bench 'ClientNext$|ClientNextParallel|TagNext' -cpuprofile client/testdata/next.pgo -o /tmp/client.test ./client/
 
 var sink atomic.Int64
 
