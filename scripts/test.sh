@@ -98,26 +98,19 @@ cleanup() {
 trap cleanup EXIT
 
 # --- gates ---------------------------------------------------------------------------------
-# go vet and staticcheck need only Go: they run in the background, beside each other, while
-# npm ci and the services start; the tests begin only once both (and gofmt) are clean.
+# go vet and staticcheck need only Go: they run in the background while npm ci and the
+# services start; the tests begin only once both (and gofmt) are clean. One after the other:
+# staticcheck reads the export data that vet's compiles leave in the build cache (beside each
+# other both would compile every package).
 log "go vet and staticcheck (in the background)"
-go vet ./... >"$work/vet.out" 2>&1 &
-vet_pid=$!
 # staticcheck at a pinned version over the whole repository, 0 findings: go run fetches and
 # builds it from the Go module proxy on a fresh machine (cached after the first run).
-go run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./... >"$work/staticcheck.out" 2>&1 &
-staticcheck_pid=$!
-gate_pids=("$vet_pid" "$staticcheck_pid")
-gates_failed=0
-gate() { # gate <name> <pid>: waits for the gate, shows its output, records a failure
-	if wait "$2"; then
-		cat "$work/$1.out" >&2
-	else
-		echo "$1 failed:" >&2
-		cat "$work/$1.out" >&2
-		gates_failed=1
-	fi
-}
+{
+	go vet ./... >"$work/vet.out" 2>&1 || echo vet >>"$work/gates.failed"
+	go run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./... >"$work/staticcheck.out" 2>&1 ||
+		echo staticcheck >>"$work/gates.failed"
+} &
+gate_pids=($!)
 
 # The Node clients, pinned by the committed package-lock.json (node_modules is git-ignored).
 node_dir=cmd/leafd/testdata/clients/node
@@ -200,9 +193,14 @@ export LEAFD_TEST_REQUIRE=1
 
 # --- tests -------------------------------------------------------------------------------
 log "waiting for go vet and staticcheck"
-gate vet "$vet_pid"
-gate staticcheck "$staticcheck_pid"
+wait "${gate_pids[@]}"
 gate_pids=()
+cat "$work/vet.out" "$work/staticcheck.out" >&2
+gates_failed=0
+if [ -s "$work/gates.failed" ]; then
+	echo "failed: $(tr '\n' ' ' <"$work/gates.failed")" >&2
+	gates_failed=1
+fi
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
 if [ -n "$unformatted" ]; then
 	echo "gofmt would change: $unformatted" >&2
