@@ -86,6 +86,32 @@ have_galera || { echo "galera-4/rsync still missing after apt-get install galera
 have_faketime || { echo "libfaketime still missing after apt-get install libfaketime" >&2; exit 1; }
 have_hiredis || { echo "gcc/hiredis still missing after apt-get install gcc libhiredis-dev" >&2; exit 1; }
 
+work=$(mktemp -d /tmp/leafd-test.XXXXXX)
+pids=()      # the services: killed on the way out
+gate_pids=() # the gates: stopped on the way out when the script fails before their end
+cleanup() {
+	for p in "${gate_pids[@]}"; do kill "$p" 2>/dev/null || true; done
+	for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+	for p in "${gate_pids[@]}" "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+	rm -rf "$work"
+}
+trap cleanup EXIT
+
+# --- gates ---------------------------------------------------------------------------------
+# go vet and staticcheck need only Go: they run in the background while npm ci and the
+# services start; the tests begin only once both (and gofmt) are clean. One after the other:
+# staticcheck reads the export data that vet's compiles leave in the build cache (beside each
+# other both would compile every package).
+log "go vet and staticcheck (in the background)"
+# staticcheck at a pinned version over the whole repository, 0 findings: go run fetches and
+# builds it from the Go module proxy on a fresh machine (cached after the first run).
+{
+	go vet ./... >"$work/vet.out" 2>&1 || echo vet >>"$work/gates.failed"
+	go run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./... >"$work/staticcheck.out" 2>&1 ||
+		echo staticcheck >>"$work/gates.failed"
+} &
+gate_pids=($!)
+
 # The Node clients, pinned by the committed package-lock.json (node_modules is git-ignored).
 node_dir=cmd/leafd/testdata/clients/node
 if [ ! -f "$node_dir/node_modules/.package-lock.json" ] || [ "$node_dir/package-lock.json" -nt "$node_dir/node_modules/.package-lock.json" ]; then
@@ -94,14 +120,6 @@ if [ ! -f "$node_dir/node_modules/.package-lock.json" ] || [ "$node_dir/package-
 fi
 
 # --- services ----------------------------------------------------------------------------
-work=$(mktemp -d /tmp/leafd-test.XXXXXX)
-pids=()
-cleanup() {
-	for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-	for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-	rm -rf "$work"
-}
-trap cleanup EXIT
 
 # A port for a service, free a moment ago, below the kernel's ephemeral range (32768 and up),
 # so that no outgoing connection can take it as its source port before the service binds it.
@@ -174,23 +192,31 @@ export LEAFD_TEST_ZK="127.0.0.1:$zk_port"
 export LEAFD_TEST_REQUIRE=1
 
 # --- tests -------------------------------------------------------------------------------
-log "go vet"
-go vet ./...
+log "waiting for go vet and staticcheck"
+wait "${gate_pids[@]}"
+gate_pids=()
+cat "$work/vet.out" "$work/staticcheck.out" >&2
+gates_failed=0
+if [ -s "$work/gates.failed" ]; then
+	echo "failed: $(tr '\n' ' ' <"$work/gates.failed")" >&2
+	gates_failed=1
+fi
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
 if [ -n "$unformatted" ]; then
 	echo "gofmt would change: $unformatted" >&2
-	exit 1
+	gates_failed=1
 fi
-# staticcheck at a pinned version over the whole repository, 0 findings: go run fetches and
-# builds it from the Go module proxy on a fresh machine (cached after the first run).
-log "staticcheck"
-go run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
+[ "$gates_failed" = 0 ] || exit 1
 log "go test -race"
 args=("$@")
-# Every package; cmd/leafd first: go test runs 2 packages at once (one per core) in the order
-# they are named, and cmd/leafd's tests take longer than any other package's, so the others
-# run beside it rather than after it (./... names it again; go test runs it once).
-[ ${#args[@]} -gt 0 ] || args=(./cmd/leafd/ ./...)
+# Every package, the longest first: go test runs 2 packages at once (one per core) in the
+# order they are named, so cmd/leafd (the longest by far) runs beside all the others, and the
+# short ones come last to end both slots together (./... names the rest, and again those
+# named; go test runs each once). admin and client, light ones, run beside cmd/leafd's
+# sequential tests, which measure latency and CPU.
+order=(./cmd/leafd/ ./admin/ ./client/ ./cmd/leafd/volume/ ./deploy/ ./snowflake/zk/ ./internal/testenv/
+	./segment/mysqlstore/ ./shape/ ./handlers/ ./resp/ ./segment/ ./...)
+[ ${#args[@]} -gt 0 ] || args=("${order[@]}")
 # -parallel 4: cmd/leafd's end-to-end tests that run in parallel (t.Parallel) spend most of
 # their time waiting on leases, restarts and private servers, not on the two cores; the
 # tests that measure latency or CPU stay sequential (they run before the parallel ones

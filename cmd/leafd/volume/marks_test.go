@@ -10,34 +10,36 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/leafd/leafd/internal/e2e"
-	"github.com/leafd/leafd/segment"
-	"github.com/leafd/leafd/segment/boltstore"
 )
 
 // TestAdminToolsMillionMarks: raise-max-id --dry-run and adopt --instances --dry-run run
 // against an instance with 1,000,000 marks on default limits (--max-output-buffer included):
-// they page through IDS.MARKS. The marks are written straight into the marks file and the
-// rows into leaf_alloc (a Leaf table, no fence rows); 10 marks are above their row's max_id,
-// which raise-max-id would raise and adopt refuses; every other tag is listed once. A page of
-// 10,000 marks (the tools' COUNT) is about 240 KB, the whole list some 24 MB: 100 pages under
-// the default 1 MiB output limit.
+// they page through IDS.MARKS. The marks are written straight into the marks file (by
+// writemarks, built without -race) and the rows into leaf_alloc (a Leaf table, no fence
+// rows); 10 marks are above their row's max_id, which raise-max-id would raise and adopt
+// refuses; every other tag is listed once. A page of 10,000 marks (the tools' COUNT) is
+// about 240 KB, the whole list some 24 MB: 100 pages under the default 1 MiB output limit.
 func TestAdminToolsMillionMarks(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
 		t.Skip("a million marks")
 	}
 	const n, above = 1_000_000, 100_000 // every above-th tag has its mark 5000 over max_id
+	writeMarks := filepath.Join(t.TempDir(), "writemarks")
+	if out, err := exec.Command("go", "build", "-o", writeMarks, "./writemarks").CombinedOutput(); err != nil {
+		t.Fatalf("building writemarks: %v\n%s", err, out)
+	}
 	dsn, db := e2e.SharedDB(t)
 	e2e.SQLExec(t, db, leafTableDDL)
 	start := time.Now()
-	// The rows are inserted by the database while this process writes the marks: the two
-	// take about as long each. A million rows take longer than SQLExec's 10 s on a loaded
-	// machine.
+	// The rows are inserted by the database while writemarks writes the marks. A million rows
+	// take longer than SQLExec's 10 s on a loaded machine.
 	insCtx, insCancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer insCancel()
 	inserted := make(chan error, 1)
@@ -48,23 +50,9 @@ func TestAdminToolsMillionMarks(t *testing.T) {
 		inserted <- err
 	}()
 	dir := t.TempDir()
-	mf, err := boltstore.OpenMarkFile(filepath.Join(dir, "marks.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ms := make([]segment.Mark, 0, n)
-	for i := 1; i <= n; i++ {
-		m := segment.Mark{Tag: fmt.Sprintf("t%07d", i), End: int64(n + i)}
-		if i%above == 0 {
-			m.End += 5000
-		}
-		ms = append(ms, m)
-	}
-	if err := mf.RaiseAll(ms); err != nil {
-		t.Fatal(err)
-	}
-	if err := mf.Close(); err != nil {
-		t.Fatal(err)
+	// Tag t<i> (seven digits) gets the mark n+i, every above-th one 5000 more.
+	if out, err := exec.Command(writeMarks, filepath.Join(dir, "marks.db"), strconv.Itoa(n), strconv.Itoa(above), "5000").CombinedOutput(); err != nil {
+		t.Fatalf("writemarks: %v\n%s", err, out)
 	}
 	marksTook := time.Since(start)
 	if err := <-inserted; err != nil {
