@@ -2,6 +2,10 @@ package main
 
 import (
 	"database/sql"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -10,6 +14,7 @@ import (
 	"time"
 
 	"github.com/leafd/leafd/internal/e2e"
+	"github.com/leafd/leafd/internal/mysqlcluster"
 	"github.com/leafd/leafd/internal/testenv"
 )
 
@@ -58,10 +63,25 @@ func TestGaleraOlderMember(t *testing.T) {
 	both := phase("both members", 1000, a, b)
 
 	// Member 0 leaves first; the allocations from here on are on member 1 only.
+	seqLeft := atoi(t, n0.Status("wsrep_last_committed"))
 	n0.Stop()
 	px.SetTargets(n1.Addr())
 	maxBefore := e2e.SQLInt(t, db, "SELECT max_id FROM leaf_alloc WHERE biz_tag = 'o'")
 	lag := phase("member 1 alone", 1500, a, b)
+	// B writes a higher seqno to its record at most every 100 ms (mysqlcluster's
+	// persistEvery: what a process killed at once may not have written). The claim is about
+	// an instance whose record shows commits member 0 lacks, so B goes on until it does.
+	e2e.Eventually(t, 20*time.Second, "B's record past member 0's last commit", func() bool {
+		if galeraSeqno(t, b) > seqLeft {
+			return true
+		}
+		for range 300 { // a few loads (max step 100): statements that record the seqno
+			if _, err := b.Incr("o"); err != nil {
+				break
+			}
+		}
+		return false
+	})
 	maxLost := e2e.SQLInt(t, db, "SELECT max_id FROM leaf_alloc WHERE biz_tag = 'o'")
 	seqLost := atoi(t, n1.Status("wsrep_last_committed"))
 	uuid := n1.Status("wsrep_cluster_state_uuid")
@@ -152,4 +172,28 @@ func e2eString(t *testing.T, db *sql.DB, q string) string {
 		t.Fatalf("%s: %v", q, err)
 	}
 	return strings.TrimSpace(s)
+}
+
+// galeraSeqno is the highest seqno l's Galera record (the data dir's galera.json) holds, 0
+// before it has one.
+func galeraSeqno(t *testing.T, l *e2e.Leafd) int64 {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(l.DataDir, mysqlcluster.HistoryFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return 0
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seen map[string]struct {
+		Seqno int64 `json:"seqno"`
+	}
+	if err := json.Unmarshal(b, &seen); err != nil { // replaced by a rename: never read half written
+		t.Fatalf("%s: %v", mysqlcluster.HistoryFile, err)
+	}
+	var top int64
+	for _, m := range seen {
+		top = max(top, m.Seqno)
+	}
+	return top
 }
