@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leafd/leafd/internal/testkit"
 	"github.com/leafd/leafd/resp"
 	"github.com/leafd/leafd/segment"
 	"github.com/redis/go-redis/v9"
@@ -152,19 +153,9 @@ func TestStoreErrorsRedacted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr, err := srv.Listen("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan struct{})
-	go func() { _ = srv.Serve(); close(served) }()
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(ctx)
-		<-served
-	}()
-	c := redis.NewClient(&redis.Options{Addr: addr.String(), Protocol: 2, MaxRetries: -1})
+	addr, stop := testkit.ServeLocal(t, srv)
+	defer stop()
+	c := redis.NewClient(&redis.Options{Addr: addr, Protocol: 2, MaxRetries: -1})
 	defer c.Close()
 	info, err := c.Do(context.Background(), "IDS.INFO", "t").Slice()
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/leafd/leafd/internal/clock"
+	"github.com/leafd/leafd/internal/testkit"
 	"github.com/leafd/leafd/ordered"
 	"github.com/leafd/leafd/resp"
 	"github.com/leafd/leafd/segment"
@@ -213,22 +214,7 @@ func (cl *ordCluster) start(t *testing.T, o ordOpts) *ordInstance {
 	}
 	h.SetServer(srv)
 	srv.ListenOn(ln)
-	done := make(chan struct{})
-	go func() { _ = srv.Serve(); close(done) }()
-	var once sync.Once
-	stop := func() {
-		once.Do(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			_ = srv.Shutdown(ctx)
-			<-done
-			_ = fwd.Close()
-			_ = mgr.Close()
-			_ = seg.Close()
-			_ = marks.Close()
-		})
-	}
-	t.Cleanup(stop)
+	stop := testkit.Serve(t, srv, fwd.Close, mgr.Close, seg.Close, marks.Close)
 	return &ordInstance{addr: addr, h: h, seg: seg, mgr: mgr, store: gs, stop: stop}
 }
 
@@ -617,13 +603,9 @@ func TestOrderedCreate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr, err := srv.Listen("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = srv.Serve() }()
-	defer func() { _ = srv.Shutdown(context.Background()) }()
-	c := redis.NewClient(&redis.Options{Addr: addr.String(), Protocol: 2, MaxRetries: -1})
+	addr, stop := testkit.ServeLocal(t, srv)
+	defer stop()
+	c := redis.NewClient(&redis.Options{Addr: addr, Protocol: 2, MaxRetries: -1})
 	defer c.Close()
 	ctx := context.Background()
 	if err := c.Do(ctx, "IDS.CREATE", "plain").Err(); err != nil {

@@ -1,7 +1,6 @@
 package handlers
 
 import (
-	"context"
 	"fmt"
 	"net"
 	"strings"
@@ -9,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leafd/leafd/internal/testkit"
 	"github.com/leafd/leafd/resp"
 	"go.uber.org/zap"
 )
@@ -98,14 +98,8 @@ func startBareModel(b *testing.B, model string) string {
 	if err != nil {
 		b.Fatal(err)
 	}
-	addr, err := srv.Listen("127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { _ = srv.Serve(); close(done) }()
-	b.Cleanup(func() { _ = srv.Shutdown(context.Background()); <-done })
-	return addr.String()
+	addr, _ := testkit.ServeLocal(b, srv)
+	return addr
 }
 
 // driveINCR sends b.N INCRs in batches of p over one connection; ns/op is per INCR.
