@@ -39,19 +39,8 @@ func startHookedServer(t *testing.T, cfg Config, h Handler, hooks *loopHooks) (*
 		t.Fatal(err)
 	}
 	srv.hooks = hooks
-	addr, err := srv.Listen("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { _ = srv.Serve(); close(done) }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(ctx)
-		<-done
-	})
-	return srv, addr.String()
+	addr, _ := testkit.ServeLocal(t, srv)
+	return srv, addr
 }
 
 func dial(t *testing.T, addr string) (net.Conn, *bufio.Reader) {
