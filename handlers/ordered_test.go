@@ -384,7 +384,7 @@ func TestOrderedFollowerForwards(t *testing.T) {
 	}
 	// /status.json and the metrics show the forwarding and the leader.
 	hs := httpServer(t, b.h)
-	_, _, body := get(t, hs, http.MethodGet, "/status.json")
+	_, _, body := testkit.Fetch(t, hs, http.MethodGet, "/status.json")
 	var rep struct { // /status.json's "ordered" (package admin)
 		Ordered *struct {
 			Forwarded       int64 `json:"forwarded"`
@@ -404,7 +404,7 @@ func TestOrderedFollowerForwards(t *testing.T) {
 		o.ForwardRequests < 60 || o.ForwardWrites >= o.ForwardRequests {
 		t.Fatalf("status.json ordered: %+v", rep.Ordered)
 	}
-	_, _, metrics := get(t, hs, http.MethodGet, "/metrics")
+	_, _, metrics := testkit.Fetch(t, hs, http.MethodGet, "/metrics")
 	for _, want := range []string{`leafd_ordered_forwarded_total{tag="seq"}`, `leafd_ordered_leader{leader="` + a.addr + `",tag="seq"} 1`, "leafd_ordered_tryagain_total 1"} {
 		if !strings.Contains(metrics, want) {
 			t.Errorf("metrics: no %s", want)
@@ -678,12 +678,12 @@ func TestOrderedHTTPGated(t *testing.T) {
 	cl, a, b := twoOrdered(t)
 	ha, hb := httpServer(t, a.h), httpServer(t, b.h)
 	last := mustIncr(t, a.client(t), "seq")
-	status, _, body := get(t, hb, "GET", "/api/segment/get/seq")
+	status, _, body := testkit.Fetch(t, hb, "GET", "/api/segment/get/seq")
 	if status != 200 || body != strconv.FormatInt(last+1, 10) {
 		t.Fatalf("follower's HTTP get: %d %q, want 200 %d (the leader's next ID)", status, body, last+1)
 	}
 	cl.clk.Add(2700 * time.Millisecond) // the leader's deadline: send + 3s - 0.3s margin
-	status, _, body = get(t, ha, "GET", "/api/segment/get/seq")
+	status, _, body = testkit.Fetch(t, ha, "GET", "/api/segment/get/seq")
 	if status != 503 || !strings.Contains(body, "TRYAGAIN") {
 		t.Fatalf("the leader past its deadline, HTTP get: %d %q, want 503 TRYAGAIN", status, body)
 	}

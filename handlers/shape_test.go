@@ -13,6 +13,7 @@ import (
 
 	_ "github.com/go-sql-driver/mysql"
 	"github.com/leafd/leafd/internal/testenv"
+	"github.com/leafd/leafd/internal/testkit"
 	"github.com/leafd/leafd/segment"
 	"github.com/redis/go-redis/v9"
 )
@@ -473,14 +474,14 @@ func TestShapedHTTP(t *testing.T) {
 	}
 	hs := httpServer(t, s.h)
 	for _, want := range []string{"ORD20261201000001", "ORD20261201000002"} {
-		if status, _, body := get(t, hs, "GET", "/api/segment/get/order"); status != 200 || body != want {
+		if status, _, body := testkit.Fetch(t, hs, "GET", "/api/segment/get/order"); status != 200 || body != want {
 			t.Fatalf("got %d %q, want 200 %q", status, body, want)
 		}
 	}
 	if v, _ := c.Do(ctx, "IDS.NEXT", "order").Text(); v != "ORD20261201000003" {
 		t.Fatalf("IDS.NEXT after the HTTP API: %s", v)
 	}
-	if status, _, body := get(t, hs, "GET", "/api/segment/get/plain"); status != 200 || body != "1" {
+	if status, _, body := testkit.Fetch(t, hs, "GET", "/api/segment/get/plain"); status != 200 || body != "1" {
 		t.Fatalf("plain: got %d %q", status, body)
 	}
 }
