@@ -33,7 +33,7 @@ func TestAdminToolsMillionMarks(t *testing.T) {
 	}
 	const n, above = 1_000_000, 100_000 // every above-th tag has its mark 5000 over max_id
 	dsn, db := e2e.SharedDB(t)
-	e2e.SQLExec(t, db, leafTableDDL)
+	e2e.SQLExec(t, db, e2e.LeafTableDDL)
 	start := time.Now()
 	// The rows are inserted by the database while this process writes the marks: the two
 	// take about as long each. A million rows take longer than SQLExec's 10 s on a loaded
