@@ -276,6 +276,31 @@ func leaderOf(t *testing.T, ls []*e2e.Leafd, skip []int, tag string, d time.Dura
 	return leader
 }
 
+// startWarmLoad starts the linearizability load of tag seq on every instance of ls (three
+// clients each) and waits until each has served 300 IDs; what names the phase.
+func startWarmLoad(t *testing.T, ls []*e2e.Leafd, what string) *linLoad {
+	t.Helper()
+	load := startLinLoad(t, "seq", ls, 3)
+	for i := range ls {
+		load.served(t, i, 300, 20*time.Second, what)
+	}
+	return load
+}
+
+// faultLeader applies fault to the leader of seq and waits until every other instance has
+// served 300 more IDs of load; what names the phase. It returns the leader and when the
+// fault began.
+func faultLeader(t *testing.T, ls []*e2e.Leafd, load *linLoad, fault func(lead int), what string) (int, time.Time) {
+	t.Helper()
+	lead := leaderOf(t, ls, nil, "seq", 10*time.Second)
+	at := time.Now()
+	fault(lead)
+	for _, i := range others(len(ls), lead) {
+		load.served(t, i, 300, 20*time.Second, what)
+	}
+	return lead, at
+}
+
 // startOrderedCluster starts three instances, instance i on dsns[i], and creates tag
 // (ORDERED, STEP step) through the first.
 func startOrderedCluster(t *testing.T, dsns []string, tag string, step int64, extra ...string) []*e2e.Leafd {
@@ -345,16 +370,8 @@ func TestOrderedLeaderKill(t *testing.T) {
 	t.Parallel()
 	dsn, _ := e2e.SharedDB(t)
 	ls := startOrderedCluster(t, []string{dsn, dsn, dsn}, "seq", 100)
-	load := startLinLoad(t, "seq", ls, 3)
-	for i := range ls {
-		load.served(t, i, 300, 20*time.Second, "before the kill")
-	}
-	lead := leaderOf(t, ls, nil, "seq", 10*time.Second)
-	fault := time.Now()
-	ls[lead].Kill()
-	for _, i := range others(len(ls), lead) {
-		load.served(t, i, 300, 20*time.Second, "after the kill")
-	}
+	load := startWarmLoad(t, ls, "before the kill")
+	lead, fault := faultLeader(t, ls, load, func(lead int) { ls[lead].Kill() }, "after the kill")
 	newLead := leaderOf(t, ls, []int{lead}, "seq", 10*time.Second)
 	t.Logf("leader %d killed; instance %d leads %v later", lead, newLead, time.Since(fault).Round(time.Millisecond))
 	ls[lead].Restart()
@@ -371,10 +388,7 @@ func TestOrderedLeaderRestart(t *testing.T) {
 	t.Parallel()
 	dsn, _ := e2e.SharedDB(t)
 	ls := startOrderedCluster(t, []string{dsn, dsn, dsn}, "seq", 1000)
-	load := startLinLoad(t, "seq", ls, 3)
-	for i := range ls {
-		load.served(t, i, 300, 20*time.Second, "before the stop")
-	}
+	load := startWarmLoad(t, ls, "before the stop")
 	var fault time.Time
 	var netOK []int
 	remainders := 0
@@ -420,16 +434,8 @@ func TestOrderedLeaderPaused(t *testing.T) {
 	t.Parallel()
 	dsn, _ := e2e.SharedDB(t)
 	ls := startOrderedCluster(t, []string{dsn, dsn, dsn}, "seq", 100)
-	load := startLinLoad(t, "seq", ls, 3)
-	for i := range ls {
-		load.served(t, i, 300, 20*time.Second, "before the pause")
-	}
-	lead := leaderOf(t, ls, nil, "seq", 10*time.Second)
-	fault := time.Now()
-	ls[lead].Pause()
-	for _, i := range others(len(ls), lead) {
-		load.served(t, i, 300, 20*time.Second, "while the leader is frozen")
-	}
+	load := startWarmLoad(t, ls, "before the pause")
+	lead, fault := faultLeader(t, ls, load, func(lead int) { ls[lead].Pause() }, "while the leader is frozen")
 	if d := 2*orderedLease - time.Since(fault); d > 0 {
 		time.Sleep(d) // the fault's length: frozen for twice the lease
 	}
@@ -485,16 +491,8 @@ func TestOrderedLeaderCutOff(t *testing.T) {
 		dsns[i] = proxiedDSN(t, dsn, pxs[i])
 	}
 	ls := startOrderedCluster(t, dsns, "seq", 100)
-	load := startLinLoad(t, "seq", ls, 3)
-	for i := range ls {
-		load.served(t, i, 300, 20*time.Second, "before the cut")
-	}
-	lead := leaderOf(t, ls, nil, "seq", 10*time.Second)
-	fault := time.Now()
-	pxs[lead].SetMode(e2e.ProxyBlackhole, 0)
-	for _, i := range others(len(ls), lead) {
-		load.served(t, i, 300, 20*time.Second, "while the leader is cut off")
-	}
+	load := startWarmLoad(t, ls, "before the cut")
+	lead, fault := faultLeader(t, ls, load, func(lead int) { pxs[lead].SetMode(e2e.ProxyBlackhole, 0) }, "while the leader is cut off")
 	if d := 2*orderedLease - time.Since(fault); d > 0 {
 		time.Sleep(d) // the fault's length: cut off for twice the lease
 	}
@@ -527,10 +525,7 @@ func TestOrderedFailoverLaggingReplica(t *testing.T) {
 	// Steps of 10,000 (no growth): the replica misses a few allocations while it lags for
 	// longer than the lease, and the failover fence moves max_id by 20 × 10,000.
 	ls := startOrderedCluster(t, dsns, "seq", 10000, "--max-step", "10000")
-	load := startLinLoad(t, "seq", ls, 3)
-	for i := range ls {
-		load.served(t, i, 300, 20*time.Second, "before the failover")
-	}
+	load := startWarmLoad(t, ls, "before the failover")
 	lead := leaderOf(t, ls, nil, "seq", 10*time.Second)
 	r.WaitCaughtUp(30 * time.Second)
 	r.StopApplier()
