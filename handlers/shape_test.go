@@ -169,9 +169,16 @@ func TestPeriodBoundaryMidSegment(t *testing.T) {
 // TAGEXISTS, and so is a shape over a plain tag's name; a plain row is never created under
 // a shaped name, even by an instance that did not know the shape (it learns it instead).
 func TestShapeChangeRefused(t *testing.T) {
-	t.Run("bolt", func(t *testing.T) { testShapeChangeRefused(t, serverOpts{autoCreate: true}) })
+	eachStore(t, testShapeChangeRefused)
+}
+
+// eachStore runs test on auto-creating servers of each store: "bolt", the embedded store,
+// and "mysql", a fresh database of the test MariaDB (with its marks in a temp dir).
+func eachStore(t *testing.T, test func(t *testing.T, o serverOpts)) {
+	t.Helper()
+	t.Run("bolt", func(t *testing.T) { test(t, serverOpts{autoCreate: true}) })
 	t.Run("mysql", func(t *testing.T) {
-		testShapeChangeRefused(t, serverOpts{autoCreate: true, mysqlDSN: testenv.FreshDatabase(t, testenv.MySQLDSN(t)), dir: t.TempDir()})
+		test(t, serverOpts{autoCreate: true, mysqlDSN: testenv.FreshDatabase(t, testenv.MySQLDSN(t)), dir: t.TempDir()})
 	})
 }
 
