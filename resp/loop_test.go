@@ -249,16 +249,9 @@ func TestHostileHeadersClose(t *testing.T) {
 // Under -race this caught adopt publishing c.nc = nil outside s.mu (a CI failure).
 func TestShutdownRacesAdopt(t *testing.T) {
 	for round := 0; round < 20; round++ {
-		srv, err := NewServer(Config{Model: ModelEventLoop}, HandlerFunc(func(c *Conn, args [][]byte) {
+		srv, addr := listenServer(t, Config{Model: ModelEventLoop}, HandlerFunc(func(c *Conn, args [][]byte) {
 			c.WriteSimple("PONG")
-		}), zap.NewNop())
-		if err != nil {
-			t.Fatal(err)
-		}
-		addr, err := srv.Listen("127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
+		}))
 		done := make(chan struct{})
 		go func() { _ = srv.Serve(); close(done) }()
 		var dials sync.WaitGroup

@@ -27,14 +27,26 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-func startTestServer(t *testing.T, cfg Config, h Handler) string {
+// listenServer makes a server of cfg and h listening on 127.0.0.1:0, not yet serving, for
+// the tests whose subject is its Serve and Shutdown.
+func listenServer(t *testing.T, cfg Config, h Handler) (*Server, net.Addr) {
 	t.Helper()
 	srv, err := NewServer(cfg, h, zap.NewNop())
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr, _ := testkit.ServeLocal(t, srv)
-	return addr
+	addr, err := srv.Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return srv, addr
+}
+
+func startTestServer(t *testing.T, cfg Config, h Handler) string {
+	t.Helper()
+	srv, addr := listenServer(t, cfg, h)
+	testkit.Serve(t, srv)
+	return addr.String()
 }
 
 // TestPanicCostsOneConnection: a panicking command closes its connection; the server and
@@ -76,18 +88,11 @@ func TestShutdownDeliversInFlightReplies(t *testing.T) {
 	eachModel(t, func(t *testing.T, model string) {
 		started := make(chan struct{})
 		release := make(chan struct{})
-		srv, err := NewServer(Config{Model: model}, HandlerFunc(func(c *Conn, args [][]byte) {
+		srv, addr := listenServer(t, Config{Model: model}, HandlerFunc(func(c *Conn, args [][]byte) {
 			close(started)
 			<-release
 			c.WriteSimple("DONE")
-		}), zap.NewNop())
-		if err != nil {
-			t.Fatal(err)
-		}
-		addr, err := srv.Listen("127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
+		}))
 		go func() { _ = srv.Serve() }()
 		conn, err := net.Dial("tcp", addr.String())
 		if err != nil {
@@ -197,21 +202,14 @@ func TestShutdownTimeoutStopsShortCommands(t *testing.T) {
 func testShutdownTimeout(t *testing.T, work time.Duration, n int, limit time.Duration) {
 	eachModel(t, func(t *testing.T, model string) {
 		started := make(chan struct{}, 1)
-		srv, err := NewServer(Config{Model: model}, HandlerFunc(func(c *Conn, args [][]byte) {
+		srv, addr := listenServer(t, Config{Model: model}, HandlerFunc(func(c *Conn, args [][]byte) {
 			select {
 			case started <- struct{}{}:
 			default:
 			}
 			time.Sleep(work)
 			c.WriteSimple("OK")
-		}), zap.NewNop())
-		if err != nil {
-			t.Fatal(err)
-		}
-		addr, err := srv.Listen("127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
+		}))
 		go func() { _ = srv.Serve() }()
 		conn, err := net.Dial("tcp", addr.String())
 		if err != nil {
