@@ -83,11 +83,17 @@ func startLinLoad(t *testing.T, tag string, ls []*e2e.Leafd, perInst int) *linLo
 	return l
 }
 
-func (l *linLoad) client(inst int) {
+// newClient is a client of the history whose operations count for instance inst.
+func (l *linLoad) newClient(inst int) *lincheck.Client {
 	cl := l.rec.Client()
 	l.mu.Lock()
 	l.inst[cl.ID()] = inst
 	l.mu.Unlock()
+	return cl
+}
+
+func (l *linLoad) client(inst int) {
+	cl := l.newClient(inst)
 	l.wg.Go(func() {
 		c := e2e.ConnClient(l.addrs()[inst])
 		defer func() { _ = c.Close() }()
@@ -274,31 +280,6 @@ func leaderOf(t *testing.T, ls []*e2e.Leafd, skip []int, tag string, d time.Dura
 		t.Fatalf("the instances do not agree on a leader of %s within %v: %s", tag, d, last)
 	}
 	return leader
-}
-
-// startWarmLoad starts the linearizability load of tag seq on every instance of ls (three
-// clients each) and waits until each has served 300 IDs; what names the phase.
-func startWarmLoad(t *testing.T, ls []*e2e.Leafd, what string) *linLoad {
-	t.Helper()
-	load := startLinLoad(t, "seq", ls, 3)
-	for i := range ls {
-		load.served(t, i, 300, 20*time.Second, what)
-	}
-	return load
-}
-
-// faultLeader applies fault to the leader of seq and waits until every other instance has
-// served 300 more IDs of load; what names the phase. It returns the leader and when the
-// fault began.
-func faultLeader(t *testing.T, ls []*e2e.Leafd, load *linLoad, fault func(lead int), what string) (int, time.Time) {
-	t.Helper()
-	lead := leaderOf(t, ls, nil, "seq", 10*time.Second)
-	at := time.Now()
-	fault(lead)
-	for _, i := range others(len(ls), lead) {
-		load.served(t, i, 300, 20*time.Second, what)
-	}
-	return lead, at
 }
 
 // startOrderedCluster starts three instances, instance i on dsns[i], and creates tag
