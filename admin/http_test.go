@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/leafd/leafd/handlers"
 	"github.com/leafd/leafd/internal/errcode"
+	"github.com/leafd/leafd/internal/testkit"
 	"github.com/leafd/leafd/segment"
 	"github.com/leafd/leafd/segment/segtest"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -35,54 +35,22 @@ func httpServerConfig(t *testing.T, h *handlers.Handler, cfg Config) *httptest.S
 	return hs
 }
 
-// get fetches path and returns the status, the Content-Type and the body.
-func get(t *testing.T, hs *httptest.Server, method, path string) (int, string, string) {
-	t.Helper()
-	req, err := http.NewRequest(method, hs.URL+path, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp, err := hs.Client().Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, resp.Header.Get("Content-Type"), string(b)
-}
-
-// errorBody decodes an error reply and checks that it has exactly the two fields.
-func errorBody(t *testing.T, body string) (code, msg string) {
-	t.Helper()
-	var m map[string]string
-	if err := json.Unmarshal([]byte(body), &m); err != nil {
-		t.Fatalf("error body %q: %v", body, err)
-	}
-	if len(m) != 2 || m["code"] == "" {
-		t.Errorf("error body %q: want exactly code and error", body)
-	}
-	return m["code"], m["error"]
-}
-
 func TestHTTPLeafAPI(t *testing.T) {
 	ts := startServer(t, serverOpts{autoCreate: true})
 	hs := httpServer(t, ts.h)
 
 	for i, want := range []string{"1", "2"} {
-		status, ctype, body := get(t, hs, http.MethodGet, "/api/segment/get/order")
+		status, ctype, body := testkit.Fetch(t, hs, http.MethodGet, "/api/segment/get/order")
 		if status != http.StatusOK || body != want || !strings.HasPrefix(ctype, "text/plain") {
 			t.Fatalf("segment get #%d: got %d %q %q, want 200 %q text/plain", i, status, ctype, body, want)
 		}
 	}
 	// Leaf maps its API without a method restriction.
-	if status, _, body := get(t, hs, http.MethodPost, "/api/segment/get/order"); status != http.StatusOK || body != "3" {
+	if status, _, body := testkit.Fetch(t, hs, http.MethodPost, "/api/segment/get/order"); status != http.StatusOK || body != "3" {
 		t.Errorf("POST segment get: got %d %q, want 200 \"3\"", status, body)
 	}
 
-	status, _, body := get(t, hs, http.MethodGet, "/api/snowflake/get/anything")
+	status, _, body := testkit.Fetch(t, hs, http.MethodGet, "/api/snowflake/get/anything")
 	id, err := strconv.ParseInt(body, 10, 64)
 	if status != http.StatusOK || err != nil || id <= 0 {
 		t.Fatalf("snowflake get: got %d %q, want 200 and a positive ID", status, body)
@@ -92,7 +60,7 @@ func TestHTTPLeafAPI(t *testing.T) {
 	}
 
 	// The decode answers with Leaf's field names and string values.
-	status, ctype, body := get(t, hs, http.MethodGet, "/decodeSnowflakeId?snowflakeId="+strconv.FormatInt(id, 10))
+	status, ctype, body := testkit.Fetch(t, hs, http.MethodGet, "/decodeSnowflakeId?snowflakeId="+strconv.FormatInt(id, 10))
 	if status != http.StatusOK || ctype != "application/json" {
 		t.Fatalf("decode: got %d %q %q, want 200 application/json", status, ctype, body)
 	}
@@ -106,7 +74,7 @@ func TestHTTPLeafAPI(t *testing.T) {
 		t.Errorf("decode: got %v, want timestamp %q workerId 7 sequenceId %d", dec, wantTS, p.Sequence)
 	}
 	// A golden value: Leaf's epoch, 1 ms after it, worker 3, sequence 5.
-	_, _, body = get(t, hs, http.MethodGet, "/decodeSnowflakeId?snowflakeId="+strconv.FormatInt(1<<22|3<<12|5, 10))
+	_, _, body = testkit.Fetch(t, hs, http.MethodGet, "/decodeSnowflakeId?snowflakeId="+strconv.FormatInt(1<<22|3<<12|5, 10))
 	if want := `{"timestamp":"1288834974658(2010-11-04 01:42:54.658)","workerId":"3","sequenceId":"5"}` + "\n"; body != want {
 		t.Errorf("decode golden: got %q, want %q", body, want)
 	}
@@ -133,11 +101,11 @@ func TestHTTPErrors(t *testing.T) {
 		{"readyz bad tag", "GET", "/readyz?tag=" + url.QueryEscape("a b"), 400, "BADTAG"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			status, ctype, body := get(t, hs, tc.method, tc.path)
+			status, ctype, body := testkit.Fetch(t, hs, tc.method, tc.path)
 			if status != tc.wantStatus || ctype != "application/json" {
 				t.Fatalf("got %d %q %q, want %d application/json", status, ctype, body, tc.wantStatus)
 			}
-			if code, msg := errorBody(t, body); code != tc.wantCode || msg == "" {
+			if code, msg := testkit.ErrorBody(t, body); code != tc.wantCode || msg == "" {
 				t.Errorf("got code %q error %q, want %s and a message", code, msg, tc.wantCode)
 			}
 			if strings.HasPrefix(body, "-") {
@@ -145,7 +113,7 @@ func TestHTTPErrors(t *testing.T) {
 			}
 		})
 	}
-	if status, _, _ := get(t, hs, http.MethodPost, "/healthz"); status != http.StatusMethodNotAllowed {
+	if status, _, _ := testkit.Fetch(t, hs, http.MethodPost, "/healthz"); status != http.StatusMethodNotAllowed {
 		t.Errorf("POST /healthz: got %d, want 405", status)
 	}
 }
@@ -176,13 +144,13 @@ func TestHTTPStatusOfCodes(t *testing.T) {
 func TestHTTPProbes(t *testing.T) {
 	ts := startServer(t, serverOpts{autoCreate: true})
 	hs := httpServer(t, ts.h)
-	if status, _, body := get(t, hs, http.MethodGet, "/healthz"); status != 200 || body != "ok" {
+	if status, _, body := testkit.Fetch(t, hs, http.MethodGet, "/healthz"); status != 200 || body != "ok" {
 		t.Errorf("healthz: got %d %q, want 200 ok", status, body)
 	}
 	if _, err := ts.seg.Next("ready"); err != nil {
 		t.Fatal(err)
 	}
-	status, ctype, body := get(t, hs, http.MethodGet, "/readyz")
+	status, ctype, body := testkit.Fetch(t, hs, http.MethodGet, "/readyz")
 	if status != http.StatusOK || ctype != "application/json" {
 		t.Fatalf("readyz: got %d %q %q, want 200 application/json", status, ctype, body)
 	}
@@ -196,7 +164,7 @@ func TestHTTPProbes(t *testing.T) {
 	if got, _ := json.Marshal(rep); string(got) != mustJSON(t, want) {
 		t.Errorf("readyz: got %s, want %s", got, mustJSON(t, want))
 	}
-	status, _, body = get(t, hs, http.MethodGet, "/readyz?tag=ready")
+	status, _, body = testkit.Fetch(t, hs, http.MethodGet, "/readyz?tag=ready")
 	if want := `{"ready":true,"alive":true,"modes":["segment"],"store":true,"warming":false,"segment":[{"tag":"ready","can_serve":true,"can_refill":true}]}` + "\n"; status != 200 || body != want {
 		t.Errorf("readyz?tag=ready: got %d %q, want 200 %q", status, body, want)
 	}
@@ -211,29 +179,13 @@ func mustJSON(t *testing.T, v any) string {
 	return string(b)
 }
 
-// downStore is a store whose every call fails, as a MySQL that went away.
-type downStore struct{ segtest.StoreBase }
-
-var errDown = errors.New("store down")
-
-func (downStore) Allocate(context.Context, string, int64) (segment.Alloc, error) {
-	return segment.Alloc{}, errDown
-}
-func (downStore) Tags(context.Context) ([]string, error)    { return nil, errDown }
-func (downStore) Create(context.Context, segment.Tag) error { return errDown }
-
-type noMarks struct{ segtest.MarksBase }
-
-func (noMarks) Mark(string) (int64, error) { return 0, nil }
-func (noMarks) Raise(string, int64) error  { return nil }
-
 // TestHTTPNotReady: a tag that cannot load and no snowflake mode: 503 everywhere, with the
 // codes RESP would send.
 func TestHTTPNotReady(t *testing.T) {
 	cfg := segment.DefaultConfig()
 	cfg.AutoCreate = true
 	cfg.WaitTimeout = 50 * time.Millisecond
-	seg, err := segment.New(cfg, downStore{}, noMarks{}, zap.NewNop())
+	seg, err := segment.New(cfg, segtest.DownStore{}, segtest.NoMarks{}, zap.NewNop())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -241,15 +193,15 @@ func TestHTTPNotReady(t *testing.T) {
 	h := handlers.New(handlers.Config{}, seg, nil, zap.NewNop())
 	hs := httpServer(t, h)
 
-	status, _, body := get(t, hs, http.MethodGet, "/api/segment/get/down")
-	if code, _ := errorBody(t, body); status != http.StatusServiceUnavailable || code != "UNAVAILABLE" {
+	status, _, body := testkit.Fetch(t, hs, http.MethodGet, "/api/segment/get/down")
+	if code, _ := testkit.ErrorBody(t, body); status != http.StatusServiceUnavailable || code != "UNAVAILABLE" {
 		t.Errorf("segment get: got %d %q, want 503 UNAVAILABLE", status, body)
 	}
-	status, _, body = get(t, hs, http.MethodGet, "/api/snowflake/get/x")
-	if code, _ := errorBody(t, body); status != http.StatusServiceUnavailable || code != "NOWORKER" {
+	status, _, body = testkit.Fetch(t, hs, http.MethodGet, "/api/snowflake/get/x")
+	if code, _ := testkit.ErrorBody(t, body); status != http.StatusServiceUnavailable || code != "NOWORKER" {
 		t.Errorf("snowflake get: got %d %q, want 503 NOWORKER", status, body)
 	}
-	status, _, body = get(t, hs, http.MethodGet, "/readyz")
+	status, _, body = testkit.Fetch(t, hs, http.MethodGet, "/readyz")
 	// The tag whose load failed is not held; the store's error says why it is not ready. The
 	// warm start waits for the first tag list that succeeds, so it is still pending.
 	want := `{"ready":false,"alive":true,"modes":["segment"],"store":false,"store_error":"store error (details in the server log)","warming":true,"segment":[],"snowflake":{"enabled":false,"has_worker":false,"worker_id":-1,"has_lease":false}}` + "\n"
@@ -258,11 +210,11 @@ func TestHTTPNotReady(t *testing.T) {
 	}
 	// A tag whose first load failed is not held: the store is asked whether it could be
 	// loaded, and it fails.
-	if status, _, body := get(t, hs, http.MethodGet, "/readyz?tag=down"); status != http.StatusServiceUnavailable ||
+	if status, _, body := testkit.Fetch(t, hs, http.MethodGet, "/readyz?tag=down"); status != http.StatusServiceUnavailable ||
 		!strings.Contains(body, `"not_held":true`) || !strings.Contains(body, "store error (details in the server log)") {
 		t.Errorf("readyz?tag=down: got %d %s, want 503, not held, with the store's error in plain words", status, body)
 	}
-	status, _, body = get(t, hs, http.MethodGet, "/metrics")
+	status, _, body = testkit.Fetch(t, hs, http.MethodGet, "/metrics")
 	for _, want := range []string{`leafd_segment_loads_total{result="failed"} `, "leafd_snowflake_enabled 0",
 		"leafd_ready 0\n", `leafd_command_errors_total{code="UNAVAILABLE"} 1`, `leafd_command_errors_total{code="NOWORKER"} 1`,
 		`leafd_segment_load_duration_seconds_count `} {
@@ -282,7 +234,7 @@ func TestHTTPMetrics(t *testing.T) {
 	if err := c.Do(context.Background(), "IDS.SNOWFLAKE").Err(); err != nil {
 		t.Fatal(err)
 	}
-	status, ctype, body := get(t, hs, http.MethodGet, "/metrics")
+	status, ctype, body := testkit.Fetch(t, hs, http.MethodGet, "/metrics")
 	if status != http.StatusOK || !strings.HasPrefix(ctype, "text/plain") {
 		t.Fatalf("metrics: got %d %q, want 200 text/plain", status, ctype)
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/leafd/leafd/handlers"
+	"github.com/leafd/leafd/internal/testkit"
 	"go.uber.org/zap"
 )
 
@@ -25,7 +26,7 @@ func TestReadyNeedsSnowflakeLease(t *testing.T) {
 	t.Cleanup(hs.Close)
 	check := func(wantStatus int, wantLease bool) {
 		t.Helper()
-		status, _, body := get(t, hs, http.MethodGet, "/readyz")
+		status, _, body := testkit.Fetch(t, hs, http.MethodGet, "/readyz")
 		var rep readyReport
 		if err := json.Unmarshal([]byte(body), &rep); err != nil {
 			t.Fatal(err)

@@ -116,7 +116,7 @@ func TestStatusManyTags(t *testing.T) {
 	status := func(query string) (rep statusReport, size int, took, stall, cpu time.Duration) {
 		t.Helper()
 		began, cpu0 := time.Now(), processCPU(t)
-		code, _, body := get(t, hs, http.MethodGet, "/status.json"+query)
+		code, _, body := testkit.Fetch(t, hs, http.MethodGet, "/status.json"+query)
 		took, cpu = time.Since(began), processCPU(t)-cpu0
 		if code != 200 || json.Unmarshal([]byte(body), &rep) != nil {
 			t.Fatalf("/status.json%s: %d %.200s", query, code, body)

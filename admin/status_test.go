@@ -32,13 +32,13 @@ func TestStatusJSON(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if status, _, _ := get(t, hs, http.MethodGet, "/api/segment/get/"+url.PathEscape(hostileTag)); status != 200 {
+	if status, _, _ := testkit.Fetch(t, hs, http.MethodGet, "/api/segment/get/"+url.PathEscape(hostileTag)); status != 200 {
 		t.Fatalf("hostile tag get: got %d, want 200", status)
 	}
 	if _, err := ts.snow.Next(); err != nil {
 		t.Fatal(err)
 	}
-	status, ctype, body := get(t, hs, http.MethodGet, "/status.json")
+	status, ctype, body := testkit.Fetch(t, hs, http.MethodGet, "/status.json")
 	if status != http.StatusOK || ctype != "application/json" {
 		t.Fatalf("status.json: got %d %q, want 200 application/json", status, ctype)
 	}
@@ -66,7 +66,7 @@ func TestStatusJSON(t *testing.T) {
 		t.Errorf("snowflake: got %+v", sf)
 	}
 
-	status, ctype, page := get(t, hs, http.MethodGet, "/status")
+	status, ctype, page := testkit.Fetch(t, hs, http.MethodGet, "/status")
 	if status != http.StatusOK || !strings.HasPrefix(ctype, "text/html") {
 		t.Fatalf("status: got %d %q, want 200 text/html", status, ctype)
 	}
@@ -137,7 +137,7 @@ func TestStatusPageInChromium(t *testing.T) {
 	// that came before this one.
 	var body string
 	if !testkit.Poll(30*time.Second, func() bool {
-		_, _, body = get(t, hs, http.MethodGet, "/status.json")
+		_, _, body = testkit.Fetch(t, hs, http.MethodGet, "/status.json")
 		var rep statusReport
 		if err := json.Unmarshal([]byte(body), &rep); err != nil {
 			t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/leafd/leafd/handlers"
+	"github.com/leafd/leafd/internal/testkit"
 	"github.com/leafd/leafd/resp"
 	"github.com/leafd/leafd/segment"
 	"github.com/leafd/leafd/segment/boltstore"
@@ -44,22 +45,8 @@ func startLeafd(t *testing.T, store *boltstore.BoltStore, workerID int64) string
 		t.Fatal(err)
 	}
 	h.SetServer(srv)
-	addr, err := srv.Listen("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { _ = srv.Serve(); close(done) }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(ctx)
-		<-done
-		_ = seg.Close()
-		_ = snow.Close()
-		_ = src.Close()
-	})
-	return addr.String()
+	addr, _ := testkit.ServeLocal(t, srv, seg.Close, snow.Close, src.Close)
+	return addr
 }
 
 func openStore(t *testing.T) *boltstore.BoltStore {
@@ -191,14 +178,8 @@ func fakeServer(t *testing.T, replies ...int64) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr, err := srv.Listen("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { _ = srv.Serve(); close(done) }()
-	t.Cleanup(func() { _ = srv.Shutdown(context.Background()); <-done })
-	return addr.String()
+	addr, _ := testkit.ServeLocal(t, srv)
+	return addr
 }
 
 func TestCheckCatchesBadIDs(t *testing.T) {

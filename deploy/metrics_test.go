@@ -15,6 +15,7 @@ import (
 
 	"github.com/leafd/leafd/admin"
 	"github.com/leafd/leafd/handlers"
+	"github.com/leafd/leafd/internal/testkit"
 	"github.com/leafd/leafd/resp"
 	"github.com/leafd/leafd/segment"
 	"github.com/leafd/leafd/segment/boltstore"
@@ -61,19 +62,8 @@ func scrapeNames(t *testing.T) map[string]bool {
 		t.Fatal(err)
 	}
 	h.SetServer(srv)
-	addr, err := srv.Listen("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { _ = srv.Serve(); close(done) }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(ctx)
-		<-done
-	})
-	c := redis.NewClient(&redis.Options{Addr: addr.String(), MaxRetries: -1})
+	addr, _ := testkit.ServeLocal(t, srv)
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
 	t.Cleanup(func() { _ = c.Close() })
 	ctx := context.Background()
 	if err := c.Incr(ctx, "orders").Err(); err != nil {

@@ -6,6 +6,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/leafd/leafd/internal/testkit"
 )
 
 // anchor is GitHub's anchor of a heading: lower case, punctuation dropped, spaces as '-'.
@@ -63,14 +65,7 @@ func TestReadmeContents(t *testing.T) {
 // TestReadmeErrorCodes: every error code the server sends (the codes in handlers/ and
 // resp/ source) has a row in the README's error-code table with a "what to do" cell.
 func TestReadmeErrorCodes(t *testing.T) {
-	b, err := os.ReadFile("../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := string(b)
-	start := strings.Index(s, "## Error codes")
-	end := strings.Index(s[start:], "\n## ")
-	table := s[start : start+end]
+	table := testkit.MarkdownSection(t, "../README.md", "## Error codes")
 	todo := map[string]string{}
 	for _, line := range strings.Split(table, "\n") {
 		cells := strings.Split(line, "|")

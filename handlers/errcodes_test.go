@@ -14,6 +14,7 @@ import (
 
 	"github.com/leafd/leafd/internal/errcode"
 	"github.com/leafd/leafd/internal/storeerr"
+	"github.com/leafd/leafd/internal/testkit"
 	"github.com/leafd/leafd/segment"
 	"github.com/leafd/leafd/segment/segtest"
 	"github.com/leafd/leafd/snowflake"
@@ -77,13 +78,13 @@ func TestErrorCodeTable(t *testing.T) {
 		snow  Snowflakes
 		path  string
 	}{
-		{downStore{}, noMarks{}, nil, "/api/segment/get/down"},
-		{errStore{err: &storeerr.Error{Class: storeerr.Auth, Err: errors.New("access denied")}}, noMarks{}, nil, "/api/segment/get/x"},
-		{errStore{err: fmt.Errorf("no fence row: %w", segment.ErrNotAdopted)}, noMarks{}, nil, "/api/segment/get/x"},
+		{segtest.DownStore{}, segtest.NoMarks{}, nil, "/api/segment/get/down"},
+		{errStore{err: &storeerr.Error{Class: storeerr.Auth, Err: errors.New("access denied")}}, segtest.NoMarks{}, nil, "/api/segment/get/x"},
+		{errStore{err: fmt.Errorf("no fence row: %w", segment.ErrNotAdopted)}, segtest.NoMarks{}, nil, "/api/segment/get/x"},
 		{grantStore{}, highMarks{}, nil, "/api/segment/get/x"},
-		{downStore{}, noMarks{}, nil, "/api/snowflake/get/x"},
-		{downStore{}, noMarks{}, failSnow{fmt.Errorf("%w by 50ms", snowflake.ErrClockBack)}, "/api/snowflake/get/x"},
-		{downStore{}, noMarks{}, failSnow{snowflake.ErrOverflow}, "/api/snowflake/get/x"},
+		{segtest.DownStore{}, segtest.NoMarks{}, nil, "/api/snowflake/get/x"},
+		{segtest.DownStore{}, segtest.NoMarks{}, failSnow{fmt.Errorf("%w by 50ms", snowflake.ErrClockBack)}, "/api/snowflake/get/x"},
+		{segtest.DownStore{}, segtest.NoMarks{}, failSnow{snowflake.ErrOverflow}, "/api/snowflake/get/x"},
 	} {
 		cfg := segment.DefaultConfig()
 		cfg.AutoCreate = true
@@ -95,8 +96,8 @@ func TestErrorCodeTable(t *testing.T) {
 		}
 		t.Cleanup(func() { _ = seg.Close() })
 		h := New(Config{}, seg, c.snow, zap.NewNop())
-		status, _, body := get(t, httpServer(t, h), "GET", c.path)
-		code, msg := errorBody(t, body)
+		status, _, body := testkit.Fetch(t, httpServer(t, h), "GET", c.path)
+		code, msg := testkit.ErrorBody(t, body)
 		if _, dup := got[code]; !dup {
 			got[code] = produced{h: h, reply: code + " " + msg, status: status}
 		}
@@ -166,7 +167,7 @@ func respErrors(t *testing.T, addr string, cmds ...string) []string {
 // errorSeries scrapes h's /metrics and returns leafd_command_errors_total by code.
 func errorSeries(t *testing.T, h *Handler) map[string]float64 {
 	t.Helper()
-	_, _, body := get(t, httpServer(t, h), "GET", "/metrics")
+	_, _, body := testkit.Fetch(t, httpServer(t, h), "GET", "/metrics")
 	out := map[string]float64{}
 	for _, m := range regexp.MustCompile(`(?m)^leafd_command_errors_total\{code="([^"]+)"\} (\S+)$`).FindAllStringSubmatch(body, -1) {
 		n, err := strconv.ParseFloat(m[2], 64)
@@ -199,7 +200,7 @@ func (s errStore) Tags(context.Context) ([]string, error)    { return nil, s.err
 func (s errStore) Create(context.Context, segment.Tag) error { return s.err }
 
 // grantStore grants [1, 11) to every tag; with highMarks the range is below the mark.
-type grantStore struct{ downStore }
+type grantStore struct{ segtest.DownStore }
 
 func (grantStore) Allocate(context.Context, string, int64) (segment.Alloc, error) {
 	return segment.Alloc{MaxID: 11, Step: 10}, nil

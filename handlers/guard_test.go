@@ -12,8 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leafd/leafd/internal/testkit"
 	"github.com/leafd/leafd/resp"
 	"github.com/leafd/leafd/segment"
+	"github.com/leafd/leafd/segment/segtest"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 )
@@ -43,7 +45,7 @@ func TestAuthFailuresDisconnect(t *testing.T) {
 		t.Errorf("INFO stats: got %q, %v; want acl_access_denied_auth:%d", info, err, 2*DefaultAuthMaxFailures)
 	}
 	hs := httpServer(t, s.h)
-	if _, _, body := get(t, hs, http.MethodGet, "/metrics"); !strings.Contains(body, fmt.Sprintf(`leafd_auth_failures_total{port="resp"} %d`, 2*DefaultAuthMaxFailures)) {
+	if _, _, body := testkit.Fetch(t, hs, http.MethodGet, "/metrics"); !strings.Contains(body, fmt.Sprintf(`leafd_auth_failures_total{port="resp"} %d`, 2*DefaultAuthMaxFailures)) {
 		t.Errorf("metrics: no leafd_auth_failures_total{port=\"resp\"} %d", 2*DefaultAuthMaxFailures)
 	}
 }
@@ -103,7 +105,7 @@ func TestEchoedControlBytes(t *testing.T) {
 // database's address, as the MySQL driver's errors do. The tag is then held (its first load
 // worked) and its refills fail.
 type addrStore struct {
-	downStore
+	segtest.DownStore
 	granted *atomic.Bool
 }
 
@@ -125,7 +127,7 @@ func TestStoreErrorsRedacted(t *testing.T) {
 	cfg := segment.DefaultConfig()
 	cfg.AutoCreate = true
 	cfg.WaitTimeout = 50 * time.Millisecond
-	seg, err := segment.New(cfg, addrStore{granted: new(atomic.Bool)}, noMarks{}, zap.NewNop())
+	seg, err := segment.New(cfg, addrStore{granted: new(atomic.Bool)}, segtest.NoMarks{}, zap.NewNop())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,7 +146,7 @@ func TestStoreErrorsRedacted(t *testing.T) {
 	}
 	h := New(Config{}, seg, nil, zap.NewNop())
 	hs := httpServer(t, h)
-	_, _, body := get(t, hs, http.MethodGet, "/status.json")
+	_, _, body := testkit.Fetch(t, hs, http.MethodGet, "/status.json")
 	if strings.Contains(body, "10.9.8.7") || !strings.Contains(body, refusedWords) {
 		t.Errorf("/status.json shows %q, want the words only", body)
 	}
@@ -152,19 +154,9 @@ func TestStoreErrorsRedacted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr, err := srv.Listen("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan struct{})
-	go func() { _ = srv.Serve(); close(served) }()
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(ctx)
-		<-served
-	}()
-	c := redis.NewClient(&redis.Options{Addr: addr.String(), Protocol: 2, MaxRetries: -1})
+	addr, stop := testkit.ServeLocal(t, srv)
+	defer stop()
+	c := redis.NewClient(&redis.Options{Addr: addr, Protocol: 2, MaxRetries: -1})
 	defer c.Close()
 	info, err := c.Do(context.Background(), "IDS.INFO", "t").Slice()
 	if err != nil {

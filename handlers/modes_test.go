@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leafd/leafd/internal/testkit"
 	"github.com/leafd/leafd/segment"
 )
 
@@ -36,17 +37,17 @@ func TestModesDisabled(t *testing.T) {
 			if err := c.Do(ctx, onCmd...).Err(); err != nil {
 				t.Fatalf("%v with %s off: %v", onCmd, off, err)
 			}
-			status, _, body := get(t, hs, http.MethodGet, offPath)
-			if code, msg := errorBody(t, body); status != http.StatusNotImplemented || code != "DISABLED" || !strings.Contains(msg, "--modes") {
+			status, _, body := testkit.Fetch(t, hs, http.MethodGet, offPath)
+			if code, msg := testkit.ErrorBody(t, body); status != http.StatusNotImplemented || code != "DISABLED" || !strings.Contains(msg, "--modes") {
 				t.Fatalf("%s: got %d %s, want 501 DISABLED naming --modes", offPath, status, body)
 			}
-			if status, _, body := get(t, hs, http.MethodGet, onPath); status != 200 {
+			if status, _, body := testkit.Fetch(t, hs, http.MethodGet, onPath); status != 200 {
 				t.Fatalf("%s: got %d %s", onPath, status, body)
 			}
-			if status, _, body := get(t, hs, http.MethodGet, "/readyz?mode="+off); status != http.StatusNotImplemented {
+			if status, _, body := testkit.Fetch(t, hs, http.MethodGet, "/readyz?mode="+off); status != http.StatusNotImplemented {
 				t.Fatalf("/readyz?mode=%s: got %d %s, want 501", off, status, body)
 			}
-			status, _, body = get(t, hs, http.MethodGet, "/readyz")
+			status, _, body = testkit.Fetch(t, hs, http.MethodGet, "/readyz")
 			var rep struct {
 				Modes []string `json:"modes"`
 			}
@@ -81,7 +82,7 @@ func TestReadyPerMode(t *testing.T) {
 	}
 	want := func(path string, status int) {
 		t.Helper()
-		if got, _, body := get(t, hs, http.MethodGet, path); got != status {
+		if got, _, body := testkit.Fetch(t, hs, http.MethodGet, path); got != status {
 			t.Errorf("%s: got %d %s, want %d", path, got, body, status)
 		}
 	}
@@ -93,10 +94,10 @@ func TestReadyPerMode(t *testing.T) {
 	want("/readyz?mode=snowflake", 503)
 	want("/readyz?mode=segment", 200)
 	want("/readyz?mode=both", 400)
-	if _, _, metrics := get(t, hs, http.MethodGet, "/metrics"); !strings.Contains(metrics, "\nleafd_ready 0\n") {
+	if _, _, metrics := testkit.Fetch(t, hs, http.MethodGet, "/metrics"); !strings.Contains(metrics, "\nleafd_ready 0\n") {
 		t.Error("leafd_ready: ready while the plain /readyz is not")
 	}
-	_, _, body := get(t, hs, http.MethodGet, "/readyz?mode=segment")
+	_, _, body := testkit.Fetch(t, hs, http.MethodGet, "/readyz?mode=segment")
 	if strings.Contains(body, "snowflake") {
 		t.Errorf("/readyz?mode=segment reports snowflake: %s", body)
 	}
@@ -113,14 +114,14 @@ func TestReadyTagNotHeld(t *testing.T) {
 			t.Fatal(err)
 		}
 		ts.seg.Retire("stored") // in the store, not held
-		status, _, body := get(t, hs, http.MethodGet, "/readyz?tag=stored")
+		status, _, body := testkit.Fetch(t, hs, http.MethodGet, "/readyz?tag=stored")
 		if status != 200 || !strings.Contains(body, `"not_held":true`) || !strings.Contains(body, `"can_refill":true`) {
 			t.Fatalf("auto %v: readyz?tag=stored: got %d %s, want 200 not held, can refill", auto, status, body)
 		}
 		if held := ts.seg.Tags(); len(held) != 0 {
 			t.Fatalf("auto %v: the probe loaded %v", auto, held)
 		}
-		status, _, body = get(t, hs, http.MethodGet, "/readyz?tag=absent")
+		status, _, body = testkit.Fetch(t, hs, http.MethodGet, "/readyz?tag=absent")
 		switch {
 		case !auto && status != http.StatusNotFound:
 			t.Fatalf("readyz?tag=absent, auto-create off: got %d %s, want 404", status, body)

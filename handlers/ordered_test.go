@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/leafd/leafd/internal/clock"
+	"github.com/leafd/leafd/internal/testkit"
 	"github.com/leafd/leafd/ordered"
 	"github.com/leafd/leafd/resp"
 	"github.com/leafd/leafd/segment"
@@ -213,22 +214,7 @@ func (cl *ordCluster) start(t *testing.T, o ordOpts) *ordInstance {
 	}
 	h.SetServer(srv)
 	srv.ListenOn(ln)
-	done := make(chan struct{})
-	go func() { _ = srv.Serve(); close(done) }()
-	var once sync.Once
-	stop := func() {
-		once.Do(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			_ = srv.Shutdown(ctx)
-			<-done
-			_ = fwd.Close()
-			_ = mgr.Close()
-			_ = seg.Close()
-			_ = marks.Close()
-		})
-	}
-	t.Cleanup(stop)
+	stop := testkit.Serve(t, srv, fwd.Close, mgr.Close, seg.Close, marks.Close)
 	return &ordInstance{addr: addr, h: h, seg: seg, mgr: mgr, store: gs, stop: stop}
 }
 
@@ -398,7 +384,7 @@ func TestOrderedFollowerForwards(t *testing.T) {
 	}
 	// /status.json and the metrics show the forwarding and the leader.
 	hs := httpServer(t, b.h)
-	_, _, body := get(t, hs, http.MethodGet, "/status.json")
+	_, _, body := testkit.Fetch(t, hs, http.MethodGet, "/status.json")
 	var rep struct { // /status.json's "ordered" (package admin)
 		Ordered *struct {
 			Forwarded       int64 `json:"forwarded"`
@@ -418,7 +404,7 @@ func TestOrderedFollowerForwards(t *testing.T) {
 		o.ForwardRequests < 60 || o.ForwardWrites >= o.ForwardRequests {
 		t.Fatalf("status.json ordered: %+v", rep.Ordered)
 	}
-	_, _, metrics := get(t, hs, http.MethodGet, "/metrics")
+	_, _, metrics := testkit.Fetch(t, hs, http.MethodGet, "/metrics")
 	for _, want := range []string{`leafd_ordered_forwarded_total{tag="seq"}`, `leafd_ordered_leader{leader="` + a.addr + `",tag="seq"} 1`, "leafd_ordered_tryagain_total 1"} {
 		if !strings.Contains(metrics, want) {
 			t.Errorf("metrics: no %s", want)
@@ -617,13 +603,9 @@ func TestOrderedCreate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr, err := srv.Listen("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = srv.Serve() }()
-	defer func() { _ = srv.Shutdown(context.Background()) }()
-	c := redis.NewClient(&redis.Options{Addr: addr.String(), Protocol: 2, MaxRetries: -1})
+	addr, stop := testkit.ServeLocal(t, srv)
+	defer stop()
+	c := redis.NewClient(&redis.Options{Addr: addr, Protocol: 2, MaxRetries: -1})
 	defer c.Close()
 	ctx := context.Background()
 	if err := c.Do(ctx, "IDS.CREATE", "plain").Err(); err != nil {
@@ -696,12 +678,12 @@ func TestOrderedHTTPGated(t *testing.T) {
 	cl, a, b := twoOrdered(t)
 	ha, hb := httpServer(t, a.h), httpServer(t, b.h)
 	last := mustIncr(t, a.client(t), "seq")
-	status, _, body := get(t, hb, "GET", "/api/segment/get/seq")
+	status, _, body := testkit.Fetch(t, hb, "GET", "/api/segment/get/seq")
 	if status != 200 || body != strconv.FormatInt(last+1, 10) {
 		t.Fatalf("follower's HTTP get: %d %q, want 200 %d (the leader's next ID)", status, body, last+1)
 	}
 	cl.clk.Add(2700 * time.Millisecond) // the leader's deadline: send + 3s - 0.3s margin
-	status, _, body = get(t, ha, "GET", "/api/segment/get/seq")
+	status, _, body = testkit.Fetch(t, ha, "GET", "/api/segment/get/seq")
 	if status != 503 || !strings.Contains(body, "TRYAGAIN") {
 		t.Fatalf("the leader past its deadline, HTTP get: %d %q, want 503 TRYAGAIN", status, body)
 	}

@@ -20,6 +20,89 @@ func pipeClient(t *testing.T, addr string) *redis.Client {
 	return c
 }
 
+// pipeClients is n pipeClients of addr.
+func pipeClients(t *testing.T, n int, addr string) []*redis.Client {
+	t.Helper()
+	cs := make([]*redis.Client, n)
+	for i := range cs {
+		cs[i] = pipeClient(t, addr)
+	}
+	return cs
+}
+
+// pipelineIncrs sends one pipeline of n INCR tag on c and returns the replies in order.
+func pipelineIncrs(ctx context.Context, c *redis.Client, tag string, n int) ([]int64, error) {
+	cmds, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for range n {
+			p.Incr(ctx, tag)
+		}
+		return nil
+	})
+	ids := make([]int64, len(cmds))
+	for i, cmd := range cmds {
+		ids[i] = cmd.(*redis.IntCmd).Val()
+	}
+	return ids, err
+}
+
+// pipelineEach runs, on every client at once, rounds pipelines of depth INCR seq and hands
+// each reply, with the one before it on the same connection (0 at first), to check; the
+// test fails with every error a pipeline or check returned.
+func pipelineEach(t *testing.T, clients []*redis.Client, rounds, depth int, check func(c int, v, last int64) error) {
+	t.Helper()
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	errs := make(chan error, len(clients))
+	for i, c := range clients {
+		wg.Go(func() {
+			last := int64(0)
+			for range rounds {
+				ids, err := pipelineIncrs(ctx, c, "seq", depth)
+				if err != nil {
+					errs <- err
+					return
+				}
+				for _, v := range ids {
+					if err := check(i, v, last); err != nil {
+						errs <- err
+						return
+					}
+					last = v
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+}
+
+// idSet is the set of IDs seen by the clients of pipelineEach.
+type idSet struct {
+	mu   sync.Mutex
+	seen map[int64]bool
+}
+
+// add records v and says whether it was seen before.
+func (s *idSet) add(v int64) (dup bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.seen == nil {
+		s.seen = map[int64]bool{}
+	}
+	dup = s.seen[v]
+	s.seen[v] = true
+	return dup
+}
+
+func (s *idSet) len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.seen)
+}
+
 // TestOrderedFollowerPipelineOneRoundTrip: a pipeline of INCR sent to the follower is
 // forwarded in a few writes to the leader, not one per request (the Forwarder's write
 // count), and its replies are the leader's next IDs in the pipeline's order.
@@ -32,17 +115,12 @@ func TestOrderedFollowerPipelineOneRoundTrip(t *testing.T) {
 	const depth = 64
 	for round := range 3 {
 		w0, r0 := b.h.fwd.Writes(), b.h.fwd.Requests()
-		cmds, err := cb.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for range depth {
-				p.Incr(ctx, "seq")
-			}
-			return nil
-		})
+		ids, err := pipelineIncrs(ctx, cb, "seq", depth)
 		if err != nil {
 			t.Fatal(err)
 		}
-		for i, c := range cmds {
-			if got := c.(*redis.IntCmd).Val(); got != want {
+		for i, got := range ids {
+			if got != want {
 				t.Fatalf("round %d: pipelined INCR %d: got %d, want %d", round, i, got, want)
 			}
 			want++
@@ -107,53 +185,27 @@ func TestOrderedFollowerPipelineMixed(t *testing.T) {
 // and the leader at once: every ID once, each connection's replies strictly increasing.
 func TestOrderedFollowerPipelinesConcurrent(t *testing.T) {
 	_, a, b := twoOrdered(t)
-	ctx := context.Background()
 	mustIncr(t, pipeClient(t, b.addr), "seq")
-	var mu sync.Mutex
-	seen := map[int64]bool{}
-	var wg sync.WaitGroup
-	errs := make(chan error, 12)
+	var seen idSet
+	var addrs []string
+	var clients []*redis.Client
 	for i := range 12 {
 		addr := b.addr
 		if i%4 == 3 {
 			addr = a.addr
 		}
-		c := pipeClient(t, addr)
-		wg.Go(func() {
-			last := int64(0)
-			for range 20 {
-				cmds, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
-					for range 16 {
-						p.Incr(ctx, "seq")
-					}
-					return nil
-				})
-				if err != nil {
-					errs <- err
-					return
-				}
-				for _, cmd := range cmds {
-					v := cmd.(*redis.IntCmd).Val()
-					mu.Lock()
-					dup := seen[v]
-					seen[v] = true
-					mu.Unlock()
-					if dup || v <= last {
-						errs <- fmt.Errorf("%s: %d after %d (duplicate %v)", addr, v, last, dup)
-						return
-					}
-					last = v
-				}
-			}
-		})
+		addrs = append(addrs, addr)
+		clients = append(clients, pipeClient(t, addr))
 	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
-	if len(seen) != 12*20*16 {
-		t.Fatalf("%d IDs, want %d", len(seen), 12*20*16)
+	pipelineEach(t, clients, 20, 16, func(c int, v, last int64) error {
+		dup := seen.add(v)
+		if dup || v <= last {
+			return fmt.Errorf("%s: %d after %d (duplicate %v)", addrs[c], v, last, dup)
+		}
+		return nil
+	})
+	if seen.len() != 12*20*16 {
+		t.Fatalf("%d IDs, want %d", seen.len(), 12*20*16)
 	}
 }
 
@@ -164,41 +216,13 @@ func TestOrderedFollowerPipelinesConcurrent(t *testing.T) {
 // every reply is still the client's own, in order.
 func TestOrderedFollowerForwardsOnLoop(t *testing.T) {
 	_, a, b := twoOrderedWith(t, ordOpts{manual: true, loops: 1})
-	ctx := context.Background()
 	conns0 := a.h.srv.Stats().TotalConnections
-	var wg sync.WaitGroup
-	errs := make(chan error, 6)
-	for range 6 {
-		c := pipeClient(t, b.addr)
-		wg.Go(func() {
-			last := int64(0)
-			for range 10 {
-				cmds, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
-					for range 16 {
-						p.Incr(ctx, "seq")
-					}
-					return nil
-				})
-				if err != nil {
-					errs <- err
-					return
-				}
-				for _, cmd := range cmds {
-					v := cmd.(*redis.IntCmd).Val()
-					if v <= last {
-						errs <- fmt.Errorf("%d after %d", v, last)
-						return
-					}
-					last = v
-				}
-			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
+	pipelineEach(t, pipeClients(t, 6, b.addr), 10, 16, func(_ int, v, last int64) error {
+		if v <= last {
+			return fmt.Errorf("%d after %d", v, last)
+		}
+		return nil
+	})
 	if n := a.h.srv.Stats().TotalConnections - conns0; n != 1 {
 		t.Fatalf("the leader accepted %d connections while the follower forwarded, want 1 (its one loop's own)", n)
 	}
@@ -211,47 +235,16 @@ func TestOrderedFollowerForwardsOnLoop(t *testing.T) {
 func TestOrderedFollowerForwardsGoroutineModel(t *testing.T) {
 	_, a, b := twoOrderedWith(t, ordOpts{manual: true, model: resp.ModelGoroutine})
 	ctx := context.Background()
-	var mu sync.Mutex
-	seen := map[int64]bool{}
-	var wg sync.WaitGroup
-	errs := make(chan error, 4)
-	for range 4 {
-		c := pipeClient(t, b.addr)
-		wg.Go(func() {
-			last := int64(0)
-			for range 10 {
-				cmds, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
-					for range 8 {
-						p.Incr(ctx, "seq")
-					}
-					return nil
-				})
-				if err != nil {
-					errs <- err
-					return
-				}
-				for _, cmd := range cmds {
-					v := cmd.(*redis.IntCmd).Val()
-					mu.Lock()
-					dup := seen[v]
-					seen[v] = true
-					mu.Unlock()
-					if dup || v <= last {
-						errs <- fmt.Errorf("%d after %d (duplicate %v)", v, last, dup)
-						return
-					}
-					last = v
-				}
-			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
-	if len(seen) != 4*10*8 {
-		t.Fatalf("%d IDs, want %d", len(seen), 4*10*8)
+	var seen idSet
+	pipelineEach(t, pipeClients(t, 4, b.addr), 10, 8, func(_ int, v, last int64) error {
+		dup := seen.add(v)
+		if dup || v <= last {
+			return fmt.Errorf("%d after %d (duplicate %v)", v, last, dup)
+		}
+		return nil
+	})
+	if seen.len() != 4*10*8 {
+		t.Fatalf("%d IDs, want %d", seen.len(), 4*10*8)
 	}
 	a.stop()
 	if _, err := b.client(t).Incr(ctx, "seq").Result(); err == nil || !strings.HasPrefix(err.Error(), "UNAVAILABLE ") {

@@ -1,7 +1,6 @@
 package handlers
 
 import (
-	"context"
 	"fmt"
 	"net"
 	"strings"
@@ -9,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leafd/leafd/internal/testkit"
 	"github.com/leafd/leafd/resp"
 	"go.uber.org/zap"
 )
@@ -48,23 +48,7 @@ func BenchmarkServeINCRRatio(b *testing.B) {
 			s := startServer(b, serverOpts{autoCreate: true})
 			leafd := incrClient(b, s.addr, p)
 			bare := incrClient(b, startBare(b), p)
-			const block = 64 // batches per block
-			var tBare, tLeafd time.Duration
-			b.ReportAllocs()
-			b.ResetTimer()
-			for i := 0; i < b.N; i += 2 * block * p {
-				t0 := time.Now()
-				for range block {
-					bare(p)
-				}
-				t1 := time.Now()
-				for range block {
-					leafd(p)
-				}
-				tBare += t1.Sub(t0)
-				tLeafd += time.Since(t1)
-			}
-			b.ReportMetric(float64(tBare)/float64(tLeafd), "ratio")
+			benchRatio(b, p, bare, leafd)
 		})
 	}
 }
@@ -98,14 +82,32 @@ func startBareModel(b *testing.B, model string) string {
 	if err != nil {
 		b.Fatal(err)
 	}
-	addr, err := srv.Listen("127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
+	addr, _ := testkit.ServeLocal(b, srv)
+	return addr
+}
+
+// benchRatio runs base and subject (each sends n pipelined requests, at most p) in
+// alternating blocks of 64 batches until b.N requests have gone, and reports the time of
+// base over the time of subject as "ratio": both run in the same moments of a shared machine.
+func benchRatio(b *testing.B, p int, base, subject func(n int)) {
+	b.Helper()
+	const block = 64 // batches per block
+	var tBase, tSubject time.Duration
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i += 2 * block * p {
+		t0 := time.Now()
+		for range block {
+			base(p)
+		}
+		t1 := time.Now()
+		for range block {
+			subject(p)
+		}
+		tBase += t1.Sub(t0)
+		tSubject += time.Since(t1)
 	}
-	done := make(chan struct{})
-	go func() { _ = srv.Serve(); close(done) }()
-	b.Cleanup(func() { _ = srv.Shutdown(context.Background()); <-done })
-	return addr.String()
+	b.ReportMetric(float64(tBase)/float64(tSubject), "ratio")
 }
 
 // driveINCR sends b.N INCRs in batches of p over one connection; ns/op is per INCR.

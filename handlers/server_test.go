@@ -4,10 +4,10 @@ import (
 	"context"
 	"net"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/leafd/leafd/internal/testkit"
 	"github.com/leafd/leafd/resp"
 	"github.com/leafd/leafd/segment"
 	"github.com/leafd/leafd/segment/boltstore"
@@ -155,28 +155,8 @@ func startServer(t testing.TB, o serverOpts) *testServer {
 		t.Fatal(err)
 	}
 	h.SetServer(srv)
-	addr, err := srv.Listen("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { _ = srv.Serve(); close(done) }()
-	var once sync.Once
-	stop := func() {
-		once.Do(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			_ = srv.Shutdown(ctx)
-			<-done
-			_ = seg.Close()
-			_ = snow.Close()
-			_ = src.Close()
-			_ = closeMarks()
-			_ = store.Close()
-		})
-	}
-	t.Cleanup(stop)
-	return &testServer{addr: addr.String(), h: h, srv: srv, seg: seg, snow: snow, stop: stop}
+	addr, stop := testkit.ServeLocal(t, srv, seg.Close, snow.Close, src.Close, closeMarks, store.Close)
+	return &testServer{addr: addr, h: h, srv: srv, seg: seg, snow: snow, stop: stop}
 }
 
 func (s *testServer) client(t testing.TB, proto int, pass string) *redis.Client {

@@ -106,23 +106,7 @@ func BenchmarkServeNextRatio(b *testing.B) {
 				s := shapedBenchServer(b)
 				incr := shapeCmdClient(b, s.addr, respIncr, p, 1)
 				next := shapeCmdClient(b, s.addr, tc.cmd, p, 2)
-				const block = 64
-				var tIncr, tNext time.Duration
-				b.ReportAllocs()
-				b.ResetTimer()
-				for i := 0; i < b.N; i += 2 * block * p {
-					t0 := time.Now()
-					for range block {
-						incr(p)
-					}
-					t1 := time.Now()
-					for range block {
-						next(p)
-					}
-					tIncr += t1.Sub(t0)
-					tNext += time.Since(t1)
-				}
-				b.ReportMetric(float64(tIncr)/float64(tNext), "ratio")
+				benchRatio(b, p, incr, next)
 			})
 		}
 	}

@@ -16,10 +16,7 @@ import (
 // creation of name@x (IDS.CREATE, auto-create's INCR, the store's Create without the row
 // flag) is SHAPED, while the shaped path's own rows are created.
 func TestShapeNoForeignRows(t *testing.T) {
-	t.Run("bolt", func(t *testing.T) { testShapeNoForeignRows(t, serverOpts{autoCreate: true}) })
-	t.Run("mysql", func(t *testing.T) {
-		testShapeNoForeignRows(t, serverOpts{autoCreate: true, mysqlDSN: testenv.FreshDatabase(t, testenv.MySQLDSN(t)), dir: t.TempDir()})
-	})
+	eachStore(t, testShapeNoForeignRows)
 }
 
 func testShapeNoForeignRows(t *testing.T, o serverOpts) {

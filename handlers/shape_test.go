@@ -13,6 +13,7 @@ import (
 
 	_ "github.com/go-sql-driver/mysql"
 	"github.com/leafd/leafd/internal/testenv"
+	"github.com/leafd/leafd/internal/testkit"
 	"github.com/leafd/leafd/segment"
 	"github.com/redis/go-redis/v9"
 )
@@ -168,9 +169,16 @@ func TestPeriodBoundaryMidSegment(t *testing.T) {
 // TAGEXISTS, and so is a shape over a plain tag's name; a plain row is never created under
 // a shaped name, even by an instance that did not know the shape (it learns it instead).
 func TestShapeChangeRefused(t *testing.T) {
-	t.Run("bolt", func(t *testing.T) { testShapeChangeRefused(t, serverOpts{autoCreate: true}) })
+	eachStore(t, testShapeChangeRefused)
+}
+
+// eachStore runs test on auto-creating servers of each store: "bolt", the embedded store,
+// and "mysql", a fresh database of the test MariaDB (with its marks in a temp dir).
+func eachStore(t *testing.T, test func(t *testing.T, o serverOpts)) {
+	t.Helper()
+	t.Run("bolt", func(t *testing.T) { test(t, serverOpts{autoCreate: true}) })
 	t.Run("mysql", func(t *testing.T) {
-		testShapeChangeRefused(t, serverOpts{autoCreate: true, mysqlDSN: testenv.FreshDatabase(t, testenv.MySQLDSN(t)), dir: t.TempDir()})
+		test(t, serverOpts{autoCreate: true, mysqlDSN: testenv.FreshDatabase(t, testenv.MySQLDSN(t)), dir: t.TempDir()})
 	})
 }
 
@@ -473,14 +481,14 @@ func TestShapedHTTP(t *testing.T) {
 	}
 	hs := httpServer(t, s.h)
 	for _, want := range []string{"ORD20261201000001", "ORD20261201000002"} {
-		if status, _, body := get(t, hs, "GET", "/api/segment/get/order"); status != 200 || body != want {
+		if status, _, body := testkit.Fetch(t, hs, "GET", "/api/segment/get/order"); status != 200 || body != want {
 			t.Fatalf("got %d %q, want 200 %q", status, body, want)
 		}
 	}
 	if v, _ := c.Do(ctx, "IDS.NEXT", "order").Text(); v != "ORD20261201000003" {
 		t.Fatalf("IDS.NEXT after the HTTP API: %s", v)
 	}
-	if status, _, body := get(t, hs, "GET", "/api/segment/get/plain"); status != 200 || body != "1" {
+	if status, _, body := testkit.Fetch(t, hs, "GET", "/api/segment/get/plain"); status != 200 || body != "1" {
 		t.Fatalf("plain: got %d %q", status, body)
 	}
 }

@@ -2,9 +2,7 @@ package ordered
 
 import (
 	"context"
-	"database/sql"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -22,19 +20,7 @@ func TestMySQLLeaseCommitConflictRetried(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := mysql.NewConnector(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var n atomic.Int64
-	conflict := &mysql.MySQLError{Number: 1213, Message: "Deadlock found when trying to get lock (injected)"}
-	db := sql.OpenDB(testenv.FaultConnector(c, testenv.Faults{Exec: func(q string) error {
-		if strings.HasPrefix(q, "UPDATE leafd_leader") && n.Add(-1) >= 0 {
-			return conflict
-		}
-		return nil
-	}}))
-	t.Cleanup(func() { _ = db.Close() })
+	db, n := testenv.ConflictDB(t, cfg, func(q string) bool { return strings.HasPrefix(q, "UPDATE leafd_leader") })
 	m := NewMySQLLeases(db, 5*time.Second)
 	t.Cleanup(func() { _ = m.Close() })
 	ctx := context.Background()

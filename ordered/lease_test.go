@@ -23,6 +23,12 @@ type memStore struct {
 	budget   time.Duration // the latest Write's context: time left (real clock)
 }
 
+// newMemWorld is the fake clock at t0 and a memStore on it, the set-up of a lease test.
+func newMemWorld() (*clock.Fake, *memStore) {
+	clk := clock.NewFake(t0)
+	return clk, newMemStore(clk)
+}
+
 func newMemStore(clk *clock.Fake) *memStore {
 	return &memStore{clk: clk, row: Row{Server: 1}, at: 1}
 }
@@ -89,8 +95,7 @@ func serving(l *Lease) bool { _, ok := l.Valid(); return ok }
 // renewal answered 2 s after it was sent leaves the lease valid until send + length -
 // margin, not reply + ...: the row cannot have been taken before the send.
 func TestLeaseDeadlineFromSendTime(t *testing.T) {
-	clk := clock.NewFake(t0)
-	st := newMemStore(clk)
+	clk, st := newMemWorld()
 	l := newTestLease(t, st, clk, "a", 3*time.Second)
 	if s := renew(t, l); !s.Leader || !s.NewTerm {
 		t.Fatalf("first grant: %+v", s)
@@ -116,8 +121,7 @@ func TestLeaseDeadlineFromSendTime(t *testing.T) {
 // TestLeaseFailedRenewalDoesNotExtend: a renewal that fails (timed out, maybe applied) keeps
 // the old deadline, which then runs out.
 func TestLeaseFailedRenewalDoesNotExtend(t *testing.T) {
-	clk := clock.NewFake(t0)
-	st := newMemStore(clk)
+	clk, st := newMemWorld()
 	l := newTestLease(t, st, clk, "a", 3*time.Second)
 	renew(t, l)
 	clk.Add(time.Second)
@@ -134,8 +138,7 @@ func TestLeaseFailedRenewalDoesNotExtend(t *testing.T) {
 // TestLeaseRefusalEndsAtOnce (fence: a renewal compares the row). Another instance wrote the
 // row: the renewal changes nothing and leadership ends at once.
 func TestLeaseRefusalEndsAtOnce(t *testing.T) {
-	clk := clock.NewFake(t0)
-	st := newMemStore(clk)
+	clk, st := newMemWorld()
 	l := newTestLease(t, st, clk, "a", 3*time.Second)
 	renew(t, l)
 	st.other("b", 3*time.Second)
@@ -154,8 +157,7 @@ func TestLeaseRefusalEndsAtOnce(t *testing.T) {
 // again. Mutants: the wait check removed (take at once): caught; the row compare removed
 // (the wait kept from the first read): caught.
 func TestLeaseTakeoverWaitsOnOwnClock(t *testing.T) {
-	clk := clock.NewFake(t0)
-	st := newMemStore(clk)
+	clk, st := newMemWorld()
 	a := newTestLease(t, st, clk, "a", 3*time.Second)
 	b := newTestLease(t, st, clk, "b", 3*time.Second)
 	renew(t, a)
@@ -186,8 +188,7 @@ func TestLeaseTakeoverWaitsOnOwnClock(t *testing.T) {
 // with 8 s, b runs with 2 s: b waits 8 s of the row unchanged. Mutant: Row.Longest ignored
 // (W = b's own 2 s): caught.
 func TestLeaseWaitIsTheLongestLease(t *testing.T) {
-	clk := clock.NewFake(t0)
-	st := newMemStore(clk)
+	clk, st := newMemWorld()
 	a := newTestLease(t, st, clk, "a", 8*time.Second)
 	b := newTestLease(t, st, clk, "b", 2*time.Second)
 	renew(t, a)
@@ -208,8 +209,7 @@ func TestLeaseWaitIsTheLongestLease(t *testing.T) {
 // 2 s; a is refused on the new server. Mutants: the server check removed: caught; the settle
 // sized by b's own length: caught.
 func TestLeaseSettleAfterFailover(t *testing.T) {
-	clk := clock.NewFake(t0)
-	st := newMemStore(clk)
+	clk, st := newMemWorld()
 	a := newTestLease(t, st, clk, "a", 8*time.Second)
 	b := newTestLease(t, st, clk, "b", 2*time.Second)
 	renew(t, a)
@@ -245,8 +245,7 @@ func TestLeaseSettleAfterFailover(t *testing.T) {
 // tag was created on server 1 and never granted; after a failover b's first grant settles.
 // Mutant: the server check only for held rows: caught (served at once).
 func TestLeaseNeverGrantedRowMoved(t *testing.T) {
-	clk := clock.NewFake(t0)
-	st := newMemStore(clk)
+	clk, st := newMemWorld()
 	st.at = 2
 	b := newTestLease(t, st, clk, "b", 2*time.Second)
 	if s := renew(t, b); !s.Leader || serving(b) || !s.From.Equal(clk.Now().Add(2*time.Second)) {
@@ -265,8 +264,7 @@ func TestLeaseNeverGrantedRowMoved(t *testing.T) {
 // server 2's writes and shows the row free as server 1 left it. b's take settles. Mutant: the
 // server watch ignored (a free row served at once): caught.
 func TestLeaseFailbackSettles(t *testing.T) {
-	clk := clock.NewFake(t0)
-	st := newMemStore(clk)
+	clk, st := newMemWorld()
 	b := newTestLease(t, st, clk, "b", 2*time.Second)
 	st.at = 2
 	st.row = Row{Holder: "x", Epoch: 5, Version: 9, Server: 2, Longest: 2 * time.Second}
@@ -289,8 +287,7 @@ func TestLeaseFailbackSettles(t *testing.T) {
 // renewal must begin a term, so the caller drops the held segments. Mutant: lapsed renewals
 // kept in the term: caught.
 func TestLeaseLapsedRenewalNewTerm(t *testing.T) {
-	clk := clock.NewFake(t0)
-	st := newMemStore(clk)
+	clk, st := newMemWorld()
 	l := newTestLease(t, st, clk, "a", 3*time.Second)
 	s1 := renew(t, l)
 	clk.Add(time.Second)
@@ -307,8 +304,7 @@ func TestLeaseLapsedRenewalNewTerm(t *testing.T) {
 // TestLeaseLostReplyWaited: a take whose reply was lost (applied) shows the row as ours
 // though we did not record it: it is waited out like another's, never served at once.
 func TestLeaseLostReplyWaited(t *testing.T) {
-	clk := clock.NewFake(t0)
-	st := newMemStore(clk)
+	clk, st := newMemWorld()
 	l := newTestLease(t, st, clk, "a", 3*time.Second)
 	st.failNext = true
 	if _, err := l.Renew(context.Background()); err == nil {
@@ -325,8 +321,7 @@ func TestLeaseLostReplyWaited(t *testing.T) {
 
 // TestLeaseTermsNeverRepeat: every take begins a new local term.
 func TestLeaseTermsNeverRepeat(t *testing.T) {
-	clk := clock.NewFake(t0)
-	st := newMemStore(clk)
+	clk, st := newMemWorld()
 	l := newTestLease(t, st, clk, "a", 3*time.Second)
 	s1 := renew(t, l)
 	st.at = 2
@@ -355,8 +350,7 @@ func TestLeaseConfig(t *testing.T) {
 // slow link never lapses. Mutants: the next turn from the reply: caught; the timeout a third
 // of the lease: caught.
 func TestManagerRenewsFromSendTime(t *testing.T) {
-	clk := clock.NewFake(t0)
-	st := newMemStore(clk)
+	clk, st := newMemWorld()
 	m, err := NewManager(ManagerConfig{Holder: "a:1", Length: 3 * time.Second, Manual: true, Clock: clk}, staticCatalog{"t"}, st)
 	if err != nil {
 		t.Fatal(err)
@@ -402,8 +396,7 @@ func (c staticCatalog) List(ctx context.Context) ([]string, error) { return c, n
 // TestLeaseUnversionedRenewalRestartsWait: a renewal by a leafd that does not count versions
 // (an upgrade in progress) moves only expires; the taker's wait starts again all the same.
 func TestLeaseUnversionedRenewalRestartsWait(t *testing.T) {
-	clk := clock.NewFake(t0)
-	st := newMemStore(clk)
+	clk, st := newMemWorld()
 	st.row = Row{Holder: "old", Epoch: 3, Server: 1, Expires: "2026-01-01 00:00:03.000"}
 	b := newTestLease(t, st, clk, "b", 3*time.Second)
 	renew(t, b)

@@ -68,11 +68,7 @@ func TestLoopForwarderMatchesCalls(t *testing.T) {
 // bulk string, between an array's elements) are matched only once whole: no call finishes
 // early, and every reply is right once the rest is in.
 func TestLoopForwarderPartialReply(t *testing.T) {
-	leader := startRawLeader(t)
-	addr := leader.ln.Addr().String()
-	f := NewForwarder(ForwarderConfig{Timeout: 5 * time.Second})
-	defer f.Close()
-	m := newManualLoop(t, f)
+	leader, addr, f, m := startLoopRig(t, ForwarderConfig{Timeout: 5 * time.Second})
 	a := m.start(f, addr, cmd("INCR", "t"), cmd("SEG"))
 	b := m.start(f, addr, cmd("INCR", "t"))
 	c := leader.accept(m)
@@ -116,11 +112,7 @@ func TestLoopForwarderPartialReply(t *testing.T) {
 // closes fails that call and every call behind it with ErrUnreachable (none gets a reply
 // meant for another); the next call dials again and is answered.
 func TestLoopForwarderLeaderDiesMidPipeline(t *testing.T) {
-	leader := startRawLeader(t)
-	addr := leader.ln.Addr().String()
-	f := NewForwarder(ForwarderConfig{Timeout: 5 * time.Second})
-	defer f.Close()
-	m := newManualLoop(t, f)
+	leader, addr, f, m := startLoopRig(t, ForwarderConfig{Timeout: 5 * time.Second})
 	a := m.start(f, addr, cmd("INCR", "t"), cmd("INCR", "t"), cmd("INCR", "t"))
 	b := m.start(f, addr, cmd("INCR", "t"))
 	c := leader.accept(m)
@@ -154,12 +146,8 @@ func TestLoopForwarderLeaderDiesMidPipeline(t *testing.T) {
 // MaxPending fail at once, and once the leader reads, every queued request goes out and is
 // answered in order.
 func TestLoopForwarderBackpressure(t *testing.T) {
-	leader := startRawLeader(t)
-	addr := leader.ln.Addr().String()
 	const maxPending = 100000
-	f := NewForwarder(ForwarderConfig{Timeout: 10 * time.Second, MaxPending: maxPending})
-	defer f.Close()
-	m := newManualLoop(t, f)
+	leader, addr, f, m := startLoopRig(t, ForwarderConfig{Timeout: 10 * time.Second, MaxPending: maxPending})
 	first := m.start(f, addr, cmd("INCR", "t"))
 	c := leader.accept(m)
 	big := strings.Repeat("x", 60000)
@@ -284,11 +272,7 @@ func TestLoopForwarderUnreachable(t *testing.T) {
 // Start, the write, the read and the match). The leader here allocates nothing either: it
 // answers each INCR request (of a fixed length) with a fixed reply.
 func TestLoopForwarderNoAllocs(t *testing.T) {
-	leader := startRawLeader(t)
-	addr := leader.ln.Addr().String()
-	f := NewForwarder(ForwarderConfig{Timeout: 5 * time.Second})
-	defer f.Close()
-	m := newManualLoop(t, f)
+	leader, addr, f, m := startLoopRig(t, ForwarderConfig{Timeout: 5 * time.Second})
 	c := f.NewCall()
 	done := false
 	notify := func() { done = true }
@@ -380,11 +364,7 @@ func TestParseReplyParts(t *testing.T) {
 // string longer than the read buffer; a call with a reply that a client connection encodes
 // its own way (a null, an array, an error with a CR inside) gets Replies instead.
 func TestLoopForwarderPassThrough(t *testing.T) {
-	leader := startRawLeader(t)
-	addr := leader.ln.Addr().String()
-	f := NewForwarder(ForwarderConfig{Timeout: 5 * time.Second})
-	defer f.Close()
-	m := newManualLoop(t, f)
+	leader, addr, f, m := startLoopRig(t, ForwarderConfig{Timeout: 5 * time.Second})
 	big := strings.Repeat("x", 200<<10)
 	wants := []string{
 		":1\r\n$5\r\nhello\r\n+OK\r\n:-2\r\n",

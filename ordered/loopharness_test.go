@@ -31,6 +31,18 @@ type manualLoop struct {
 	readies int // Ready calls for a readable descriptor
 }
 
+// startLoopRig is the set-up of most LoopForwarder tests: a raw leader (and its address), a
+// Forwarder with cfg and a manual loop on it, all closed when the test ends, the Forwarder
+// first.
+func startLoopRig(t *testing.T, cfg ForwarderConfig) (*rawLeader, string, *Forwarder, *manualLoop) {
+	t.Helper()
+	leader := startRawLeader(t)
+	f := NewForwarder(cfg)
+	m := newManualLoop(t, f)
+	t.Cleanup(func() { _ = f.Close() })
+	return leader, leader.ln.Addr().String(), f, m
+}
+
 func newManualLoop(t *testing.T, f *Forwarder) *manualLoop {
 	t.Helper()
 	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)

@@ -53,16 +53,7 @@ func TestParserArgCap(t *testing.T) {
 // TestParserReleaseAfterCommand: with a raised cap, the tables of a huge command are given
 // back by Release, which the connection calls as soon as the command has run.
 func TestParserReleaseAfterCommand(t *testing.T) {
-	var big bytes.Buffer
-	const n = 100000
-	fmt.Fprintf(&big, "*%d\r\n", n)
-	for i := 0; i < n; i++ {
-		big.WriteString("$0\r\n\r\n")
-	}
-	p := NewParser(Limits{MaxMultibulk: n})
-	if args, _, err := p.Next(big.Bytes(), true); err != nil || len(args) != n {
-		t.Fatalf("big command: got %d args, %v", len(args), err)
-	}
+	p := parsedBigCommand(t, 100000)
 	p.Release()
 	if cap(p.args) > maxKeptArgs || cap(p.offs) > 2*maxKeptArgs {
 		t.Errorf("after Release the parser holds room for %d args and %d offsets", cap(p.args), cap(p.offs))

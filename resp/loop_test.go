@@ -39,19 +39,8 @@ func startHookedServer(t *testing.T, cfg Config, h Handler, hooks *loopHooks) (*
 		t.Fatal(err)
 	}
 	srv.hooks = hooks
-	addr, err := srv.Listen("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { _ = srv.Serve(); close(done) }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(ctx)
-		<-done
-	})
-	return srv, addr.String()
+	addr, _ := testkit.ServeLocal(t, srv)
+	return srv, addr
 }
 
 func dial(t *testing.T, addr string) (net.Conn, *bufio.Reader) {
@@ -260,16 +249,9 @@ func TestHostileHeadersClose(t *testing.T) {
 // Under -race this caught adopt publishing c.nc = nil outside s.mu (a CI failure).
 func TestShutdownRacesAdopt(t *testing.T) {
 	for round := 0; round < 20; round++ {
-		srv, err := NewServer(Config{Model: ModelEventLoop}, HandlerFunc(func(c *Conn, args [][]byte) {
+		srv, addr := listenServer(t, Config{Model: ModelEventLoop}, HandlerFunc(func(c *Conn, args [][]byte) {
 			c.WriteSimple("PONG")
-		}), zap.NewNop())
-		if err != nil {
-			t.Fatal(err)
-		}
-		addr, err := srv.Listen("127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
+		}))
 		done := make(chan struct{})
 		go func() { _ = srv.Serve(); close(done) }()
 		var dials sync.WaitGroup

@@ -202,12 +202,11 @@ func parseAll(t *testing.T, in []byte, cut int, authed bool) string {
 	}
 }
 
-// TestParserReleasesLargeArgLists: one command with a huge argument count must not leave the
-// parser holding argument tables sized for it for the rest of the connection (the read buffer
-// is given back after such a command; the tables must be too).
-func TestParserReleasesLargeArgLists(t *testing.T) {
+// parsedBigCommand is a parser whose cap is raised to n arguments that has just parsed one
+// command of n empty arguments.
+func parsedBigCommand(t *testing.T, n int) *Parser {
+	t.Helper()
 	var big bytes.Buffer
-	const n = 100000
 	fmt.Fprintf(&big, "*%d\r\n", n)
 	for i := 0; i < n; i++ {
 		big.WriteString("$0\r\n\r\n")
@@ -216,6 +215,14 @@ func TestParserReleasesLargeArgLists(t *testing.T) {
 	if args, _, err := p.Next(big.Bytes(), true); err != nil || len(args) != n {
 		t.Fatalf("big command: got %d args, %v", len(args), err)
 	}
+	return p
+}
+
+// TestParserReleasesLargeArgLists: one command with a huge argument count must not leave the
+// parser holding argument tables sized for it for the rest of the connection (the read buffer
+// is given back after such a command; the tables must be too).
+func TestParserReleasesLargeArgLists(t *testing.T) {
+	p := parsedBigCommand(t, 100000)
 	if args, _, err := p.Next([]byte("*1\r\n$4\r\nPING\r\n"), true); err != nil || len(args) != 1 {
 		t.Fatalf("PING: got %q, %v", args, err)
 	}

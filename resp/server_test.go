@@ -27,7 +27,9 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-func startTestServer(t *testing.T, cfg Config, h Handler) string {
+// listenServer makes a server of cfg and h listening on 127.0.0.1:0, not yet serving, for
+// the tests whose subject is its Serve and Shutdown.
+func listenServer(t *testing.T, cfg Config, h Handler) (*Server, net.Addr) {
 	t.Helper()
 	srv, err := NewServer(cfg, h, zap.NewNop())
 	if err != nil {
@@ -37,14 +39,13 @@ func startTestServer(t *testing.T, cfg Config, h Handler) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan struct{})
-	go func() { _ = srv.Serve(); close(done) }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(ctx)
-		<-done
-	})
+	return srv, addr
+}
+
+func startTestServer(t *testing.T, cfg Config, h Handler) string {
+	t.Helper()
+	srv, addr := listenServer(t, cfg, h)
+	testkit.Serve(t, srv)
 	return addr.String()
 }
 
@@ -87,18 +88,11 @@ func TestShutdownDeliversInFlightReplies(t *testing.T) {
 	eachModel(t, func(t *testing.T, model string) {
 		started := make(chan struct{})
 		release := make(chan struct{})
-		srv, err := NewServer(Config{Model: model}, HandlerFunc(func(c *Conn, args [][]byte) {
+		srv, addr := listenServer(t, Config{Model: model}, HandlerFunc(func(c *Conn, args [][]byte) {
 			close(started)
 			<-release
 			c.WriteSimple("DONE")
-		}), zap.NewNop())
-		if err != nil {
-			t.Fatal(err)
-		}
-		addr, err := srv.Listen("127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
+		}))
 		go func() { _ = srv.Serve() }()
 		conn, err := net.Dial("tcp", addr.String())
 		if err != nil {
@@ -193,70 +187,36 @@ func TestMaxClientsTLSSilentClient(t *testing.T) {
 // commands still buffered stops running them; Shutdown returns soon after, not after the
 // whole pipeline.
 func TestShutdownTimeoutStopsPipeline(t *testing.T) {
-	eachModel(t, func(t *testing.T, model string) {
-		started := make(chan struct{}, 1)
-		srv, err := NewServer(Config{Model: model}, HandlerFunc(func(c *Conn, args [][]byte) {
-			select {
-			case started <- struct{}{}:
-			default:
-			}
-			time.Sleep(100 * time.Millisecond) // e.g. a bounded wait for a segment
-			c.WriteSimple("OK")
-		}), zap.NewNop())
-		if err != nil {
-			t.Fatal(err)
-		}
-		addr, err := srv.Listen("127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		go func() { _ = srv.Serve() }()
-		conn, err := net.Dial("tcp", addr.String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close()
-		fmt.Fprint(conn, strings.Repeat("SLOW\r\n", 100)) // 10 s of work
-		<-started
-		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-		defer cancel()
-		start := time.Now()
-		if err := srv.Shutdown(ctx); !errors.Is(err, context.DeadlineExceeded) {
-			t.Errorf("Shutdown: got %v, want deadline exceeded", err)
-		}
-		if d := time.Since(start); d > 2*time.Second {
-			t.Errorf("Shutdown took %v after its context ended at 200ms", d)
-		}
-	})
+	testShutdownTimeout(t, 100*time.Millisecond, 100, 2*time.Second) // e.g. a bounded wait for a segment
 }
 
 // TestShutdownTimeoutStopsShortCommands: the same with commands shorter than the event
 // loop's watchdog period, which stay on the loop goroutine: the loop itself must stop.
 func TestShutdownTimeoutStopsShortCommands(t *testing.T) {
+	testShutdownTimeout(t, 2*time.Millisecond, 5000, 3*time.Second)
+}
+
+// testShutdownTimeout buffers n commands of work each (10 s in all) on one connection and
+// shuts the server down with a 200 ms context once the first has started: Shutdown must
+// report its deadline and return within limit.
+func testShutdownTimeout(t *testing.T, work time.Duration, n int, limit time.Duration) {
 	eachModel(t, func(t *testing.T, model string) {
 		started := make(chan struct{}, 1)
-		srv, err := NewServer(Config{Model: model}, HandlerFunc(func(c *Conn, args [][]byte) {
+		srv, addr := listenServer(t, Config{Model: model}, HandlerFunc(func(c *Conn, args [][]byte) {
 			select {
 			case started <- struct{}{}:
 			default:
 			}
-			time.Sleep(2 * time.Millisecond)
+			time.Sleep(work)
 			c.WriteSimple("OK")
-		}), zap.NewNop())
-		if err != nil {
-			t.Fatal(err)
-		}
-		addr, err := srv.Listen("127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
+		}))
 		go func() { _ = srv.Serve() }()
 		conn, err := net.Dial("tcp", addr.String())
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer conn.Close()
-		fmt.Fprint(conn, strings.Repeat("SLOW\r\n", 5000)) // 10 s of work
+		fmt.Fprint(conn, strings.Repeat("SLOW\r\n", n))
 		<-started
 		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 		defer cancel()
@@ -264,7 +224,7 @@ func TestShutdownTimeoutStopsShortCommands(t *testing.T) {
 		if err := srv.Shutdown(ctx); !errors.Is(err, context.DeadlineExceeded) {
 			t.Errorf("Shutdown: got %v, want deadline exceeded", err)
 		}
-		if d := time.Since(start); d > 3*time.Second {
+		if d := time.Since(start); d > limit {
 			t.Errorf("Shutdown took %v after its context ended at 200ms", d)
 		}
 	})

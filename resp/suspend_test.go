@@ -3,7 +3,6 @@
 package resp
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"strings"
@@ -12,6 +11,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/leafd/leafd/internal/testkit"
 )
 
 // suspendHandler: "ASYNC name" suspends its connection until the test calls resume(name);
@@ -171,19 +172,9 @@ func TestCanSuspend(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gaddr, err := srv.Listen("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { _ = srv.Serve(); close(done) }()
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(ctx)
-		<-done
-	}()
-	g, gr := dial(t, gaddr.String())
+	gaddr, stop := testkit.ServeLocal(t, srv)
+	defer stop()
+	g, gr := dial(t, gaddr)
 	fmt.Fprint(g, "CAN\r\n")
 	if line, err := gr.ReadString('\n'); line != ":0\r\n" {
 		t.Fatalf("CanSuspend on the goroutine model: %q, %v", line, err)

@@ -267,6 +267,20 @@ func newTestGen(t *testing.T, cfg Config, st Store, mk Marks) *Generator {
 	return g
 }
 
+// startGen is the set-up of most generator tests: a fake clock, a fake store with rows (tag
+// to step), and a generator on them with testConfig adjusted by adjust (when not nil) and
+// fake marks.
+func startGen(t *testing.T, rows map[string]int64, adjust func(*Config)) (*clock.Fake, *fakeStore, *Generator) {
+	t.Helper()
+	clk := newFakeClock()
+	st := newFakeStore(rows)
+	cfg := testConfig(clk)
+	if adjust != nil {
+		adjust(&cfg)
+	}
+	return clk, st, newTestGen(t, cfg, st, newFakeMarks())
+}
+
 // mustNext calls Next and fails the test on error.
 func mustNext(t *testing.T, g *Generator, tag string) int64 {
 	t.Helper()

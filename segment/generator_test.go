@@ -98,11 +98,9 @@ func TestNextStepRules(t *testing.T) {
 
 // TestDynamicStepWithClock drives the step through the Generator's loads with a fake clock.
 func TestDynamicStepWithClock(t *testing.T) {
-	clk := newFakeClock()
-	st := newFakeStore(map[string]int64{"t": 100})
-	cfg := testConfig(clk)
-	cfg.MaxStep = 400
-	g := newTestGen(t, cfg, st, newFakeMarks())
+	clk, st, g := startGen(t, map[string]int64{"t": 100}, func(cfg *Config) {
+		cfg.MaxStep = 400
+	})
 	steps := []struct {
 		advance time.Duration
 		want    int64
@@ -140,9 +138,7 @@ func TestDynamicStepWithClock(t *testing.T) {
 }
 
 func TestNextBasic(t *testing.T) {
-	clk := newFakeClock()
-	st := newFakeStore(map[string]int64{"a": 10})
-	g := newTestGen(t, testConfig(clk), st, newFakeMarks())
+	_, _, g := startGen(t, map[string]int64{"a": 10}, nil)
 	for want := int64(1); want <= 35; want++ {
 		if got := mustNext(t, g, "a"); got != want {
 			t.Fatalf("got %d, want %d", got, want)
@@ -151,9 +147,7 @@ func TestNextBasic(t *testing.T) {
 }
 
 func TestNextAllocs(t *testing.T) {
-	clk := newFakeClock()
-	st := newFakeStore(map[string]int64{"a": 1_000_000})
-	g := newTestGen(t, testConfig(clk), st, newFakeMarks())
+	_, _, g := startGen(t, map[string]int64{"a": 1_000_000}, nil)
 	mustNext(t, g, "a")
 	tag := []byte("a")
 	allocs := testing.AllocsPerRun(1000, func() {
@@ -168,12 +162,10 @@ func TestNextAllocs(t *testing.T) {
 
 // TestSwitchConcurrent: many goroutines across many switches with a tiny step.
 func TestSwitchConcurrent(t *testing.T) {
-	clk := newFakeClock()
-	st := newFakeStore(map[string]int64{"a": 7})
-	cfg := testConfig(clk)
-	cfg.MaxStep = 7 // keep segments tiny: many switches
-	cfg.WaitTimeout = 10 * time.Second
-	g := newTestGen(t, cfg, st, newFakeMarks())
+	_, st, g := startGen(t, map[string]int64{"a": 7}, func(cfg *Config) {
+		cfg.MaxStep = 7 // keep segments tiny: many switches
+		cfg.WaitTimeout = 10 * time.Second
+	})
 	const workers, per = 8, 3000
 	results := make([][]int64, workers)
 	var wg sync.WaitGroup
@@ -219,11 +211,9 @@ func TestSwitchConcurrent(t *testing.T) {
 // takes its candidate. It must compare with its own segment's bound and fail, never return
 // an ID of the new range.
 func TestSwitchInterleaving(t *testing.T) {
-	clk := newFakeClock()
-	st := newFakeStore(map[string]int64{"a": 10})
-	cfg := testConfig(clk)
-	cfg.MaxStep = 10
-	g := newTestGen(t, cfg, st, newFakeMarks())
+	_, st, g := startGen(t, map[string]int64{"a": 10}, func(cfg *Config) {
+		cfg.MaxStep = 10
+	})
 	for range 9 {
 		mustNext(t, g, "a") // 1..9 of [1, 11)
 	}
@@ -294,11 +284,9 @@ func TestPreloadThreshold(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			clk := newFakeClock()
-			st := newFakeStore(map[string]int64{"a": tt.step})
-			cfg := testConfig(clk)
-			cfg.PreloadRatio = tt.ratio
-			g := newTestGen(t, cfg, st, newFakeMarks())
+			_, st, g := startGen(t, map[string]int64{"a": tt.step}, func(cfg *Config) {
+				cfg.PreloadRatio = tt.ratio
+			})
 			if err := forceLoad(t, g, "a"); err != nil {
 				t.Fatal(err)
 			}
@@ -328,9 +316,7 @@ func TestPreloadThreshold(t *testing.T) {
 }
 
 func TestLoadFailureThenRetry(t *testing.T) {
-	clk := newFakeClock()
-	st := newFakeStore(map[string]int64{"a": 10})
-	g := newTestGen(t, testConfig(clk), st, newFakeMarks())
+	clk, st, g := startGen(t, map[string]int64{"a": 10}, nil)
 	st.set(func(s *fakeStore) { s.fail = errors.New("db: connection refused") })
 	_, err := g.Next("a")
 	if !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "connection refused") {
@@ -401,12 +387,10 @@ func TestLoadRejectedThenRetry(t *testing.T) {
 }
 
 func TestWaiterTimeoutKeepsLoading(t *testing.T) {
-	clk := newFakeClock()
-	st := newFakeStore(map[string]int64{"a": 10})
-	cfg := testConfig(clk)
-	cfg.WaitTimeout = 50 * time.Millisecond
-	cfg.LoadTimeout = 10 * time.Second
-	g := newTestGen(t, cfg, st, newFakeMarks())
+	clk, st, g := startGen(t, map[string]int64{"a": 10}, func(cfg *Config) {
+		cfg.WaitTimeout = 50 * time.Millisecond
+		cfg.LoadTimeout = 10 * time.Second
+	})
 	// A later load, not the tag's first (whose waiters wait up to LoadTimeout more: see
 	// TestFirstLoadWaitBound): the first segment [1, 11) is loaded, then the store hangs and
 	// the preload started by the second take blocks.
@@ -449,11 +433,9 @@ func TestWaiterTimeoutKeepsLoading(t *testing.T) {
 }
 
 func TestStoreDownAndBack(t *testing.T) {
-	clk := newFakeClock()
-	st := newFakeStore(map[string]int64{"a": 100})
-	cfg := testConfig(clk)
-	cfg.WaitTimeout = 50 * time.Millisecond
-	g := newTestGen(t, cfg, st, newFakeMarks())
+	clk, st, g := startGen(t, map[string]int64{"a": 100}, func(cfg *Config) {
+		cfg.WaitTimeout = 50 * time.Millisecond
+	})
 	mustNext(t, g, "a")
 	st.set(func(s *fakeStore) { s.fail = errors.New("db down") })
 	// IDs already leased are served while the store is down (preloads fail meanwhile).
@@ -581,12 +563,10 @@ func TestUnknownTag(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			clk := newFakeClock()
-			st := newFakeStore(nil)
-			cfg := testConfig(clk)
-			cfg.AutoCreate = tt.autoCreate
-			cfg.DefaultStep = 50
-			g := newTestGen(t, cfg, st, newFakeMarks())
+			_, st, g := startGen(t, nil, func(cfg *Config) {
+				cfg.AutoCreate = tt.autoCreate
+				cfg.DefaultStep = 50
+			})
 			buf := []byte("fresh")
 			v, err := g.Next(unsafe.String(&buf[0], len(buf)))
 			copy(buf, "XXXXX") // the caller reuses its buffer
@@ -617,11 +597,9 @@ func TestUnknownTag(t *testing.T) {
 }
 
 func TestNegativeCache(t *testing.T) {
-	clk := newFakeClock()
-	st := newFakeStore(nil)
-	cfg := testConfig(clk)
-	cfg.NegativeTTL = time.Second
-	g := newTestGen(t, cfg, st, newFakeMarks())
+	clk, st, g := startGen(t, nil, func(cfg *Config) {
+		cfg.NegativeTTL = time.Second
+	})
 	for range 5 {
 		if _, err := g.Next("junk"); !errors.Is(err, ErrUnknownTag) {
 			t.Fatalf("got %v, want ErrUnknownTag", err)
@@ -669,9 +647,7 @@ func TestMaxTags(t *testing.T) {
 }
 
 func TestRefresh(t *testing.T) {
-	clk := newFakeClock()
-	st := newFakeStore(map[string]int64{"a": 10, "b": 10})
-	g := newTestGen(t, testConfig(clk), st, newFakeMarks())
+	_, st, g := startGen(t, map[string]int64{"a": 10, "b": 10}, nil)
 	if got := g.Tags(); len(got) != 0 {
 		t.Fatalf("got %q, want no tag held before use (the refresh creates no buffer)", got)
 	}
@@ -737,11 +713,9 @@ func TestStartWithStoreDown(t *testing.T) {
 }
 
 func TestNextN(t *testing.T) {
-	clk := newFakeClock()
-	st := newFakeStore(map[string]int64{"a": 100})
-	cfg := testConfig(clk)
-	cfg.MaxStep = 100
-	g := newTestGen(t, cfg, st, newFakeMarks())
+	_, _, g := startGen(t, map[string]int64{"a": 100}, func(cfg *Config) {
+		cfg.MaxStep = 100
+	})
 	steps := []struct {
 		name    string
 		n       int64
@@ -769,12 +743,10 @@ func TestNextN(t *testing.T) {
 }
 
 func TestAppendIDs(t *testing.T) {
-	clk := newFakeClock()
-	st := newFakeStore(map[string]int64{"a": 10})
-	cfg := testConfig(clk)
-	cfg.MaxStep = 10
-	cfg.MaxBatch = 100
-	g := newTestGen(t, cfg, st, newFakeMarks())
+	_, st, g := startGen(t, map[string]int64{"a": 10}, func(cfg *Config) {
+		cfg.MaxStep = 10
+		cfg.MaxBatch = 100
+	})
 	mustNext(t, g, "a")
 	dst := []int64{-1}
 	dst, err := g.AppendIDs(dst, "a", 35)
@@ -805,9 +777,7 @@ func TestAppendIDs(t *testing.T) {
 }
 
 func TestInfoAndStats(t *testing.T) {
-	clk := newFakeClock()
-	st := newFakeStore(map[string]int64{"a": 100})
-	g := newTestGen(t, testConfig(clk), st, newFakeMarks())
+	_, _, g := startGen(t, map[string]int64{"a": 100}, nil)
 	for range 20 {
 		mustNext(t, g, "a")
 	}
@@ -829,9 +799,7 @@ func TestInfoAndStats(t *testing.T) {
 }
 
 func TestCreate(t *testing.T) {
-	clk := newFakeClock()
-	st := newFakeStore(nil)
-	g := newTestGen(t, testConfig(clk), st, newFakeMarks())
+	_, _, g := startGen(t, nil, nil)
 	if _, err := g.Next("x"); !errors.Is(err, ErrUnknownTag) {
 		t.Fatalf("got %v, want ErrUnknownTag", err)
 	}
@@ -970,12 +938,10 @@ func TestNextNFailedTakesDoNotWrapCursor(t *testing.T) {
 
 // Next, NextN and AppendIDs racing across many switches: every ID once, inside a leased range.
 func TestMixedTakersConcurrent(t *testing.T) {
-	clk := newFakeClock()
-	st := newFakeStore(map[string]int64{"a": 16})
-	cfg := testConfig(clk)
-	cfg.MaxStep = 16
-	cfg.WaitTimeout = 10 * time.Second
-	g := newTestGen(t, cfg, st, newFakeMarks())
+	_, st, g := startGen(t, map[string]int64{"a": 16}, func(cfg *Config) {
+		cfg.MaxStep = 16
+		cfg.WaitTimeout = 10 * time.Second
+	})
 	const workers, per = 6, 1500
 	results := make([][]int64, workers)
 	var wg sync.WaitGroup

@@ -15,11 +15,9 @@ func TestRetryAfterWallClockStepBack(t *testing.T) {
 	for _, held := range []bool{true, false} {
 		name := map[bool]string{true: "held tag (retryAt)", false: "first load (negative cache)"}[held]
 		t.Run(name, func(t *testing.T) {
-			clk := newFakeClock()
-			st := newFakeStore(map[string]int64{"a": 10})
-			cfg := testConfig(clk)
-			cfg.WaitTimeout = 200 * time.Millisecond
-			g := newTestGen(t, cfg, st, newFakeMarks())
+			clk, st, g := startGen(t, map[string]int64{"a": 10}, func(cfg *Config) {
+				cfg.WaitTimeout = 200 * time.Millisecond
+			})
 			down := errors.New("store down")
 			if held {
 				mustNext(t, g, "a") // [1, 11) held

@@ -195,11 +195,9 @@ func TestGuardSerializesBuffersOfATag(t *testing.T) {
 // A panic inside a load (the store, the marks) is a failed load: logged, counted, the tag
 // retries after the back-off; the process and the loader pool live on.
 func TestLoadPanicIsAFailedLoad(t *testing.T) {
-	clk := newFakeClock()
-	st := newFakeStore(map[string]int64{"a": 10})
-	cfg := testConfig(clk)
-	cfg.MaxLoaders = 1
-	g := newTestGen(t, cfg, st, newFakeMarks())
+	clk, st, g := startGen(t, map[string]int64{"a": 10}, func(cfg *Config) {
+		cfg.MaxLoaders = 1
+	})
 	st.set(func(s *fakeStore) { s.panics = 1 })
 	if _, err := g.Next("a"); !errors.Is(err, ErrUnavailable) || !containsStr(err.Error(), "panic") {
 		t.Fatalf("got %v, want ErrUnavailable naming the panic", err)
@@ -268,9 +266,7 @@ func TestLoaderPoolBound(t *testing.T) {
 
 // Concurrent INCRBY on one tag reserve disjoint ranges (the CAS on the cursor).
 func TestNextNConcurrentDisjoint(t *testing.T) {
-	clk := newFakeClock()
-	st := newFakeStore(map[string]int64{"a": 1 << 20})
-	g := newTestGen(t, testConfig(clk), st, newFakeMarks())
+	_, _, g := startGen(t, map[string]int64{"a": 1 << 20}, nil)
 	mustNext(t, g, "a")
 	const workers, per = 8, 3000
 	got := make([][]int64, workers)

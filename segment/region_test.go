@@ -47,9 +47,7 @@ func TestRegionCounter(t *testing.T) {
 
 // TestRegionalIDs: every path that hands IDs out issues only the region's share, increasing.
 func TestRegionalIDs(t *testing.T) {
-	clk := newFakeClock()
-	st := newFakeStore(map[string]int64{"a": 10})
-	g := newTestGen(t, testConfig(clk), st, newFakeMarks())
+	_, _, g := startGen(t, map[string]int64{"a": 10}, nil)
 	rg := NewRegional(g, Region{1, 4})
 	prev := int64(0)
 	for range 25 {
@@ -83,9 +81,7 @@ func TestRegionalIDs(t *testing.T) {
 // TestRegionalCreate: IDS.CREATE START is the first ID, taken as the region's first ID at or
 // above it.
 func TestRegionalCreate(t *testing.T) {
-	clk := newFakeClock()
-	st := newFakeStore(nil)
-	g := newTestGen(t, testConfig(clk), st, newFakeMarks())
+	_, _, g := startGen(t, nil, nil)
 	rg := NewRegional(g, Region{1, 2})
 	if err := rg.Create(context.Background(), Tag{Name: "b", MaxID: 1000, Step: 10}); err != nil {
 		t.Fatal(err)

@@ -71,11 +71,9 @@ func TestRegressionRetriesDoNotAllocate(t *testing.T) {
 // would lie above the replacement's and break the per-tag order, and after a store regression
 // it could accept the range its replacement already serves.
 func TestDroppedBufferNeverLoads(t *testing.T) {
-	clk := newFakeClock()
-	st := newFakeStore(map[string]int64{"a": 100})
-	cfg := testConfig(clk)
-	cfg.MaxStep = 100
-	g := newTestGen(t, cfg, st, newFakeMarks())
+	_, st, g := startGen(t, map[string]int64{"a": 100}, func(cfg *Config) {
+		cfg.MaxStep = 100
+	})
 	old, err := g.buffer("a")
 	if err != nil {
 		t.Fatal(err)

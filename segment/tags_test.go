@@ -60,11 +60,9 @@ func TestRefusedTagHasNoSideEffect(t *testing.T) {
 // A tag whose first load fails is not held: an outage does not fill MaxTags with names that
 // never loaded, and a real tag is served once the store is back.
 func TestFailedLoadsNotHeld(t *testing.T) {
-	clk := newFakeClock()
-	st := newFakeStore(map[string]int64{"real": 10})
-	cfg := testConfig(clk)
-	cfg.MaxTags = 3
-	g := newTestGen(t, cfg, st, newFakeMarks())
+	clk, st, g := startGen(t, map[string]int64{"real": 10}, func(cfg *Config) {
+		cfg.MaxTags = 3
+	})
 	st.set(func(s *fakeStore) { s.fail = errors.New("db down") })
 	for _, tag := range []string{"x1", "x2", "x3", "x4", "x5"} {
 		if _, err := g.Next(tag); !errors.Is(err, ErrUnavailable) {
@@ -84,12 +82,10 @@ func TestFailedLoadsNotHeld(t *testing.T) {
 // INCRBY never abandons the rest of a segment and then refuses: with the rest too small and
 // the next segment smaller than n, it answers ErrLimit and the rest stays usable.
 func TestNextNChecksNextSegmentBeforeAbandoning(t *testing.T) {
-	clk := newFakeClock()
-	st := newFakeStore(map[string]int64{"a": 100})
-	cfg := testConfig(clk)
-	cfg.MaxStep = 200
-	cfg.PreloadRatio = 0.9
-	g := newTestGen(t, cfg, st, newFakeMarks())
+	clk, st, g := startGen(t, map[string]int64{"a": 100}, func(cfg *Config) {
+		cfg.MaxStep = 200
+		cfg.PreloadRatio = 0.9
+	})
 	mustNext(t, g, "a") // [1, 101)
 	forceLoad(t, g, "a")
 	// The rest of [1, 101) holds 99; the next segment (step doubled, 200) holds 100.
@@ -143,11 +139,9 @@ func TestNextNChecksNextSegmentBeforeAbandoning(t *testing.T) {
 // ErrLimit: those loads may fail and free the limit. Once they have failed, the new tag is
 // held and served when the store is back.
 func TestMaxTagsFirstLoadsInFlight(t *testing.T) {
-	clk := newFakeClock()
-	st := newFakeStore(map[string]int64{"x": 10, "y": 10, "z": 10})
-	cfg := testConfig(clk)
-	cfg.MaxTags = 2
-	g := newTestGen(t, cfg, st, newFakeMarks())
+	clk, st, g := startGen(t, map[string]int64{"x": 10, "y": 10, "z": 10}, func(cfg *Config) {
+		cfg.MaxTags = 2
+	})
 	block, started := make(chan struct{}), make(chan string, 2)
 	st.set(func(s *fakeStore) { s.block, s.started, s.fail = block, started, errors.New("db down") })
 	errs := make(chan error, 2)

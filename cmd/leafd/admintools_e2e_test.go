@@ -2,9 +2,7 @@ package main
 
 import (
 	"context"
-	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -20,20 +18,7 @@ import (
 // and returns its output and exit status.
 func toolCmd(t *testing.T, env []string, args ...string) (string, int) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, e2e.Binary(), args...)
-	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "GORACE=halt_on_error=1"}, env...)
-	out, err := cmd.CombinedOutput()
-	var ee *exec.ExitError
-	switch {
-	case err == nil:
-		return string(out), 0
-	case errors.As(err, &ee):
-		return string(out), ee.ExitCode()
-	}
-	t.Fatalf("leafd %s: %v\n%s", strings.Join(args, " "), err, out)
-	return "", 0
+	return e2e.RunTool(t, 90*time.Second, append([]string{}, env...), args...)
 }
 
 // TestAdminToolsReadServerOptions: adopt, raise-max-id and health read the database, the
@@ -43,7 +28,7 @@ func toolCmd(t *testing.T, env []string, args ...string) (string, int) {
 func TestAdminToolsReadServerOptions(t *testing.T) {
 	t.Parallel()
 	dsn, db := e2e.SharedDB(t)
-	e2e.SQLExec(t, db, leafTableDDL)
+	e2e.SQLExec(t, db, e2e.LeafTableDDL)
 	e2e.SQLExec(t, db, "INSERT INTO leaf_alloc(biz_tag, max_id, step) VALUES ('order', 5000001, 2000)")
 	out, status := toolCmd(t, []string{"LEAFD_MYSQL_DSN=" + dsn}, "adopt", "--dry-run")
 	if status != 0 || !strings.Contains(out, "would adopt") {
@@ -96,7 +81,7 @@ func TestAdminToolsReadServerOptions(t *testing.T) {
 func TestAdoptGrants(t *testing.T) {
 	t.Parallel()
 	dsn, db := e2e.SharedDB(t)
-	e2e.SQLExec(t, db, leafTableDDL)
+	e2e.SQLExec(t, db, e2e.LeafTableDDL)
 	e2e.SQLExec(t, db, "INSERT INTO leaf_alloc(biz_tag, max_id, step) VALUES ('order', 5000001, 2000)")
 	mc, err := mysql.ParseDSN(dsn)
 	if err != nil {

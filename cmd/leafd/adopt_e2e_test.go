@@ -6,9 +6,7 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -21,23 +19,8 @@ import (
 // adoptCmd runs `leafd adopt args...` and returns its output and exit status.
 func adoptCmd(t *testing.T, args ...string) (string, int) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, e2e.Binary(), append([]string{"adopt"}, args...)...).CombinedOutput()
-	var ee *exec.ExitError
-	switch {
-	case err == nil:
-		return string(out), 0
-	case errors.As(err, &ee):
-		return string(out), ee.ExitCode()
-	}
-	t.Fatalf("adopt: %v\n%s", err, out)
-	return "", 0
+	return e2e.RunTool(t, 60*time.Second, nil, append([]string{"adopt"}, args...)...)
 }
-
-const leafTableDDL = "CREATE TABLE `leaf_alloc` (`biz_tag` varchar(128) NOT NULL DEFAULT '', `max_id` bigint(20) NOT NULL DEFAULT '1'," +
-	" `step` int(11) NOT NULL, `description` varchar(256) DEFAULT NULL," +
-	" `update_time` timestamp NOT NULL DEFAULT CURRENT_TIMESTAMP ON UPDATE CURRENT_TIMESTAMP, PRIMARY KEY (`biz_tag`)) ENGINE=InnoDB"
 
 // TestMySQLAdoptLeafTable: a Leaf table (order at max_id 5000001, step 2000) and a row
 // inserted by hand are refused with NOTADOPTED (no 20-million jump); `leafd adopt --dry-run`
@@ -45,7 +28,7 @@ const leafTableDDL = "CREATE TABLE `leaf_alloc` (`biz_tag` varchar(128) NOT NULL
 func TestMySQLAdoptLeafTable(t *testing.T) {
 	t.Parallel()
 	dsn, db := e2e.SharedDB(t)
-	e2e.SQLExec(t, db, leafTableDDL)
+	e2e.SQLExec(t, db, e2e.LeafTableDDL)
 	e2e.SQLExec(t, db, "INSERT INTO leaf_alloc(biz_tag, max_id, step, description) VALUES ('order', 5000001, 2000, 'Leaf')")
 	l := e2e.StartMySQL(t, dsn, "--auto-create", "off")
 	for range 2 {
@@ -114,7 +97,7 @@ func TestMySQLAdoptLeafTable(t *testing.T) {
 func TestMySQLAdoptFailover(t *testing.T) {
 	t.Parallel()
 	r, px, dsn := e2e.Replicated(t)
-	r.Primary.Exec("CREATE TABLE leafd."+leafTableDDL[len("CREATE TABLE "):],
+	r.Primary.Exec("CREATE TABLE leafd."+e2e.LeafTableDDL[len("CREATE TABLE "):],
 		"INSERT INTO leafd.leaf_alloc(biz_tag, max_id, step) VALUES ('order', 1, 1000)",
 		"INSERT INTO leafd.leaf_alloc(biz_tag, max_id, step) VALUES ('hand', 1, 1000)")
 	r.WaitCaughtUp(30 * time.Second)

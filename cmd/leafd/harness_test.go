@@ -6,9 +6,7 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"io"
-	"os"
 	"testing"
 
 	"go.uber.org/zap"
@@ -17,16 +15,7 @@ import (
 	"github.com/leafd/leafd/internal/e2e"
 )
 
-func TestMain(m *testing.M) {
-	cleanup, err := e2e.Build(".")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	cleanup()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { e2e.Main(m, ".") }
 
 // inProcess runs the server as the command would, in this process: the configuration from
 // args alone (no LEAFD_* variables), JSON log lines to logOut.

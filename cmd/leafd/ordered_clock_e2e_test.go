@@ -63,10 +63,7 @@ func TestOrderedDBClockSteps(t *testing.T) {
 	t.Parallel()
 	db, ft, dsn := clockedDB(t)
 	ls := startOrderedCluster(t, []string{dsn, dsn, dsn}, "seq", 100)
-	load := startLinLoad(t, "seq", ls, 3)
-	for i := range ls {
-		load.served(t, i, 300, 20*time.Second, "before the steps")
-	}
+	load := startWarmLoad(t, ls, "before the steps")
 	fault := time.Now()
 	var offset time.Duration
 	for i, d := range []time.Duration{30 * time.Second, -20 * time.Second, 60 * time.Second, -75 * time.Second, 10 * time.Second, -40 * time.Second} {
@@ -89,18 +86,10 @@ func TestOrderedDBClockBackThenKill(t *testing.T) {
 	t.Parallel()
 	db, ft, dsn := clockedDB(t)
 	ls := startOrderedCluster(t, []string{dsn, dsn, dsn}, "seq", 100)
-	load := startLinLoad(t, "seq", ls, 3)
-	for i := range ls {
-		load.served(t, i, 300, 20*time.Second, "before the step")
-	}
+	load := startWarmLoad(t, ls, "before the step")
 	stepClock(t, db, ft, -20*time.Second)
 	load.served(t, -1, 300, 20*time.Second, "after the step back")
-	lead := leaderOf(t, ls, nil, "seq", 10*time.Second)
-	fault := time.Now()
-	ls[lead].Kill()
-	for _, i := range others(len(ls), lead) {
-		load.served(t, i, 300, 20*time.Second, "after the kill")
-	}
+	lead, fault := faultLeader(t, ls, load, func(lead int) { ls[lead].Kill() }, "after the kill")
 	load.check(t, "ordered_db_clock_back_kill", fault, outageBound(orderedLease), 2000, []int{lead}, orderedCodes...)
 }
 
@@ -116,8 +105,7 @@ func TestOrderedSlowLinkSoleLeader(t *testing.T) {
 	// One segment lasts the whole test: no refill through the slow link is needed.
 	createOrdered(t, l, "seq", 10_000_000)
 	ls := []*e2e.Leafd{l}
-	load := startLinLoad(t, "seq", ls, 3)
-	load.served(t, 0, 300, 20*time.Second, "before the slow link")
+	load := startWarmLoad(t, ls, "before the slow link")
 	fault := time.Now()
 	px.SetMode(e2e.ProxyDelay, orderedLease/8)
 	until := time.Now().Add(4 * orderedLease)
@@ -196,10 +184,7 @@ func TestOrderedFailoverMixedLeases(t *testing.T) {
 		t.Fatalf("the 8 s instance does not serve the tag it created: %v", err)
 	}
 	ls = append(ls, e2e.StartMany(t, args(1, orderedLease), args(2, orderedLease))...)
-	load := startLinLoad(t, "seq", ls, 3)
-	for i := range ls {
-		load.served(t, i, 300, 20*time.Second, "before the failover")
-	}
+	load := startWarmLoad(t, ls, "before the failover")
 	if lead := leaderOf(t, ls, nil, "seq", 10*time.Second); lead != 0 {
 		t.Fatalf("instance %d leads, want the 8 s instance", lead)
 	}
@@ -242,10 +227,7 @@ func TestOrderedFailoverBeforeFirstGrant(t *testing.T) {
 	fc.r.WaitCaughtUp(30 * time.Second)
 	fc.r.StopApplier()
 	ls := e2e.StartMany(t, args(0), args(1), args(2))
-	load := startLinLoad(t, "seq", ls, 3)
-	for i := range ls {
-		load.served(t, i, 300, 20*time.Second, "before the failover")
-	}
+	load := startWarmLoad(t, ls, "before the failover")
 	lead := leaderOf(t, ls, nil, "seq", 10*time.Second)
 	fault := time.Now()
 	fc.failover(t, lead)

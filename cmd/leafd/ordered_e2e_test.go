@@ -83,11 +83,17 @@ func startLinLoad(t *testing.T, tag string, ls []*e2e.Leafd, perInst int) *linLo
 	return l
 }
 
-func (l *linLoad) client(inst int) {
+// newClient is a client of the history whose operations count for instance inst.
+func (l *linLoad) newClient(inst int) *lincheck.Client {
 	cl := l.rec.Client()
 	l.mu.Lock()
 	l.inst[cl.ID()] = inst
 	l.mu.Unlock()
+	return cl
+}
+
+func (l *linLoad) client(inst int) {
+	cl := l.newClient(inst)
 	l.wg.Go(func() {
 		c := e2e.ConnClient(l.addrs()[inst])
 		defer func() { _ = c.Close() }()
@@ -345,16 +351,8 @@ func TestOrderedLeaderKill(t *testing.T) {
 	t.Parallel()
 	dsn, _ := e2e.SharedDB(t)
 	ls := startOrderedCluster(t, []string{dsn, dsn, dsn}, "seq", 100)
-	load := startLinLoad(t, "seq", ls, 3)
-	for i := range ls {
-		load.served(t, i, 300, 20*time.Second, "before the kill")
-	}
-	lead := leaderOf(t, ls, nil, "seq", 10*time.Second)
-	fault := time.Now()
-	ls[lead].Kill()
-	for _, i := range others(len(ls), lead) {
-		load.served(t, i, 300, 20*time.Second, "after the kill")
-	}
+	load := startWarmLoad(t, ls, "before the kill")
+	lead, fault := faultLeader(t, ls, load, func(lead int) { ls[lead].Kill() }, "after the kill")
 	newLead := leaderOf(t, ls, []int{lead}, "seq", 10*time.Second)
 	t.Logf("leader %d killed; instance %d leads %v later", lead, newLead, time.Since(fault).Round(time.Millisecond))
 	ls[lead].Restart()
@@ -371,10 +369,7 @@ func TestOrderedLeaderRestart(t *testing.T) {
 	t.Parallel()
 	dsn, _ := e2e.SharedDB(t)
 	ls := startOrderedCluster(t, []string{dsn, dsn, dsn}, "seq", 1000)
-	load := startLinLoad(t, "seq", ls, 3)
-	for i := range ls {
-		load.served(t, i, 300, 20*time.Second, "before the stop")
-	}
+	load := startWarmLoad(t, ls, "before the stop")
 	var fault time.Time
 	var netOK []int
 	remainders := 0
@@ -420,16 +415,8 @@ func TestOrderedLeaderPaused(t *testing.T) {
 	t.Parallel()
 	dsn, _ := e2e.SharedDB(t)
 	ls := startOrderedCluster(t, []string{dsn, dsn, dsn}, "seq", 100)
-	load := startLinLoad(t, "seq", ls, 3)
-	for i := range ls {
-		load.served(t, i, 300, 20*time.Second, "before the pause")
-	}
-	lead := leaderOf(t, ls, nil, "seq", 10*time.Second)
-	fault := time.Now()
-	ls[lead].Pause()
-	for _, i := range others(len(ls), lead) {
-		load.served(t, i, 300, 20*time.Second, "while the leader is frozen")
-	}
+	load := startWarmLoad(t, ls, "before the pause")
+	lead, fault := faultLeader(t, ls, load, func(lead int) { ls[lead].Pause() }, "while the leader is frozen")
 	if d := 2*orderedLease - time.Since(fault); d > 0 {
 		time.Sleep(d) // the fault's length: frozen for twice the lease
 	}
@@ -485,16 +472,8 @@ func TestOrderedLeaderCutOff(t *testing.T) {
 		dsns[i] = proxiedDSN(t, dsn, pxs[i])
 	}
 	ls := startOrderedCluster(t, dsns, "seq", 100)
-	load := startLinLoad(t, "seq", ls, 3)
-	for i := range ls {
-		load.served(t, i, 300, 20*time.Second, "before the cut")
-	}
-	lead := leaderOf(t, ls, nil, "seq", 10*time.Second)
-	fault := time.Now()
-	pxs[lead].SetMode(e2e.ProxyBlackhole, 0)
-	for _, i := range others(len(ls), lead) {
-		load.served(t, i, 300, 20*time.Second, "while the leader is cut off")
-	}
+	load := startWarmLoad(t, ls, "before the cut")
+	lead, fault := faultLeader(t, ls, load, func(lead int) { pxs[lead].SetMode(e2e.ProxyBlackhole, 0) }, "while the leader is cut off")
 	if d := 2*orderedLease - time.Since(fault); d > 0 {
 		time.Sleep(d) // the fault's length: cut off for twice the lease
 	}
@@ -527,10 +506,7 @@ func TestOrderedFailoverLaggingReplica(t *testing.T) {
 	// Steps of 10,000 (no growth): the replica misses a few allocations while it lags for
 	// longer than the lease, and the failover fence moves max_id by 20 × 10,000.
 	ls := startOrderedCluster(t, dsns, "seq", 10000, "--max-step", "10000")
-	load := startLinLoad(t, "seq", ls, 3)
-	for i := range ls {
-		load.served(t, i, 300, 20*time.Second, "before the failover")
-	}
+	load := startWarmLoad(t, ls, "before the failover")
 	lead := leaderOf(t, ls, nil, "seq", 10*time.Second)
 	r.WaitCaughtUp(30 * time.Second)
 	r.StopApplier()

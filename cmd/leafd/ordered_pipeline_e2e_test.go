@@ -165,10 +165,7 @@ func TestOrderedPipelinesLinearizable(t *testing.T) {
 // INCRBY 3 and IDS.SEGMENT 2 in turn, recording each reply in the pipeline's order with the
 // pipeline's send stamp.
 func (l *linLoad) pipeClient(inst, depth int) {
-	cl := l.rec.Client()
-	l.mu.Lock()
-	l.inst[cl.ID()] = inst
-	l.mu.Unlock()
+	cl := l.newClient(inst)
 	l.wg.Go(func() {
 		c := e2e.ConnClient(l.addrs()[inst])
 		defer func() { _ = c.Close() }()
@@ -221,10 +218,7 @@ func (l *linLoad) pipeClient(inst, depth int) {
 // "LEADER host:port" is sent again there (up to two hops), one op from the first send to the
 // last reply; n counts the redirects followed.
 func (l *linLoad) redirectClient(inst int, n *int64) {
-	cl := l.rec.Client()
-	l.mu.Lock()
-	l.inst[cl.ID()] = inst
-	l.mu.Unlock()
+	cl := l.newClient(inst)
 	on := func(ctx context.Context, cn *redis.Conn) error { return cn.Do(ctx, "IDS.REDIRECT", "ON").Err() }
 	dial := func(addr string) *redis.Client {
 		return redis.NewClient(&redis.Options{Addr: addr, Protocol: 2, PoolSize: 1, MaxRetries: -1,

@@ -1,9 +1,6 @@
 package main
 
 import (
-	"context"
-	"errors"
-	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -15,18 +12,7 @@ import (
 // raiseCmd runs `leafd raise-max-id args...` and returns its output and exit status.
 func raiseCmd(t *testing.T, args ...string) (string, int) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, e2e.Binary(), append([]string{"raise-max-id"}, args...)...).CombinedOutput()
-	var ee *exec.ExitError
-	switch {
-	case err == nil:
-		return string(out), 0
-	case errors.As(err, &ee):
-		return string(out), ee.ExitCode()
-	}
-	t.Fatalf("raise-max-id: %v\n%s", err, out)
-	return "", 0
+	return e2e.RunTool(t, 60*time.Second, nil, append([]string{"raise-max-id"}, args...)...)
 }
 
 // TestMySQLRaiseMaxID: the operator's command after a failover that lost more than the

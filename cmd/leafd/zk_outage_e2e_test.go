@@ -8,8 +8,6 @@ package main
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -21,6 +19,7 @@ import (
 
 	"github.com/leafd/leafd/internal/e2e"
 	"github.com/leafd/leafd/internal/testenv"
+	"github.com/leafd/leafd/internal/testkit"
 	"github.com/leafd/leafd/snowflake"
 )
 
@@ -93,28 +92,6 @@ func (l *loads) add(who string, c *redis.Client) *sfLoad {
 
 func (l *loads) stop() { l.cancel(); l.wg.Wait() }
 
-// copyDir copies the regular files of src into dst, as cp -a of a data dir would (the lock
-// file comes along, the flock does not).
-func copyDir(t *testing.T, src, dst string) {
-	t.Helper()
-	es, err := os.ReadDir(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range es {
-		if !e.Type().IsRegular() {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join(src, e.Name()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dst, e.Name()), b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
 // withFlag returns args with flag set to v (replaced when present).
 func withFlag(args []string, flag, v string) []string {
 	out := slices.Clone(args)
@@ -150,7 +127,7 @@ func TestZKOutageScenarios(t *testing.T) {
 		lo := ld.add("original", o.Client(2))
 		e2e.Eventually(t, 10*time.Second, "original serving", func() bool { return lo.ok.Load() > 1000 })
 		dirC := t.TempDir()
-		copyDir(t, o.DataDir, dirC)
+		testkit.CopyDir(t, o.DataDir, dirC)
 		px.SetMode(e2e.ProxyReset, 0)
 		argsC := withFlag(withFlag(e2e.ZKArgs(t, px.Addr(), name, tol...), "--advertise-addr", o.Addr), "--data-dir", dirC)
 		c := e2e.Start(t, argsC...)

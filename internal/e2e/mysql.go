@@ -14,6 +14,12 @@ import (
 	"github.com/leafd/leafd/internal/testenv"
 )
 
+// LeafTableDDL creates Leaf's own leaf_alloc table, as Leaf's schema has it: the table that
+// `leafd adopt` takes over.
+const LeafTableDDL = "CREATE TABLE `leaf_alloc` (`biz_tag` varchar(128) NOT NULL DEFAULT '', `max_id` bigint(20) NOT NULL DEFAULT '1'," +
+	" `step` int(11) NOT NULL, `description` varchar(256) DEFAULT NULL," +
+	" `update_time` timestamp NOT NULL DEFAULT CURRENT_TIMESTAMP ON UPDATE CURRENT_TIMESTAMP, PRIMARY KEY (`biz_tag`)) ENGINE=InnoDB"
+
 // OpenSQL opens dsn for the test's own SQL; it is closed at cleanup.
 func OpenSQL(t testing.TB, dsn string) *sql.DB {
 	t.Helper()

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -55,6 +56,44 @@ func Build(pkgDir string) (cleanup func(), err error) {
 	}
 	binary, binDir, binPkg = bin, dir, pkgDir
 	return func() { _ = os.RemoveAll(dir) }, nil
+}
+
+// Main is the TestMain of a package whose tests run the leafd command of pkgDir: it Builds
+// the binary (exiting 1 when that fails), runs the tests, removes the binary and exits with
+// their status.
+func Main(m *testing.M, pkgDir string) {
+	cleanup, err := Build(pkgDir)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	cleanup()
+	os.Exit(code)
+}
+
+// RunTool runs the built binary with args (an admin command such as adopt or raise-max-id)
+// within timeout and returns its combined output and exit status. With env not nil the
+// command sees only env beside PATH and GORACE=halt_on_error=1, none of the test's own
+// variables. A command that cannot be run fails the test.
+func RunTool(t testing.TB, timeout time.Duration, env []string, args ...string) (string, int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, Binary(), args...)
+	if env != nil {
+		cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "GORACE=halt_on_error=1"}, env...)
+	}
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+		return string(out), 0
+	case errors.As(err, &ee):
+		return string(out), ee.ExitCode()
+	}
+	t.Fatalf("leafd %s: %v\n%s", strings.Join(args, " "), err, out)
+	return "", 0
 }
 
 func goBuild(pkgDir, out string, flags ...string) error {

@@ -6,6 +6,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/leafd/leafd/internal/testkit"
 )
 
 // TestTableWellFormed: names are unique upper-case words, each with an HTTP error status.
@@ -74,19 +76,7 @@ func TestTableCoversSource(t *testing.T) {
 
 // TestReadmeListsTable: README.md's error-code table has a row for every code of Table.
 func TestReadmeListsTable(t *testing.T) {
-	b, err := os.ReadFile("../../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := string(b)
-	start := strings.Index(s, "## Error codes")
-	if start < 0 {
-		t.Fatal("README.md: no ## Error codes section")
-	}
-	section := s[start:]
-	if end := strings.Index(section[1:], "\n## "); end >= 0 {
-		section = section[:end+1]
-	}
+	section := testkit.MarkdownSection(t, "../../README.md", "## Error codes")
 	listed := map[string]bool{}
 	for _, line := range strings.Split(section, "\n") {
 		cells := strings.Split(line, "|")

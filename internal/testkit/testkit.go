@@ -1,6 +1,7 @@
-// Package testkit is what tests of every package share for waiting: the one poll loop, for
-// conditions that no event announces (a metric, a ZooKeeper node, a database row, a state a
-// background goroutine reaches). Prefer an event (a log line, a reply, a channel) where
+// Package testkit is what tests of every package share for waiting and serving: the one
+// poll loop, for conditions that no event announces (a metric, a ZooKeeper node, a database
+// row, a state a background goroutine reaches), and the one way to run a server in the
+// background of a test and stop it. Prefer an event (a log line, a reply, a channel) where
 // there is one.
 package testkit
 

@@ -5,6 +5,7 @@ package segtest
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -141,3 +142,29 @@ func (f *Marks) Raise(tag string, end int64) error {
 	}
 	return nil
 }
+
+// ErrDown is what every call of DownStore returns.
+var ErrDown = errors.New("store down")
+
+// DownStore is a store whose every call fails with ErrDown, as a MySQL that went away.
+type DownStore struct{ StoreBase }
+
+// Allocate implements segment.Store: ErrDown.
+func (DownStore) Allocate(context.Context, string, int64) (segment.Alloc, error) {
+	return segment.Alloc{}, ErrDown
+}
+
+// Tags implements segment.Store: ErrDown.
+func (DownStore) Tags(context.Context) ([]string, error) { return nil, ErrDown }
+
+// Create implements segment.Store: ErrDown.
+func (DownStore) Create(context.Context, segment.Tag) error { return ErrDown }
+
+// NoMarks is a segment.Marks that keeps nothing: every mark is 0 and a raise is dropped.
+type NoMarks struct{ MarksBase }
+
+// Mark implements segment.Marks: 0.
+func (NoMarks) Mark(string) (int64, error) { return 0, nil }
+
+// Raise implements segment.Marks: dropped.
+func (NoMarks) Raise(string, int64) error { return nil }

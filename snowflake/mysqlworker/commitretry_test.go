@@ -2,13 +2,9 @@ package mysqlworker
 
 import (
 	"context"
-	"database/sql"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/go-sql-driver/mysql"
 
 	"github.com/leafd/leafd/internal/testenv"
 )
@@ -21,20 +17,9 @@ func TestSQLConflictRetried(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := mysql.NewConnector(dcfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var n atomic.Int64
-	conflict := &mysql.MySQLError{Number: 1213, Message: "Deadlock found when trying to get lock (injected)"}
-	db := sql.OpenDB(testenv.FaultConnector(c, testenv.Faults{Exec: func(q string) error {
-		if strings.HasPrefix(q, "UPDATE") || strings.HasPrefix(q, "INSERT") {
-			if n.Add(-1) >= 0 {
-				return conflict
-			}
-		}
-		return nil
-	}}))
+	db, n := testenv.ConflictDB(t, dcfg, func(q string) bool {
+		return strings.HasPrefix(q, "UPDATE") || strings.HasPrefix(q, "INSERT")
+	})
 	st := &sqlStore{db: db, timeout: 2 * time.Second}
 	t.Cleanup(func() { _ = st.Close() })
 	ctx := context.Background()

@@ -16,6 +16,7 @@ import (
 	gozk "github.com/go-zookeeper/zk"
 
 	"github.com/leafd/leafd/internal/e2e"
+	"github.com/leafd/leafd/internal/testkit"
 	"github.com/leafd/leafd/snowflake"
 	"github.com/leafd/leafd/snowflake/internal/statefile"
 )
@@ -84,7 +85,7 @@ func TestZKOutageStartRule(t *testing.T) {
 		px.SetMode(e2e.ProxyReset, 0)
 		cp := cfg
 		cp.DataDir = t.TempDir()
-		copyDataDir(t, cfg.DataDir, cp.DataDir)
+		testkit.CopyDir(t, cfg.DataDir, cp.DataDir)
 		s, err := NewSource(cp)
 		if err != nil {
 			t.Fatal(err)

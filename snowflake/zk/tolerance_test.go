@@ -3,11 +3,10 @@ package zk
 import (
 	"context"
 	"errors"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/leafd/leafd/internal/testkit"
 	"github.com/leafd/leafd/snowflake"
 )
 
@@ -37,7 +36,7 @@ func TestZKCopiedDataDirWaitsTolerance(t *testing.T) {
 	if err := a.Extend(ctx, until); err != nil {
 		t.Fatal(err)
 	}
-	copyDataDir(t, dirA, dirB)
+	testkit.CopyDir(t, dirA, dirB)
 	cp := newZK(t, cfg(dirB))
 	if cp.instance == a.instance {
 		t.Fatalf("the copy kept the original's instance id %s", a.instance)
@@ -49,28 +48,6 @@ func TestZKCopiedDataDirWaitsTolerance(t *testing.T) {
 	w := acquire(t, cp)
 	if want := until.Add(tol); w.Bound.Before(want) {
 		t.Fatalf("copy of the data dir starts at bound %v, below the original's lease plus tolerance %v", w.Bound, want)
-	}
-}
-
-// copyDataDir copies the regular files of src into dst (cp -a of a data dir: the lock file
-// comes along, the flock does not).
-func copyDataDir(t *testing.T, src, dst string) {
-	t.Helper()
-	es, err := os.ReadDir(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range es {
-		if !e.Type().IsRegular() {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join(src, e.Name()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dst, e.Name()), b, 0o644); err != nil {
-			t.Fatal(err)
-		}
 	}
 }
 

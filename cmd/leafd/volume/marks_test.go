@@ -36,7 +36,7 @@ func TestAdminToolsMillionMarks(t *testing.T) {
 		t.Fatalf("building writemarks: %v\n%s", err, out)
 	}
 	dsn, db := e2e.SharedDB(t)
-	e2e.SQLExec(t, db, leafTableDDL)
+	e2e.SQLExec(t, db, e2e.LeafTableDDL)
 	start := time.Now()
 	// The rows are inserted by the database while writemarks writes the marks. A million rows
 	// take longer than SQLExec's 10 s on a loaded machine.
