@@ -201,28 +201,41 @@ func (r *Router) Incr(tag string) (int64, Forward, error) {
 }
 
 // IncrBy is INCRBY tag n (n ≥ 1): the highest of n contiguous IDs, or where to forward it.
+// A plain tag's ID comes back as a value, not in a slice: a slice handed to the segment core
+// (an interface) would escape and allocate on every call.
 func (r *Router) IncrBy(tag string, n int64) (int64, Forward, error) {
-	var one [1]int64
-	ids, fw, err := r.take(one[:0], tag, ordIncrBy, n)
+	rt := r.resolve(tag)
+	if rt.kind == plain {
+		if err := r.counterRow(tag, n); err != nil {
+			return 0, Forward{}, err
+		}
+		id, err := r.seg.NextN(tag, n)
+		if err == nil {
+			return id, Forward{}, nil
+		}
+		if rt, _ = r.miss(tag, err); rt.kind == plain {
+			return 0, Forward{}, err
+		}
+	}
+	if rt.kind == shaped {
+		return 0, Forward{}, errShaped(tag)
+	}
+	ids, fw, err := r.orderedTake(nil, rt.ord, ordIncrBy, n)
 	if err != nil || fw.Tag != nil {
 		return 0, fw, err
 	}
 	return ids[0], fw, nil
 }
 
-// Segment is IDS.SEGMENT tag n: n IDs appended to dst, or where to forward it.
+// Segment is IDS.SEGMENT tag n: n IDs appended to dst, or where to forward it. A shaped tag
+// refuses it (SHAPED).
 func (r *Router) Segment(dst []int64, tag string, n int) ([]int64, Forward, error) {
-	return r.take(dst, tag, ordIDs, int64(n))
-}
-
-// take serves INCRBY and IDS.SEGMENT, which a shaped tag refuses (SHAPED).
-func (r *Router) take(dst []int64, tag string, op int, n int64) ([]int64, Forward, error) {
 	rt := r.resolve(tag)
 	if rt.kind == plain {
-		if err := r.counterRow(tag, n); err != nil {
+		if err := r.counterRow(tag, int64(n)); err != nil {
 			return dst, Forward{}, err
 		}
-		ids, err := r.plainTake(dst, tag, op, n)
+		ids, err := r.seg.AppendIDs(dst, tag, n)
 		if err == nil {
 			return ids, Forward{}, nil
 		}
@@ -233,18 +246,7 @@ func (r *Router) take(dst []int64, tag string, op int, n int64) ([]int64, Forwar
 	if rt.kind == shaped {
 		return dst, Forward{}, errShaped(tag)
 	}
-	return r.orderedTake(dst, rt.ord, op, n)
-}
-
-func (r *Router) plainTake(dst []int64, tag string, op int, n int64) ([]int64, error) {
-	if op == ordIDs {
-		return r.seg.AppendIDs(dst, tag, int(n))
-	}
-	id, err := r.seg.NextN(tag, n)
-	if err != nil {
-		return dst, err
-	}
-	return append(dst, id), nil
+	return r.orderedTake(dst, rt.ord, ordIDs, int64(n))
 }
 
 // Batch is the IDs of one IDS.NEXT, with what renders them.
