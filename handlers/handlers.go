@@ -130,8 +130,8 @@ type Handler struct {
 	ids *ids.Router
 	// held is seg when it offers one look-up per request (ids.HeldSegments), else nil.
 	held ids.HeldSegments
-	ord *ordered.Manager   // nil: no ordered tags (their status and metrics)
-	fwd *ordered.Forwarder // nil with a local ord (forwarding pipelines, orderedfwd.go)
+	ord  *ordered.Manager   // nil: no ordered tags (their status and metrics)
+	fwd  *ordered.Forwarder // nil with a local ord (forwarding pipelines, orderedfwd.go)
 }
 
 // DefaultConfig returns every default of the command layer: the one place they are written
