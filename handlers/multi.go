@@ -2,10 +2,10 @@ package handlers
 
 import (
 	"fmt"
-	"github.com/leafd/leafd/segment"
 
 	"github.com/leafd/leafd/ordered"
 	"github.com/leafd/leafd/resp"
+	"github.com/leafd/leafd/segment"
 )
 
 // Transactions: MULTI queues commands, EXEC runs them back to back on this connection and
