@@ -19,7 +19,8 @@ const maxExecOnLoop = 64
 
 // MayBlock reports whether running args on c may wait. It is cheap: a look-up among the
 // few commands with a flag (cmdIndex) and the flag's own check (a segment's
-// Generator.Serves for the ID commands).
+// Generator.ServesHeld for the ID commands, whose buffer the INCR that follows takes from:
+// serves).
 func (h *Handler) MayBlock(c *resp.Conn, args [][]byte) bool {
 	if cmd := h.waiters.find(args[0]); cmd != nil {
 		return h.mayWait(c, cmd, args)
@@ -227,7 +228,14 @@ func (h *Handler) serves(c *resp.Conn, tag string, n int64) bool {
 		return false
 	}
 	if d != nil {
-		n = d.add(row, n)
+		return h.seg.Serves(row, d.add(row, n))
+	}
+	if h.held != nil && c != nil {
+		held, ok := h.held.ServesHeld(row, n)
+		if ok {
+			state(c, true).held = held
+		}
+		return ok
 	}
 	return h.seg.Serves(row, n)
 }

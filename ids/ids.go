@@ -104,6 +104,14 @@ type Router struct {
 	shapes shapeRegistry      // the compiled ID shapes this instance has seen (shape.go)
 	ord    *ordered.Manager   // nil: no ordered tags (ordered.go)
 	fwd    *ordered.Forwarder // nil with a local ord
+	held   HeldSegments       // seg, when it offers one look-up per request; else nil
+}
+
+// HeldSegments is what a segment core offers so that a request asked about first (the event
+// loop's may-wait question) looks its tag up once: segment.Generator has it.
+type HeldSegments interface {
+	ServesHeld(tag string, n int64) (segment.Held, bool)
+	NextHeld(h segment.Held, tag string) (int64, error)
 }
 
 // New returns a router over seg. It first adopts the counter rows the segment core resumed
@@ -111,6 +119,7 @@ type Router struct {
 func New(cfg Config, seg Segments, log *zap.Logger) *Router {
 	cfg = cfg.withDefaults()
 	r := &Router{cfg: cfg, seg: seg, log: log, now: cfg.Now, ord: cfg.Ordered, fwd: cfg.Forward}
+	r.held, _ = seg.(HeldSegments)
 	r.shapes.preCtx, r.shapes.preStop = context.WithCancel(context.Background())
 	r.adoptResumed()
 	return r
@@ -175,13 +184,24 @@ func (r *Router) miss(tag string, err error) (route, error) {
 }
 
 // Incr is INCR tag: the next ID (a shaped tag: its integer form), or where to forward it.
-func (r *Router) Incr(tag string) (int64, Forward, error) {
+func (r *Router) Incr(tag string) (int64, Forward, error) { return r.IncrHeld(segment.Held{}, tag) }
+
+// IncrHeld is Incr, taking a plain tag's ID from the buffer h that ServesHeld found for this
+// request (segment.Generator.NextHeld: no second look-up). The kind of tag is decided here,
+// as in Incr, not carried over.
+func (r *Router) IncrHeld(h segment.Held, tag string) (int64, Forward, error) {
 	rt := r.resolve(tag)
 	if rt.kind == plain {
 		if err := r.counterRow(tag, 1); err != nil {
 			return 0, Forward{}, err
 		}
-		id, err := r.seg.Next(tag)
+		var id int64
+		var err error
+		if r.held != nil {
+			id, err = r.held.NextHeld(h, tag)
+		} else {
+			id, err = r.seg.Next(tag)
+		}
 		if err == nil {
 			return id, Forward{}, nil
 		}
@@ -201,28 +221,41 @@ func (r *Router) Incr(tag string) (int64, Forward, error) {
 }
 
 // IncrBy is INCRBY tag n (n ≥ 1): the highest of n contiguous IDs, or where to forward it.
+// A plain tag's ID comes back as a value, not in a slice: a slice handed to the segment core
+// (an interface) would escape and allocate on every call.
 func (r *Router) IncrBy(tag string, n int64) (int64, Forward, error) {
-	var one [1]int64
-	ids, fw, err := r.take(one[:0], tag, ordIncrBy, n)
+	rt := r.resolve(tag)
+	if rt.kind == plain {
+		if err := r.counterRow(tag, n); err != nil {
+			return 0, Forward{}, err
+		}
+		id, err := r.seg.NextN(tag, n)
+		if err == nil {
+			return id, Forward{}, nil
+		}
+		if rt, _ = r.miss(tag, err); rt.kind == plain {
+			return 0, Forward{}, err
+		}
+	}
+	if rt.kind == shaped {
+		return 0, Forward{}, errShaped(tag)
+	}
+	ids, fw, err := r.orderedTake(nil, rt.ord, ordIncrBy, n)
 	if err != nil || fw.Tag != nil {
 		return 0, fw, err
 	}
 	return ids[0], fw, nil
 }
 
-// Segment is IDS.SEGMENT tag n: n IDs appended to dst, or where to forward it.
+// Segment is IDS.SEGMENT tag n: n IDs appended to dst, or where to forward it. A shaped tag
+// refuses it (SHAPED).
 func (r *Router) Segment(dst []int64, tag string, n int) ([]int64, Forward, error) {
-	return r.take(dst, tag, ordIDs, int64(n))
-}
-
-// take serves INCRBY and IDS.SEGMENT, which a shaped tag refuses (SHAPED).
-func (r *Router) take(dst []int64, tag string, op int, n int64) ([]int64, Forward, error) {
 	rt := r.resolve(tag)
 	if rt.kind == plain {
-		if err := r.counterRow(tag, n); err != nil {
+		if err := r.counterRow(tag, int64(n)); err != nil {
 			return dst, Forward{}, err
 		}
-		ids, err := r.plainTake(dst, tag, op, n)
+		ids, err := r.seg.AppendIDs(dst, tag, n)
 		if err == nil {
 			return ids, Forward{}, nil
 		}
@@ -233,18 +266,7 @@ func (r *Router) take(dst []int64, tag string, op int, n int64) ([]int64, Forwar
 	if rt.kind == shaped {
 		return dst, Forward{}, errShaped(tag)
 	}
-	return r.orderedTake(dst, rt.ord, op, n)
-}
-
-func (r *Router) plainTake(dst []int64, tag string, op int, n int64) ([]int64, error) {
-	if op == ordIDs {
-		return r.seg.AppendIDs(dst, tag, int(n))
-	}
-	id, err := r.seg.NextN(tag, n)
-	if err != nil {
-		return dst, err
-	}
-	return append(dst, id), nil
+	return r.orderedTake(dst, rt.ord, ordIDs, int64(n))
 }
 
 // Batch is the IDs of one IDS.NEXT, with what renders them.

@@ -56,7 +56,7 @@ func routers(t testing.TB) map[string]*Router {
 	return map[string]*Router{"no shaped or ordered tag": bare, "shaped and ordered tags known": busy}
 }
 
-// TestPlainPathAllocs: INCR of a plain tag, and the question whether it would wait, allocate
+// TestPlainPathAllocs: INCR and INCRBY of a plain tag, and the question whether it would wait, allocate
 // nothing, whatever other kinds of tags the router knows.
 func TestPlainPathAllocs(t *testing.T) {
 	for name, r := range routers(t) {
@@ -77,6 +77,13 @@ func TestPlainPathAllocs(t *testing.T) {
 				}
 			}); a != 0 {
 				t.Errorf("WaitRow: %v allocations, want 0", a)
+			}
+			if a := testing.AllocsPerRun(1000, func() {
+				if _, fw, err := r.IncrBy("plain", 3); err != nil || fw.Tag != nil {
+					t.Fatal(err)
+				}
+			}); a != 0 {
+				t.Errorf("IncrBy: %v allocations, want 0", a)
 			}
 			var buf [4]int64
 			if a := testing.AllocsPerRun(1000, func() { _, _, _ = r.Segment(buf[:0], "plain", 4) }); a != 0 {

@@ -19,8 +19,18 @@ import (
 // socket (or the sweep interval passes), then polls it. The loop goroutine parks like any
 // goroutine waiting for I/O: its thread runs the other goroutines (segment loads, the admin
 // port) and no thread sits in a blocking epoll_wait that sysmon would have to hand off.
+//
+// The deadline wakes the loop for its sweep and its task's Tick (parkMillis). One set at an
+// earlier park and still ahead, no later than this park needs, is kept: the loop then wakes
+// no later than it must (at worst earlier, for one more round), and a park under load costs
+// no timer update.
 func (lp *loop) park(events []unix.EpollEvent) (int, error) {
-	_ = lp.epf.SetReadDeadline(time.Now().Add(time.Duration(lp.parkMillis()) * time.Millisecond))
+	now := time.Now()
+	want := now.Add(time.Duration(lp.parkMillis()) * time.Millisecond)
+	if d := lp.parkDeadline; !d.After(now) || d.After(want) {
+		_ = lp.epf.SetReadDeadline(want)
+		lp.parkDeadline = want
+	}
 	if lp.parkFn == nil {
 		lp.parkFn = lp.parkPoll // one closure per loop, not one per park
 	}
@@ -30,6 +40,7 @@ func (lp *loop) park(events []unix.EpollEvent) (int, error) {
 	lp.parkEvents = nil
 	if err != nil {
 		if errors.Is(err, os.ErrDeadlineExceeded) {
+			lp.parkDeadline = time.Time{} // passed: the next park sets a new one
 			return 0, nil
 		}
 		return 0, err

@@ -98,7 +98,9 @@ type loop struct {
 	parkEvents []unix.EpollEvent
 	parkN      int
 	parkErr    error
-	wakefd     int
+	// parkDeadline is the read deadline last set on epf (zero: none, or it has passed).
+	parkDeadline time.Time
+	wakefd       int
 	// conns is owned by the goroutine running the loop.
 	conns     map[int]*Conn
 	lastSweep time.Time
