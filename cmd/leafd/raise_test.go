@@ -2,23 +2,20 @@ package main
 
 import (
 	"context"
-	"net"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/tidwall/redcon"
+
+	"github.com/leafd/leafd/internal/testkit"
 )
 
 // fakeInstance answers the admin tools' questions as a leafd whose IDS.TAGS lists tags that
 // IDS.INFO then answers with info (a missing tag: the error reply notFound).
 func fakeInstance(t *testing.T, marks map[string]int64, tags []string, hwm map[string]int64, notFound string) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = ln.Close() })
+	ln := testkit.Listen(t)
 	go func() {
 		_ = redcon.Serve(ln, func(c redcon.Conn, cmd redcon.Command) {
 			switch strings.ToUpper(string(cmd.Args[0])) {

@@ -7,17 +7,15 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/leafd/leafd/internal/testkit"
 )
 
 // echoServer accepts connections on 127.0.0.1:0 and writes back what it reads; it is closed
 // at cleanup.
 func echoServer(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = ln.Close() })
+	ln := testkit.Listen(t)
 	go func() {
 		for {
 			c, err := ln.Accept()
