@@ -19,8 +19,7 @@ const maxExecOnLoop = 64
 
 // MayBlock reports whether running args on c may wait. It is cheap: a look-up among the
 // few commands with a flag (cmdIndex) and the flag's own check (a segment's
-// Generator.ServesHeld for the ID commands, whose buffer the INCR that follows takes from:
-// serves).
+// Generator.Serves for the ID commands).
 func (h *Handler) MayBlock(c *resp.Conn, args [][]byte) bool {
 	if cmd := h.waiters.find(args[0]); cmd != nil {
 		return h.mayWait(c, cmd, args)
