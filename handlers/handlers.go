@@ -128,10 +128,8 @@ type Handler struct {
 	lat     []latency // by command index (latency.go)
 	// ids routes the ID commands by tag kind: plain, shaped, ordered (package ids).
 	ids *ids.Router
-	// held is seg when it offers one look-up per request (ids.HeldSegments), else nil.
-	held ids.HeldSegments
-	ord  *ordered.Manager   // nil: no ordered tags (their status and metrics)
-	fwd  *ordered.Forwarder // nil with a local ord (forwarding pipelines, orderedfwd.go)
+	ord *ordered.Manager   // nil: no ordered tags (their status and metrics)
+	fwd *ordered.Forwarder // nil with a local ord (forwarding pipelines, orderedfwd.go)
 }
 
 // DefaultConfig returns every default of the command layer: the one place they are written
@@ -220,7 +218,6 @@ func New(cfg Config, seg Segments, snow Snowflakes, log *zap.Logger) *Handler {
 		}
 	}
 	h.lat = make([]latency, len(cmds))
-	h.held, _ = seg.(ids.HeldSegments)
 	h.ids = ids.New(ids.Config{Shapes: cfg.Shapes, IDKey: cfg.IDKey, Ordered: cfg.Ordered, Forward: cfg.Forward,
 		CreateTimeout: cfg.CreateTimeout, PeriodNow: cfg.PeriodNow, PeriodLead: cfg.PeriodLead, Now: cfg.Now, Sleep: cfg.Sleep}, seg, log)
 	return h
@@ -264,10 +261,6 @@ type command struct {
 // MULTI, its queueing); an error it returns becomes the reply in run and nowhere else.
 func (h *Handler) ServeRESP(c *resp.Conn, args [][]byte) {
 	st, _ := c.State().(*connState)
-	var held segment.Held // what MayBlock found for this command (serves), if it asked
-	if st != nil {
-		held, st.held = st.held, segment.Held{}
-	}
 	cmd := h.lookup(args[0])
 	if cmd == nil {
 		st.refuse(c, unknownCommand(args))
@@ -306,9 +299,7 @@ func (h *Handler) ServeRESP(c *resp.Conn, args [][]byte) {
 		c.WriteSimple("QUEUED")
 		return
 	}
-	st.held = held
 	h.run(c, cmd, args)
-	st.held = segment.Held{}
 	// CLIENT CACHING yes|no applies to the next command only (Redis keeps it across the
 	// CLIENT commands themselves, so TRACKINGINFO shows it).
 	if st.track.caching && cmd.name != "client" && !st.multi {

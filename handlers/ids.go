@@ -20,11 +20,7 @@ var idsPool = sync.Pool{New: func() any { s := make([]int64, 0, 256); return &s 
 
 // cmdIncr: INCR tag — the next segment ID of tag.
 func cmdIncr(h *Handler, c *resp.Conn, args [][]byte) error {
-	var held segment.Held
-	if st, _ := c.State().(*connState); st != nil {
-		held, st.held = st.held, segment.Held{}
-	}
-	id, fw, err := h.ids.IncrHeld(held, str(args[1]))
+	id, fw, err := h.ids.Incr(str(args[1]))
 	if err != nil {
 		return err
 	}

@@ -227,14 +227,7 @@ func (h *Handler) serves(c *resp.Conn, tag string, n int64) bool {
 		return false
 	}
 	if d != nil {
-		return h.seg.Serves(row, d.add(row, n))
-	}
-	if h.held != nil && c != nil {
-		held, ok := h.held.ServesHeld(row, n)
-		if ok {
-			state(c, true).held = held
-		}
-		return ok
+		n = d.add(row, n)
 	}
 	return h.seg.Serves(row, n)
 }

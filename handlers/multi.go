@@ -5,7 +5,6 @@ import (
 
 	"github.com/leafd/leafd/ordered"
 	"github.com/leafd/leafd/resp"
-	"github.com/leafd/leafd/segment"
 )
 
 // Transactions: MULTI queues commands, EXEC runs them back to back on this connection and
@@ -37,9 +36,6 @@ type connState struct {
 	track    tracking
 	batch    batchCounts // the commands of the current batch, for their latency
 	sum      demand      // EXEC's demand per tag, while waitExec asks the queue (mayblock.go)
-	// held: the buffer MayBlock found for this command's tag (serves), for its INCR
-	// (cmdIncr); ServeRESP hands it to the command it asked about only, then clears it.
-	held segment.Held
 }
 
 type queued struct {

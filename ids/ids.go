@@ -104,14 +104,6 @@ type Router struct {
 	shapes shapeRegistry      // the compiled ID shapes this instance has seen (shape.go)
 	ord    *ordered.Manager   // nil: no ordered tags (ordered.go)
 	fwd    *ordered.Forwarder // nil with a local ord
-	held   HeldSegments       // seg, when it offers one look-up per request; else nil
-}
-
-// HeldSegments is what a segment core offers so that a request asked about first (the event
-// loop's may-wait question) looks its tag up once: segment.Generator has it.
-type HeldSegments interface {
-	ServesHeld(tag string, n int64) (segment.Held, bool)
-	NextHeld(h segment.Held, tag string) (int64, error)
 }
 
 // New returns a router over seg. It first adopts the counter rows the segment core resumed
@@ -119,7 +111,6 @@ type HeldSegments interface {
 func New(cfg Config, seg Segments, log *zap.Logger) *Router {
 	cfg = cfg.withDefaults()
 	r := &Router{cfg: cfg, seg: seg, log: log, now: cfg.Now, ord: cfg.Ordered, fwd: cfg.Forward}
-	r.held, _ = seg.(HeldSegments)
 	r.shapes.preCtx, r.shapes.preStop = context.WithCancel(context.Background())
 	r.adoptResumed()
 	return r
@@ -184,24 +175,13 @@ func (r *Router) miss(tag string, err error) (route, error) {
 }
 
 // Incr is INCR tag: the next ID (a shaped tag: its integer form), or where to forward it.
-func (r *Router) Incr(tag string) (int64, Forward, error) { return r.IncrHeld(segment.Held{}, tag) }
-
-// IncrHeld is Incr, taking a plain tag's ID from the buffer h that ServesHeld found for this
-// request (segment.Generator.NextHeld: no second look-up). The kind of tag is decided here,
-// as in Incr, not carried over.
-func (r *Router) IncrHeld(h segment.Held, tag string) (int64, Forward, error) {
+func (r *Router) Incr(tag string) (int64, Forward, error) {
 	rt := r.resolve(tag)
 	if rt.kind == plain {
 		if err := r.counterRow(tag, 1); err != nil {
 			return 0, Forward{}, err
 		}
-		var id int64
-		var err error
-		if r.held != nil {
-			id, err = r.held.NextHeld(h, tag)
-		} else {
-			id, err = r.seg.Next(tag)
-		}
+		id, err := r.seg.Next(tag)
 		if err == nil {
 			return id, Forward{}, nil
 		}

@@ -29,41 +29,12 @@ func (g *Generator) Next(tag string) (int64, error) {
 // usual). The event-loop server asks it (through handlers' MayBlock) to run a request that
 // would wait off its loop instead of stalling the loop's other connections.
 func (g *Generator) Serves(tag string, n int64) bool {
-	_, ok := g.ServesHeld(tag, n)
-	return ok
-}
-
-// Held is a tag's buffer as ServesHeld found it, handed to the NextHeld of the same request
-// so that the request looks its tag up once. The zero Held is valid (NextHeld then looks the
-// tag up).
-type Held struct{ b *buffer }
-
-// ServesHeld is Serves, and the buffer it found.
-func (g *Generator) ServesHeld(tag string, n int64) (Held, bool) {
 	b := g.tags.load(tag)
 	if b == nil {
-		return Held{}, false
+		return false
 	}
 	s := b.cur.Load()
-	return Held{b}, s != nil && n >= 1 && s.cursor.Load() <= s.end-n
-}
-
-// NextHeld is Next(tag), taking from h's buffer without a look-up when that buffer is tag's
-// and not dropped. That is the buffer the look-up would find: a tag has at most one buffer
-// not dropped, and it is in the tag map (addLocked stores a buffer under g.mu, drop marks it
-// dead before it removes it, under g.mu too), so h serves what Next would, however old it is.
-// Next itself takes from a buffer it found in the map a moment before, which may have been
-// dropped since; here the buffer was seen not dropped after the caller's own decision.
-func (g *Generator) NextHeld(h Held, tag string) (int64, error) {
-	b := h.b
-	if b == nil || b.flags.Load()&flagDead != 0 || b.tag != tag {
-		return g.Next(tag)
-	}
-	if v, st := b.take(); st == taken {
-		return v, nil
-	} else {
-		return g.nextMiss(b, v, st)
-	}
+	return s != nil && n >= 1 && s.cursor.Load() <= s.end-n
 }
 
 // nextMiss handles what the inlined fast path does not on a held tag: a preload to start

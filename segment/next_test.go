@@ -34,31 +34,3 @@ func TestServes(t *testing.T) {
 		t.Fatal("segment used up: Serves true")
 	}
 }
-
-// TestNextHeldDropped: a Held whose buffer was dropped since ServesHeld found it (the tag
-// retired, a replacement buffer loaded) is not taken from: NextHeld looks the tag up, and
-// the value comes from the replacement, above every value of the dropped buffer.
-func TestNextHeldDropped(t *testing.T) {
-	g := newTestGen(t, testConfig(newFakeClock()), newFakeStore(map[string]int64{"a": 100, "b": 100}), newFakeMarks())
-	first := mustNext(t, g, "a")
-	held, ok := g.ServesHeld("a", 1)
-	if !ok {
-		t.Fatal("ServesHeld(a): not served after a successful Next")
-	}
-	if v, err := g.NextHeld(held, "a"); err != nil || v != first+1 {
-		t.Fatalf("NextHeld of a live buffer: got %d, %v; want %d", v, err, first+1)
-	}
-	if _, err := g.NextHeld(held, "b"); err != nil {
-		t.Fatal(err)
-	}
-	if v := mustNext(t, g, "a"); v != first+2 {
-		t.Fatalf("NextHeld with another tag's name moved a's buffer: a's next is %d, want %d", v, first+2)
-	}
-	if !g.Retire("a") {
-		t.Fatal("Retire(a): not held")
-	}
-	replacement := mustNext(t, g, "a") // a new buffer, leased above the old one's range
-	if v, err := g.NextHeld(held, "a"); err != nil || v != replacement+1 {
-		t.Fatalf("NextHeld of a dropped buffer: got %d, %v; want %d (from the replacement)", v, err, replacement+1)
-	}
-}
