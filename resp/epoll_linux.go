@@ -23,7 +23,8 @@ import (
 // The deadline wakes the loop for its sweep and its task's Tick (parkMillis). One set at an
 // earlier park and still ahead, no later than this park needs, is kept: the loop then wakes
 // no later than it must (at worst earlier, for one more round), and a park under load costs
-// no timer update.
+// no timer update. A deadline that has passed is set anew (TestLoopTaskDeadline fails if a
+// later one is kept).
 func (lp *loop) park(events []unix.EpollEvent) (int, error) {
 	now := time.Now()
 	want := now.Add(time.Duration(lp.parkMillis()) * time.Millisecond)
@@ -40,7 +41,6 @@ func (lp *loop) park(events []unix.EpollEvent) (int, error) {
 	lp.parkEvents = nil
 	if err != nil {
 		if errors.Is(err, os.ErrDeadlineExceeded) {
-			lp.parkDeadline = time.Time{} // passed: the next park sets a new one
 			return 0, nil
 		}
 		return 0, err

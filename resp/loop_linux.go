@@ -98,7 +98,7 @@ type loop struct {
 	parkEvents []unix.EpollEvent
 	parkN      int
 	parkErr    error
-	// parkDeadline is the read deadline last set on epf (zero: none, or it has passed).
+	// parkDeadline is the read deadline last set on epf (zero: none yet).
 	parkDeadline time.Time
 	wakefd       int
 	// conns is owned by the goroutine running the loop.
