@@ -23,7 +23,10 @@
 #    goroutine:/tmp/leafd::--server-model=goroutine"), LEAFD_FLAGS (extra flags of the main
 #   leafd, separated by commas), PERF (1: also count, with perf stat on the server process,
 #   its CPU time, context switches and system calls per request during each measured test;
-#   these counts depend far less on the machine's other load than req/s and p99 do).
+#   these counts depend far less on the machine's other load than req/s and p99 do), CEILING
+#   (1: also run bench/ceiling, a server that answers every command with :1 and does nothing
+#   else, sleeping in epoll_wait [ceiling] and polling [ceiling-spin]: the most any server
+#   can get from this client on this machine).
 set -euo pipefail
 
 RUNS=${RUNS:-5}
@@ -89,6 +92,9 @@ if [[ -z "${LEAFD:-}" ]]; then
 	LEAFD=$work/leafd
 	(cd "$root" && go build -ldflags "-X main.version=$(git describe --tags --always --dirty 2>/dev/null || echo unknown)" -o "$LEAFD" ./cmd/leafd)
 fi
+if [[ -n "${CEILING:-}" ]]; then
+	(cd "$(dirname "${BASH_SOURCE[0]}")/.." && go build -o "$work/ceiling" ./bench/ceiling)
+fi
 
 # free_port prints a loopback port nobody listens on, below the ephemeral range (32768 and
 # up), where another process's outgoing connection can hold the port between this check and
@@ -129,6 +135,12 @@ start_server() { # name port run
 		[[ -n "${LEAFD_XFLAGS:-}" ]] && IFS=, read -r -a flags <<<"$LEAFD_XFLAGS"
 		taskset -c "$SERVER_CPU" env ${LEAFD_ENV:-} "${LEAFD_BIN:-$LEAFD}" --data-dir "$work/leafd-data-$run" \
 			--addr "127.0.0.1:$port" --http-addr "" --log-level warn "${flags[@]}" >"$work/leafd-$run.log" 2>&1 &
+		;;
+	c-ceiling)
+		taskset -c "$SERVER_CPU" "$work/ceiling" -addr "127.0.0.1:$port" >"$work/ceiling-$run.log" 2>&1 &
+		;;
+	c-ceiling-spin)
+		taskset -c "$SERVER_CPU" "$work/ceiling" -addr "127.0.0.1:$port" -spin >"$work/ceiling-$run.log" 2>&1 &
 		;;
 	esac
 	server_pid=$!
@@ -193,6 +205,10 @@ for run in $(seq "$RUNS"); do
 		IFS=: read -r vname vbin venv vflags <<<"$v"
 		LEAFD_BIN=$vbin LEAFD_ENV=$venv LEAFD_XFLAGS=$vflags run_server "v-$vname" "$run"
 	done
+	if [[ -n "${CEILING:-}" ]]; then
+		run_server c-ceiling "$run"
+		run_server c-ceiling-spin "$run"
+	fi
 	echo "  run $run/$RUNS done ($((SECONDS - start))s, load $(cut -d' ' -f1 /proc/loadavg))" >&2
 done
 
@@ -232,7 +248,7 @@ awk -v runs="$RUNS" '
 		row("INCR -P '"$PIPELINE"'", "leafd incr_p", "redis incr_p")
 		row("IDS.SNOWFLAKE vs INCR", "leafd snowflake", "redis incr")
 		row("IDS.SNOWFLAKE -P '"$PIPELINE"' vs INCR -P '"$PIPELINE"'", "leafd snowflake_p", "redis incr_p")
-		for (k in seen) if (k ~ /^v-/) {
+		for (k in seen) if (k ~ /^[vc]-/) {
 			row("INCR [" substr(k, 3) "]", k " incr", "redis incr")
 			row("INCR -P '"$PIPELINE"' [" substr(k, 3) "]", k " incr_p", "redis incr_p")
 			if ((k " snowflake_p", 1) in val) row("IDS.SNOWFLAKE -P '"$PIPELINE"' [" substr(k, 3) "]", k " snowflake_p", "redis incr_p")

@@ -26,6 +26,7 @@ import (
 // no timer update. A deadline that has passed is set anew (TestLoopTaskDeadline fails if a
 // later one is kept).
 func (lp *loop) park(events []unix.EpollEvent) (int, error) {
+	lp.parks.Add(1)
 	now := time.Now()
 	want := now.Add(time.Duration(lp.parkMillis()) * time.Millisecond)
 	if d := lp.parkDeadline; !d.After(now) || d.After(want) {

@@ -123,10 +123,15 @@ type loop struct {
 	stop  chan struct{}
 	jobs  chan offJob // to an idle offload goroutine (startOffload)
 	// deposed counts the watchdog's hand-offs, offloads the commands run off the loop
-	// (Stats), iters the loop's epoll returns (tests: a spinning loop shows here).
+	// (Stats), iters the loop's epoll returns (tests: a loop that polls in vain shows here).
 	deposed  atomic.Int64
 	offloads atomic.Int64
 	iters    atomic.Int64
+	// spin is Config.LoopSpin (negative: none); spins counts the empty polls of spinPoll and
+	// parks the polls that parked (tests).
+	spin  time.Duration
+	spins atomic.Int64
+	parks atomic.Int64
 
 	// The handler's LoopTask (looptask.go), nil when none; the descriptors it watches (and
 	// their epoll interest), the connections its callbacks resumed (ResumeOnLoop) and the
@@ -181,7 +186,8 @@ func (s *Server) startLoops(n int) error {
 			return err
 		}
 		lp := &loop{srv: s, blocker: b, epfd: epfd, wakefd: wfd, conns: make(map[int]*Conn),
-			stop: make(chan struct{}), jobs: make(chan offJob), lastSweep: s.now(), hooks: s.hooks}
+			stop: make(chan struct{}), jobs: make(chan offJob), lastSweep: s.now(), hooks: s.hooks,
+			spin: s.cfg.LoopSpin}
 		loops = append(loops, lp)
 		if tasker != nil {
 			lp.watched = make(map[int]uint32)
@@ -356,6 +362,8 @@ func (lp *loop) run(busy *Conn) {
 		return
 	}
 	events := make([]unix.EpollEvent, 128)
+	// worked: the last poll found a ready descriptor (the loop spins before it parks).
+	worked := false
 	for {
 		if lp.hooks != nil && lp.hooks.poll != nil {
 			lp.hooks.poll(lp)
@@ -369,6 +377,9 @@ func (lp *loop) run(busy *Conn) {
 		var err error
 		if pollFirst {
 			n, err = rawEpollPoll(lp.epfd, events)
+			if n == 0 && err == nil && worked && lp.spin > 0 {
+				n, err = lp.spinPoll(events)
+			}
 		}
 		if n <= 0 {
 			switch {
@@ -387,6 +398,7 @@ func (lp *loop) run(busy *Conn) {
 		}
 		lp.iters.Add(1)
 		now := lp.srv.now()
+		worked = n > 0
 		for i := 0; i < n; i++ {
 			fd := int(events[i].Fd)
 			if fd == lp.wakefd {
@@ -414,6 +426,32 @@ func (lp *loop) run(busy *Conn) {
 		}
 		if lp.housekeep(now) || lp.tick(now) {
 			return
+		}
+	}
+}
+
+// spinPoll polls on until a socket is
+// ready or lp.spin has passed. The loop calls it when a poll right after a round with work
+// found nothing. A client that writes to
+// a parked loop's socket wakes the loop's thread from its own system call, and on a virtual
+// machine an idle core's wake-up is an inter-processor interrupt through the hypervisor: at a
+// high request rate that cost falls on the client and bounds the throughput (a faster server
+// that parks between requests is slower than redis-server, which is rarely idle; see
+// docs/BENCHMARKS.md). A loop that polls on for a moment after its work finds the next
+// request without being woken. The spin is bounded: an idle loop parks after lp.spin, so it
+// costs at most that much CPU per burst of work, and the other goroutines of its core (a
+// segment load, a lease renewal) wait at most that long for it, once per burst; under
+// steady load the loop finds work at every poll and does not spin at all.
+func (lp *loop) spinPoll(events []unix.EpollEvent) (int, error) {
+	start := time.Now()
+	for {
+		n, err := rawEpollPoll(lp.epfd, events)
+		if n != 0 || err != nil {
+			return n, err
+		}
+		lp.spins.Add(1)
+		if time.Since(start) >= lp.spin {
+			return 0, nil
 		}
 	}
 }

@@ -97,9 +97,16 @@ type Config struct {
 	Model string
 	// Loops is the number of event loops (default GOMAXPROCS).
 	Loops int
+	// LoopSpin is how long an event loop goes on polling after a round that had work before
+	// it parks (default 20µs; negative: park at once). A client's request to a parked loop
+	// pays for waking its thread; see the loop's spin (loop_linux.go).
+	LoopSpin time.Duration
 	// Now is the clock (default time.Now).
 	Now func() time.Time
 }
+
+// DefaultLoopSpin is Config.LoopSpin's default.
+const DefaultLoopSpin = 20 * time.Microsecond
 
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
@@ -111,6 +118,7 @@ func DefaultConfig() Config {
 		MaxOutputBuffer: 1 << 20,
 		Limits:          DefaultLimits(),
 		Model:           ModelEventLoop,
+		LoopSpin:        DefaultLoopSpin,
 		Now:             time.Now,
 	}
 }
@@ -144,6 +152,9 @@ func (c Config) withDefaults() Config {
 	c.Limits = c.Limits.withDefaults()
 	if c.Model == "" {
 		c.Model = d.Model
+	}
+	if c.LoopSpin == 0 {
+		c.LoopSpin = d.LoopSpin
 	}
 	if c.Now == nil {
 		c.Now = d.Now

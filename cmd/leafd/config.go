@@ -82,6 +82,7 @@ type Config struct {
 	TLSCert        string
 	TLSKey         string
 	ServerModel    string
+	LoopSpin       time.Duration
 
 	WaitTimeout     time.Duration
 	MaxLoaders      int
@@ -167,6 +168,7 @@ func flagSet(c *Config) *flag.FlagSet {
 	fs.StringVar(&c.TLSCert, "tls-cert", "", "TLS certificate file (with --tls-key: serve RESP over TLS)")
 	fs.StringVar(&c.TLSKey, "tls-key", "", "TLS key file")
 	fs.StringVar(&c.ServerModel, "server-model", resp.DefaultConfig().Model, "how RESP connections are served: eventloop (epoll loops, one per GOMAXPROCS, Linux; TLS connections still get a goroutine each) or goroutine (a goroutine per connection)")
+	fs.DurationVar(&c.LoopSpin, "loop-spin", resp.DefaultLoopSpin, "an event loop polls on this long after a round with work before it parks, so that the next request finds it awake (0 disables: park at once)")
 
 	fs.DurationVar(&c.WaitTimeout, "wait-timeout", sc.WaitTimeout, "how long a request waits for a segment before UNAVAILABLE")
 	fs.IntVar(&c.MaxLoaders, "max-loaders", sc.MaxLoaders, "segment loads running at once, across all tags")
@@ -376,6 +378,9 @@ func (c Config) Validate() error {
 	}
 	if c.ServerModel != resp.ModelEventLoop && c.ServerModel != resp.ModelGoroutine {
 		bad("--server-model %q: must be %s or %s", c.ServerModel, resp.ModelEventLoop, resp.ModelGoroutine)
+	}
+	if c.LoopSpin < 0 || c.LoopSpin > time.Millisecond {
+		bad("--loop-spin %s: must be between 0 and 1ms", c.LoopSpin)
 	}
 	if c.MaxArgs < 3 {
 		bad("--max-args %d: must be at least 3 (AUTH user pass)", c.MaxArgs)

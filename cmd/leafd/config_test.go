@@ -111,6 +111,8 @@ func TestSecretsFromFiles(t *testing.T) {
 		{"missing", []string{"--mysql-dsn-file", filepath.Join(dir, "nope")}, "--mysql-dsn-file"},
 		{"http-tls without cert", []string{"--http-tls"}, "--http-tls"},
 		{"max-args", []string{"--max-args", "2"}, "--max-args"},
+		{"loop-spin negative", []string{"--loop-spin", "-1us"}, "--loop-spin"},
+		{"loop-spin too long", []string{"--loop-spin", "2ms"}, "--loop-spin"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if _, err := loadConfig(tc.args, none, io.Discard); err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -201,6 +201,10 @@ func run(ctx context.Context, cfg Config, log *zap.Logger, ready func(net.Addr))
 	rcfg.RequirePass = cfg.RequirePass
 	rcfg.TLS = tlsConfig
 	rcfg.Model = cfg.ServerModel
+	rcfg.LoopSpin = cfg.LoopSpin
+	if cfg.LoopSpin == 0 {
+		rcfg.LoopSpin = -1
+	}
 	srv, err := resp.NewServer(rcfg, h, log.Named("resp"))
 	if err != nil {
 		return err
