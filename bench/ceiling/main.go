@@ -15,12 +15,11 @@ import (
 	"log"
 	"net"
 	"os"
+	"runtime"
 	"strconv"
 
 	"golang.org/x/sys/unix"
 )
-
-var listener *os.File
 
 func main() {
 	addr := flag.String("addr", "127.0.0.1:6390", "listen address")
@@ -34,7 +33,6 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	listener = lf // held: the finalizer of an unreachable *os.File closes its descriptor
 	lfd := int(lf.Fd())
 	if err := unix.SetNonblock(lfd, true); err != nil {
 		log.Fatal(err)
@@ -59,6 +57,8 @@ func main() {
 	buf := make([]byte, 64<<10)
 	var out []byte
 	for {
+		// lf stays reachable: the finalizer of an unreachable *os.File closes its descriptor.
+		runtime.KeepAlive(lf)
 		n, err := unix.EpollWait(ep, events, timeout)
 		if err != nil && err != unix.EINTR {
 			log.Fatal(err)
