@@ -142,6 +142,17 @@ func TestZooKeeper(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	z.Stop()
+
+	// Another listener holds the port for the first second of the restart: Start waits it out.
+	l, err := net.Listen("tcp", z.Addr())
+	if err != nil {
+		t.Fatalf("hold the stopped server's port: %v", err)
+	}
+	time.AfterFunc(time.Second, func() { _ = l.Close() })
+	z.Start()
+	if out, err := FourLetter(z.Addr(), "ruok", 5*time.Second); err != nil || out != "imok" {
+		t.Fatalf("after a restart whose port was taken for a second: got %q, %v, want imok", out, err)
+	}
 }
 
 // TestReplication: lag on demand, promotion that loses exactly the unapplied transactions,

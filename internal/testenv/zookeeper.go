@@ -186,10 +186,28 @@ func (z *ZooKeeper) Stop() { z.proc.terminate(true, 10*time.Second) }
 
 // Start restarts a killed or stopped server on the same port and data directory and waits
 // until it serves.
+//
+// The port is the clients' address, so the restart must bind it again. It was free since the
+// stop, and another test's server or a ServerPort probe (which binds a free port for an
+// instant) may hold it: a bind refused is retried for up to 10 s, by which time a probe has
+// let go; a server that keeps the port fails the test.
 func (z *ZooKeeper) Start() {
 	z.t.Helper()
-	if err := z.start(); err != nil {
-		z.t.Fatalf("testenv: restart: %v\n--- zookeeper log:\n%s", err, z.proc.logTail())
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		err := z.start()
+		if err == nil {
+			return
+		}
+		log := z.proc.logTail()
+		if i := strings.LastIndex(log, "=== testenv "); i >= 0 {
+			log = log[i:] // this attempt's output only
+		}
+		if !strings.Contains(log, "Address already in use") || time.Now().After(deadline) {
+			z.t.Fatalf("testenv: restart: %v\n--- zookeeper log:\n%s", err, z.proc.logTail())
+		}
+		z.proc.terminate(false, 0)
+		time.Sleep(500 * time.Millisecond)
 	}
 }
 
