@@ -427,6 +427,11 @@ func (h *Handler) errorCode(err error) (code, msg string) {
 		return "REGRESSION", fmt.Sprintf("the store handed out a range of tag '%s' below one already used; refusing it (see the server log)", tag)
 	case errors.Is(err, ordered.ErrOtherSpelling):
 		return "BADTAG", fmt.Sprintf("tag '%s' is an ordered tag stored under another letter case; use its stored spelling", tag)
+	case errors.Is(err, segment.ErrNotAdmitted) && errors.Is(err, ordered.ErrUnknownOrder):
+		// The store did not say whether the tag is ordered (a timeout): it is refused, never
+		// served as an ordinary tag, and the reply does not claim it is ordered.
+		h.log.Debug("tag refused: whether it is ordered is unknown", zap.String("tag", tag), zap.Error(err))
+		return "UNAVAILABLE", fmt.Sprintf("could not tell whether tag '%s' is ordered (the store did not answer in time; see the server log); retry later", tag)
 	case errors.Is(err, segment.ErrNotAdmitted):
 		h.log.Debug("ordered tag refused", zap.String("tag", tag), zap.Error(err))
 		return "UNAVAILABLE", fmt.Sprintf("tag '%s' is ordered and cannot be served by this instance now (see the server log); retry later", tag)

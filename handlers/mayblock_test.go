@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leafd/leafd/ordered"
 	"github.com/leafd/leafd/resp"
 	"github.com/leafd/leafd/segment"
 	"go.uber.org/zap"
@@ -264,6 +265,21 @@ func TestUnavailableWords(t *testing.T) {
 		err := &segment.TagError{Tag: "hot", Err: segment.ErrUnavailable, Detail: "raw: dial tcp 10.0.0.1", Waited: waited}
 		if got := h.errorReply(err); got != want {
 			t.Errorf("waited %q: got %q, want %q", waited, got, want)
+		}
+	}
+}
+
+// TestNotAdmittedWords: a tag refused because the store could not tell whether it is ordered
+// is not called ordered; one refused because another instance leads it is.
+func TestNotAdmittedWords(t *testing.T) {
+	h := New(Config{}, nil, nil, zap.NewNop())
+	for cause, want := range map[error]string{
+		fmt.Errorf("%w: %q: context deadline exceeded", ordered.ErrUnknownOrder, "abc"): "UNAVAILABLE could not tell whether tag 'abc' is ordered (the store did not answer in time; see the server log); retry later",
+		fmt.Errorf("%w: %q", ordered.ErrNotLeader, "abc"):                               "UNAVAILABLE tag 'abc' is ordered and cannot be served by this instance now (see the server log); retry later",
+	} {
+		err := &segment.TagError{Tag: "abc", Err: fmt.Errorf("%w: %w", segment.ErrNotAdmitted, cause)}
+		if got := h.errorReply(err); got != want {
+			t.Errorf("%v: got %q, want %q", cause, got, want)
 		}
 	}
 }
