@@ -430,18 +430,19 @@ func (lp *loop) run(busy *Conn) {
 	}
 }
 
-// spinPoll polls on until a socket is
-// ready or lp.spin has passed. The loop calls it when a poll right after a round with work
-// found nothing. A client that writes to
-// a parked loop's socket wakes the loop's thread from its own system call, and on a virtual
-// machine an idle core's wake-up is an inter-processor interrupt through the hypervisor: at a
-// high request rate that cost falls on the client and bounds the throughput (a faster server
-// that parks between requests is slower than redis-server, which is rarely idle; see
+// spinPoll polls on until a socket is ready or lp.spin has passed. The loop calls it when a
+// poll right after a round with work found nothing. A client that writes to a parked loop's
+// socket wakes the loop's thread from its own system call, and on a virtual machine an idle
+// core's wake-up is an inter-processor interrupt through the hypervisor: at a high request
+// rate that cost falls on the client and bounds the throughput (a faster server that parks
+// between requests is slower than redis-server, which is rarely idle; see
 // docs/BENCHMARKS.md). A loop that polls on for a moment after its work finds the next
-// request without being woken. The spin is bounded: an idle loop parks after lp.spin, so it
-// costs at most that much CPU per burst of work, and the other goroutines of its core (a
-// segment load, a lease renewal) wait at most that long for it, once per burst; under
-// steady load the loop finds work at every poll and does not spin at all.
+// request without being woken. The spin polls the same epoll set as the loop, the eventfd
+// included, so a wake (a new connection, a hand-back, Shutdown) ends it like any ready
+// socket. It is bounded: an idle loop parks after lp.spin, so it costs at most that much CPU
+// per burst of work, and the other goroutines of its core (a segment load, a lease renewal)
+// wait at most that long for it, once per burst; under steady load the loop finds work at
+// every poll and does not spin at all.
 func (lp *loop) spinPoll(events []unix.EpollEvent) (int, error) {
 	start := time.Now()
 	for {
