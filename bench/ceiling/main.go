@@ -1,8 +1,8 @@
 //go:build linux
 
 // Command ceiling is the fastest server redis-benchmark can be pointed at: one thread on
-// epoll that answers PING with +PONG and every other command with :1, and does nothing else
-// (no keys, no IDs, no timeouts). bench/compare.sh runs it with CEILING=1 to show how much
+// epoll that parses commands with leafd's parser, answers PING with +PONG and every other
+// command with :1, and does nothing else (no keys, no IDs, no timeouts). bench/compare.sh runs it with CEILING=1 to show how much
 // of a request's cost on this machine is the client's and the kernel's: no server can beat
 // redis-server by more than this one does under the same load.
 //
@@ -14,11 +14,11 @@ import (
 	"flag"
 	"log"
 	"net"
-	"os"
 	"runtime"
-	"strconv"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/leafd/leafd/resp"
 )
 
 func main() {
@@ -52,7 +52,11 @@ func main() {
 	if *spin {
 		timeout = 0
 	}
-	pending := map[int][]byte{} // unparsed input per connection
+	type conn struct {
+		in []byte // unparsed input
+		p  *resp.Parser
+	}
+	conns := map[int]*conn{}
 	events := make([]unix.EpollEvent, 128)
 	buf := make([]byte, 64<<10)
 	var out []byte
@@ -68,6 +72,7 @@ func main() {
 			if fd == lfd {
 				if c, _, err := unix.Accept4(lfd, unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC); err == nil {
 					_ = unix.SetsockoptInt(c, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
+					conns[c] = &conn{p: resp.NewParser(resp.DefaultLimits())}
 					add(c)
 				}
 				continue
@@ -76,69 +81,37 @@ func main() {
 			if err == unix.EAGAIN {
 				continue
 			}
-			if r <= 0 {
-				delete(pending, fd)
+			c := conns[fd]
+			if r <= 0 || c == nil {
+				delete(conns, fd)
 				_ = unix.Close(fd)
 				continue
 			}
-			in := append(pending[fd], buf[:r]...)
+			c.in = append(c.in, buf[:r]...)
 			out = out[:0]
-			for {
-				name, used, ok := next(in)
-				if !ok {
+			used := 0
+			for used < len(c.in) {
+				args, n, err := c.p.Next(c.in[used:], true)
+				if err != nil {
+					out = append(out, "-ERR protocol error\r\n"...)
+					used = len(c.in)
+					c.p.Reset()
 					break
 				}
-				in = in[used:]
-				if bytes.EqualFold(name, []byte("PING")) {
+				if n == 0 {
+					break
+				}
+				used += n
+				if len(args) > 0 && bytes.EqualFold(args[0], []byte("PING")) {
 					out = append(out, "+PONG\r\n"...)
-				} else {
+				} else if len(args) > 0 {
 					out = append(out, ":1\r\n"...)
 				}
 			}
-			pending[fd] = append(pending[fd][:0], in...)
+			c.in = append(c.in[:0], c.in[used:]...)
 			if len(out) > 0 {
 				_, _ = unix.Write(fd, out)
 			}
 		}
 	}
-}
-
-// next parses one command (an array of bulk strings, or an inline line) from in and returns
-// its name and the bytes it used; ok is false while the command is incomplete.
-func next(in []byte) (name []byte, used int, ok bool) {
-	eol := bytes.Index(in, []byte("\r\n"))
-	if eol < 0 {
-		return nil, 0, false
-	}
-	if in[0] != '*' {
-		f := bytes.Fields(in[:eol])
-		if len(f) == 0 {
-			return nil, eol + 2, true
-		}
-		return f[0], eol + 2, true
-	}
-	args, err := strconv.Atoi(string(in[1:eol]))
-	if err != nil {
-		os.Exit(2)
-	}
-	pos := eol + 2
-	for i := 0; i < args; i++ {
-		e := bytes.Index(in[pos:], []byte("\r\n"))
-		if e < 0 {
-			return nil, 0, false
-		}
-		l, err := strconv.Atoi(string(in[pos+1 : pos+e]))
-		if err != nil {
-			os.Exit(2)
-		}
-		start := pos + e + 2
-		if start+l+2 > len(in) {
-			return nil, 0, false
-		}
-		if i == 0 {
-			name = in[start : start+l]
-		}
-		pos = start + l + 2
-	}
-	return name, pos, true
 }
