@@ -24,8 +24,8 @@
 #   leafd, separated by commas), PERF (1: also count, with perf stat on the server process,
 #   its CPU time, context switches and system calls per request during each measured test;
 #   these counts depend far less on the machine's other load than req/s and p99 do), CEILING
-#   (1: also run bench/ceiling, a server that answers every command with :1 and does nothing
-#   else, sleeping in epoll_wait [ceiling] and polling [ceiling-spin]: the most any server
+#   (1: also run bench/ceiling, a server that parses with leafd's parser, answers every command
+#   with :1 and does nothing else, sleeping in epoll_wait [ceiling] and polling [ceiling-spin]: the most any server
 #   can get from this client on this machine).
 set -euo pipefail
 
@@ -136,11 +136,10 @@ start_server() { # name port run
 		taskset -c "$SERVER_CPU" env ${LEAFD_ENV:-} "${LEAFD_BIN:-$LEAFD}" --data-dir "$work/leafd-data-$run" \
 			--addr "127.0.0.1:$port" --http-addr "" --log-level warn "${flags[@]}" >"$work/leafd-$run.log" 2>&1 &
 		;;
-	c-ceiling)
-		taskset -c "$SERVER_CPU" "$work/ceiling" -addr "127.0.0.1:$port" >"$work/ceiling-$run.log" 2>&1 &
-		;;
-	c-ceiling-spin)
-		taskset -c "$SERVER_CPU" "$work/ceiling" -addr "127.0.0.1:$port" -spin >"$work/ceiling-$run.log" 2>&1 &
+	c-ceiling | c-ceiling-spin)
+		local spin=()
+		[[ $name == c-ceiling-spin ]] && spin=(-spin)
+		taskset -c "$SERVER_CPU" "$work/ceiling" -addr "127.0.0.1:$port" "${spin[@]}" >"$work/$name-$run.log" 2>&1 &
 		;;
 	esac
 	server_pid=$!
